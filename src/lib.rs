@@ -1,0 +1,22 @@
+//! ork-moe: the routed-expert matmuls of Mixture-of-Experts models (ggml's `MUL_MAT_ID`) on the
+//! RK3588 NPU.
+//!
+//! Layers, lowest first; each depends only on those above it in this list:
+//! - [`quant`]: GGML block formats and their reference dequantization;
+//! - [`layout`]: the NPU's native int8 tilings;
+//! - [`inflate`]: quantized expert weights straight into native int8 B tiles plus channel scales;
+//! - [`gemm`]: the CPU int8 GEMM that defines "correct" and serves as the CPU fallback;
+//! - [`npu`]: the device interface with the emulated and the librknnrt backends;
+//! - [`moe`]: the `MUL_MAT_ID` engine;
+//! - [`ffi`]: the C ABI.
+//!
+//! [`isa`] (instruction-set detection) sits beside the bottom layers and is shared by the kernels.
+
+pub mod ffi;
+pub mod gemm;
+pub mod inflate;
+pub mod isa;
+pub mod layout;
+pub mod moe;
+pub mod npu;
+pub mod quant;

@@ -1,0 +1,89 @@
+//! Row-level reference dequantization.
+
+use super::blocks::*;
+use super::{GgmlType, QuantError};
+
+/// Dequantizes one row of `B` blocks (`bytes`) into `out` (`out.len()` weights).
+pub fn dequantize_blocks<B: Block>(bytes: &[u8], out: &mut [f32]) -> Result<(), QuantError> {
+    let n_blocks = check_row(B::TYPE, bytes.len(), out.len())?;
+    for i in 0..n_blocks {
+        B::read(&bytes[i * B::BYTES..]).dequantize(&mut out[i * B::ELEMS..(i + 1) * B::ELEMS]);
+    }
+    Ok(())
+}
+
+/// Dequantizes one row of `k = out.len()` weights of type `ty` stored in `bytes`.
+/// F32 and F16 rows are converted too, so callers can treat every weight type alike.
+pub fn dequantize_row(ty: GgmlType, bytes: &[u8], out: &mut [f32]) -> Result<(), QuantError> {
+    match ty {
+        GgmlType::F32 => {
+            check_row(ty, bytes.len(), out.len())?;
+            for (o, b) in out.iter_mut().zip(bytes.chunks_exact(4)) {
+                *o = f32::from_le_bytes(b.try_into().expect("4 bytes"));
+            }
+            Ok(())
+        }
+        GgmlType::F16 => {
+            check_row(ty, bytes.len(), out.len())?;
+            for (o, b) in out.iter_mut().zip(bytes.chunks_exact(2)) {
+                *o = super::fp16::f16_to_f32(u16::from_le_bytes([b[0], b[1]]));
+            }
+            Ok(())
+        }
+        GgmlType::Q4_0 => dequantize_blocks::<BlockQ4_0>(bytes, out),
+        GgmlType::Q4_1 => dequantize_blocks::<BlockQ4_1>(bytes, out),
+        GgmlType::Q5_0 => dequantize_blocks::<BlockQ5_0>(bytes, out),
+        GgmlType::Q8_0 => dequantize_blocks::<BlockQ8_0>(bytes, out),
+        GgmlType::Q4_K => dequantize_blocks::<BlockQ4K>(bytes, out),
+        GgmlType::Q6_K => dequantize_blocks::<BlockQ6K>(bytes, out),
+    }
+}
+
+/// Checks that `n_bytes` holds exactly a row of `k` weights of `ty`; returns the block count.
+pub fn check_row(ty: GgmlType, n_bytes: usize, k: usize) -> Result<usize, QuantError> {
+    let expected = ty.row_bytes(k).ok_or(QuantError::RowNotWholeBlocks { ty, k })?;
+    if n_bytes != expected {
+        return Err(QuantError::WrongByteLength { expected, got: n_bytes });
+    }
+    Ok(k / ty.block_elems())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quant::fp16::f32_to_f16;
+
+    #[test]
+    fn q4_0_by_hand() {
+        let mut qs = [0u8; 16];
+        qs[0] = 0xf0; // weight 0 = 0 - 8, weight 16 = 15 - 8
+        qs[1] = 0x98;
+        let blk = BlockQ4_0 { d: f32_to_f16(0.5).to_le_bytes(), qs };
+        let mut y = [0f32; 32];
+        blk.dequantize(&mut y);
+        assert_eq!((y[0], y[16], y[1], y[17], y[2]), (-4.0, 3.5, 0.0, 0.5, -4.0));
+    }
+
+    #[test]
+    fn q4k_scale_min_unpacks_high_bits() {
+        let mut s = [0u8; 12];
+        s[0] = 0xc0 | 5; // sc[0] = 5, high bits of sc[4] = 3
+        s[4] = 0x80 | 7; // m[0] = 7, high bits of m[4] = 2
+        s[8] = 0x9a; // low nibble of sc[4] = 0xa, of m[4] = 0x9
+        assert_eq!(q4k_scale_min(0, &s), (5, 7));
+        assert_eq!(q4k_scale_min(4, &s), (0x3a, 0x29));
+    }
+
+    #[test]
+    fn row_length_errors() {
+        let mut out = [0f32; 40];
+        assert_eq!(
+            dequantize_row(GgmlType::Q4_0, &[0u8; 18], &mut out),
+            Err(QuantError::RowNotWholeBlocks { ty: GgmlType::Q4_0, k: 40 })
+        );
+        assert_eq!(
+            dequantize_row(GgmlType::Q4_0, &[0u8; 17], &mut out[..32]),
+            Err(QuantError::WrongByteLength { expected: 18, got: 17 })
+        );
+    }
+}
