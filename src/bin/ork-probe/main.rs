@@ -3,16 +3,20 @@
 //! `ork-probe [SUBCOMMAND] [--json] [options]`; see `ork-probe --help`.
 
 mod bench;
+mod gemm;
 mod inflate;
+mod moe;
 
 use std::process::ExitCode;
 
 const USAGE: &str = "\
-usage: ork-probe [inflate] [--json]
+usage: ork-probe [inflate|gemm|moe] [--json]
 
 subcommands:
   inflate   direct int4->int8 inflate vs the via-f32 path vs memcpy, per expert shape and type
             (the default for now)
+  gemm      NPU backend GEMM vs CPU int8 (1 thread, all threads) at the A3B expert shapes
+  moe       the whole MUL_MAT_ID call (qwen3-30b-a3b case), time split by stage, cold and warm cache
 
 options:
   --json    one JSON array on stdout instead of the table
@@ -39,6 +43,8 @@ fn main() -> ExitCode {
     };
     let result = match sub {
         "inflate" => inflate::run(&opts),
+        "gemm" => gemm::run(&opts),
+        "moe" => moe::run(&opts),
         other => Err(format!("unknown subcommand {other:?}")),
     };
     match result {
