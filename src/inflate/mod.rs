@@ -44,6 +44,8 @@
 mod params;
 mod scalar;
 mod via_f32;
+#[cfg(target_arch = "x86_64")]
+mod x86;
 
 pub use via_f32::inflate_expert_via_f32;
 
@@ -202,8 +204,8 @@ fn check(
             }))?;
     if tiles.b_k != RUN
         || tiles.b_n == 0
-        || tiles.align % tiles.b_k != 0
-        || tiles.align % tiles.b_n != 0
+        || !tiles.align.is_multiple_of(tiles.b_k)
+        || !tiles.align.is_multiple_of(tiles.b_n)
     {
         return Err(InflateError::UnsupportedTiles(*tiles));
     }
@@ -288,6 +290,10 @@ impl Runs<'_> {
 type RowKernel = fn(&[u8], &RowParams, &mut Runs);
 
 fn row_kernel(isa: Isa, ty: GgmlType) -> RowKernel {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(k) = x86::row_kernel(isa, ty) {
+        return k;
+    }
     let _ = isa;
     scalar::row_kernel(ty)
 }
