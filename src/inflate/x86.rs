@@ -5,63 +5,53 @@
 //! never changes), saturating packs where the scalar code's `as i8`/`clamp` saturate, and
 //! `pmulhrsw`, which is exactly `(x·m + 2¹⁴) >> 15`.
 
-use super::params::{zero_point, RowParams};
-use super::{RowKernel, Runs};
+use super::params::{half, multiplier, zero_point, RowParams};
+use super::scalar::{q4_k_run_source, q6_k_run_source};
+use super::{for_each_run, Tile, TileKernel};
 use crate::isa::Isa;
 use crate::quant::GgmlType;
 use std::arch::x86_64::*;
 
-/// Calls a `#[target_feature]` kernel from the safe function pointer [`row_kernel`] hands out.
+/// Calls a `#[target_feature]` kernel from the safe function pointer [`tile_kernel`] hands out.
 macro_rules! unsafe_call {
     ($call:expr) => {
-        // SAFETY: `row_kernel` gives these out only for an `isa` the caller checked is available,
-        // and each kernel enables exactly that path's features.
+        // SAFETY: `tile_kernel` gives these out only for an `isa` the caller checked is
+        // available, and each kernel enables exactly that path's features.
         unsafe { $call }
     };
 }
 
 /// The kernel for `ty` on `isa`, if `isa` is an x86 path. Callers must have checked
 /// `isa.is_available()`: the returned safe functions rely on it.
-pub(super) fn row_kernel(isa: Isa, ty: GgmlType) -> Option<RowKernel> {
-    let k: RowKernel = match (isa, ty) {
-        (Isa::Ssse3, GgmlType::Q4_0) => {
-            |r, p, o| unsafe_call!(ssse3::nibbles_32::<18, 2>(r, p, o, GgmlType::Q4_0))
+pub(super) fn tile_kernel(isa: Isa, ty: GgmlType) -> Option<TileKernel> {
+    let k: TileKernel = match (isa, ty) {
+        (Isa::Ssse3, GgmlType::Q4_0) => |r, p, t, n| unsafe_call!(ssse3::q4_0(r, p, t, n)),
+        (Isa::Ssse3, GgmlType::Q4_1) => |r, p, t, n| unsafe_call!(ssse3::q4_1(r, p, t, n)),
+        (Isa::Ssse3, GgmlType::Q5_0) => |r, p, t, n| unsafe_call!(ssse3::q5_0(r, p, t, n)),
+        (Isa::Ssse3, GgmlType::Q8_0) => |r, p, t, n| unsafe_call!(ssse3::q8_0(r, p, t, n)),
+        (Isa::Ssse3, GgmlType::Q4_K) => |r, p, t, n| unsafe_call!(ssse3::q4_k(r, p, t, n)),
+        (Isa::Ssse3, GgmlType::Q6_K) => |r, p, t, n| unsafe_call!(ssse3::q6_k(r, p, t, n)),
+        (Isa::Avx2, GgmlType::Q4_0) => |r, p, t, n| unsafe_call!(avx2::q4_0(r, p, t, n)),
+        (Isa::Avx2, GgmlType::Q4_1) => |r, p, t, n| unsafe_call!(avx2::q4_1(r, p, t, n)),
+        (Isa::Avx2, GgmlType::Q5_0) => |r, p, t, n| unsafe_call!(avx2::q5_0(r, p, t, n)),
+        (Isa::Avx2, GgmlType::Q4_K) => |r, p, t, n| unsafe_call!(avx2::q4_k(r, p, t, n)),
+        (Isa::Avx512, GgmlType::Q4_0) => |r, p, t, n| unsafe_call!(avx512::q4_0(r, p, t, n)),
+        (Isa::Avx512, GgmlType::Q4_1) => |r, p, t, n| unsafe_call!(avx512::q4_1(r, p, t, n)),
+        (Isa::Avx512, GgmlType::Q5_0) => |r, p, t, n| unsafe_call!(avx512::q5_0(r, p, t, n)),
+        (Isa::Avx512, GgmlType::Q4_K) => |r, p, t, n| unsafe_call!(avx512::q4_k(r, p, t, n)),
+        // No table to build: AVX-512 has nothing to add to the AVX2 rescale kernels.
+        (Isa::Avx2 | Isa::Avx512, GgmlType::Q8_0) => {
+            |r, p, t, n| unsafe_call!(avx2_rescale::q8_0(r, p, t, n))
         }
-        (Isa::Ssse3, GgmlType::Q4_1) => {
-            |r, p, o| unsafe_call!(ssse3::nibbles_32::<20, 4>(r, p, o, GgmlType::Q4_1))
+        (Isa::Avx2 | Isa::Avx512, GgmlType::Q6_K) => {
+            |r, p, t, n| unsafe_call!(avx2_rescale::q6_k(r, p, t, n))
         }
-        (Isa::Ssse3, GgmlType::Q5_0) => |r, p, o| unsafe_call!(ssse3::q5_0(r, p, o)),
-        (Isa::Ssse3, GgmlType::Q8_0) => |r, p, o| unsafe_call!(ssse3::q8_0(r, p, o)),
-        (Isa::Ssse3, GgmlType::Q4_K) => |r, p, o| unsafe_call!(ssse3::q4_k(r, p, o)),
-        (Isa::Ssse3, GgmlType::Q6_K) => |r, p, o| unsafe_call!(ssse3::q6_k(r, p, o)),
-        (Isa::Avx2, GgmlType::Q4_0) => {
-            |r, p, o| unsafe_call!(avx2::nibbles_32::<18, 2>(r, p, o, GgmlType::Q4_0))
-        }
-        (Isa::Avx2, GgmlType::Q4_1) => {
-            |r, p, o| unsafe_call!(avx2::nibbles_32::<20, 4>(r, p, o, GgmlType::Q4_1))
-        }
-        (Isa::Avx2, GgmlType::Q5_0) => |r, p, o| unsafe_call!(avx2::q5_0(r, p, o)),
-        (Isa::Avx2, GgmlType::Q8_0) => |r, p, o| unsafe_call!(avx2_rescale::q8_0(r, p, o)),
-        (Isa::Avx2, GgmlType::Q4_K) => |r, p, o| unsafe_call!(avx2::q4_k(r, p, o)),
-        (Isa::Avx2, GgmlType::Q6_K) => |r, p, o| unsafe_call!(avx2_rescale::q6_k(r, p, o)),
-        (Isa::Avx512, GgmlType::Q4_0) => {
-            |r, p, o| unsafe_call!(avx512::nibbles_32::<18, 2>(r, p, o, GgmlType::Q4_0))
-        }
-        (Isa::Avx512, GgmlType::Q4_1) => {
-            |r, p, o| unsafe_call!(avx512::nibbles_32::<20, 4>(r, p, o, GgmlType::Q4_1))
-        }
-        (Isa::Avx512, GgmlType::Q5_0) => |r, p, o| unsafe_call!(avx512::q5_0(r, p, o)),
-        // No table to build: the AVX2 rescale kernels are as fast as wider ones would be here.
-        (Isa::Avx512, GgmlType::Q8_0) => |r, p, o| unsafe_call!(avx2_rescale::q8_0(r, p, o)),
-        (Isa::Avx512, GgmlType::Q4_K) => |r, p, o| unsafe_call!(avx512::q4_k(r, p, o)),
-        (Isa::Avx512, GgmlType::Q6_K) => |r, p, o| unsafe_call!(avx2_rescale::q6_k(r, p, o)),
         _ => return None,
     };
     Some(k)
 }
 
-/// Binary32 code vectors `c(q)` for `q` in `base..base+16`, in the order the table builders want.
-#[inline]
+/// Binary32 codes `c(q) = base + q` for q in 0..16, in the order a table builder wants.
 fn codes(base: i32, order: [i32; 16]) -> [f32; 16] {
     order.map(|i| (base + i) as f32)
 }
@@ -87,14 +77,14 @@ fn store16(dst: &mut [i8], v: __m128i) {
 mod ssse3 {
     use super::*;
 
-    /// `lut[q]` for 16 codes (`c` in [`IN_ORDER`] order): `sat8(rne(fl(fl(fl(c·a)+b)·inv)))`.
+    /// `lut[q] = sat8(rne(fl(fl(c·f) + g)))` for the 16 codes `c` ([`IN_ORDER`]).
     #[target_feature(enable = "ssse3")]
-    fn table16(c: &[f32; 16], a: f32, b: f32, inv: f32) -> __m128i {
-        let (va, vb, vi) = (_mm_set1_ps(a), _mm_set1_ps(b), _mm_set1_ps(inv));
+    fn table16(c: &[f32; 16], f: f32, g: f32) -> __m128i {
+        let (vf, vg) = (_mm_set1_ps(f), _mm_set1_ps(g));
         let step = |i: usize| {
             // SAFETY: `c[i..i + 4]` is in bounds (i <= 12); unaligned load.
             let ci = unsafe { _mm_loadu_ps(c[i..i + 4].as_ptr()) };
-            _mm_cvtps_epi32(_mm_mul_ps(_mm_add_ps(_mm_mul_ps(ci, va), vb), vi))
+            _mm_cvtps_epi32(_mm_add_ps(_mm_mul_ps(ci, vf), vg))
         };
         _mm_packs_epi16(
             _mm_packs_epi32(step(0), step(4)),
@@ -102,163 +92,122 @@ mod ssse3 {
         )
     }
 
+    /// 16 quant bytes through a table, low nibbles first.
     #[target_feature(enable = "ssse3")]
-    pub(super) fn nibbles_32<const BB: usize, const QS: usize>(
-        row: &[u8],
-        p: &RowParams,
-        runs: &mut Runs,
-        ty: GgmlType,
-    ) {
-        let c = codes(-zero_point(ty), IN_ORDER);
+    fn nibbles(qs: &[u8], lut: __m128i, out: &mut [i8; 32]) {
         let low = _mm_set1_epi8(15);
-        for (i, blk) in row.chunks_exact(BB).enumerate() {
-            let lut = table16(&c, p.a[i], p.b[i], p.inv);
-            let q = load16(&blk[QS..]);
-            let out = runs.run(i);
-            store16(&mut out[..16], _mm_shuffle_epi8(lut, _mm_and_si128(q, low)));
-            store16(
-                &mut out[16..],
-                _mm_shuffle_epi8(lut, _mm_and_si128(_mm_srli_epi16(q, 4), low)),
-            );
-        }
+        let q = load16(qs);
+        store16(&mut out[..16], _mm_shuffle_epi8(lut, _mm_and_si128(q, low)));
+        store16(
+            &mut out[16..],
+            _mm_shuffle_epi8(lut, _mm_and_si128(_mm_srli_epi16(q, 4), low)),
+        );
     }
 
-    /// 0xff in byte `i` of the pair where bit `i` (first) / `i + 16` (second) of `qh` is set.
     #[target_feature(enable = "ssse3")]
-    fn high_bits(qh: u32) -> (__m128i, __m128i) {
-        let v = _mm_set1_epi32(qh as i32);
+    pub(super) fn q4_0(rows: &[&[u8]], params: &[RowParams], tile: &mut Tile, runs: usize) {
+        let c = codes(-zero_point(GgmlType::Q4_0), IN_ORDER);
+        for_each_run(rows, params, tile, runs, |row, p, r, out| {
+            let blk = &row[r * 18..r * 18 + 18];
+            nibbles(&blk[2..], table16(&c, half(blk, 0) * p.inv, 0.0), out);
+        });
+    }
+
+    #[target_feature(enable = "ssse3")]
+    pub(super) fn q4_1(rows: &[&[u8]], params: &[RowParams], tile: &mut Tile, runs: usize) {
+        let c = codes(0, IN_ORDER);
+        for_each_run(rows, params, tile, runs, |row, p, r, out| {
+            nibbles(&row[r * 20 + 4..], table16(&c, p.f[r], p.g[r]), out);
+        });
+    }
+
+    #[target_feature(enable = "ssse3")]
+    pub(super) fn q5_0(rows: &[&[u8]], params: &[RowParams], tile: &mut Tile, runs: usize) {
+        let zp = zero_point(GgmlType::Q5_0);
+        let (c_lo, c_hi) = (codes(-zp, IN_ORDER), codes(16 - zp, IN_ORDER));
+        let low = _mm_set1_epi8(15);
         let bits = _mm_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
-        let spread = |byte0: i8| {
-            let sel = _mm_setr_epi8(
-                byte0,
-                byte0,
-                byte0,
-                byte0,
-                byte0,
-                byte0,
-                byte0,
-                byte0,
-                byte0 + 1,
-                byte0 + 1,
-                byte0 + 1,
-                byte0 + 1,
-                byte0 + 1,
-                byte0 + 1,
-                byte0 + 1,
-                byte0 + 1,
-            );
-            _mm_cmpeq_epi8(_mm_and_si128(_mm_shuffle_epi8(v, sel), bits), bits)
-        };
-        (spread(0), spread(2))
-    }
-
-    #[target_feature(enable = "ssse3")]
-    pub(super) fn q5_0(row: &[u8], p: &RowParams, runs: &mut Runs) {
-        let (c_lo, c_hi) = (codes(-16, IN_ORDER), codes(0, IN_ORDER));
-        let low = _mm_set1_epi8(15);
-        for (i, blk) in row.chunks_exact(22).enumerate() {
-            let (a, b) = (p.a[i], p.b[i]);
-            let (t_lo, t_hi) = (table16(&c_lo, a, b, p.inv), table16(&c_hi, a, b, p.inv));
-            let (h0, h1) = high_bits(u32::from_le_bytes(blk[2..6].try_into().expect("4 bytes")));
+        // Byte i of the result takes byte i / 8 of qh (first half) or 2 + i / 8 (second).
+        let spread0 = _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+        let spread1 = _mm_setr_epi8(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+        for_each_run(rows, params, tile, runs, |row, p, r, out| {
+            let blk = &row[r * 22..r * 22 + 22];
+            let f = half(blk, 0) * p.inv;
+            let (t_lo, t_hi) = (table16(&c_lo, f, 0.0), table16(&c_hi, f, 0.0));
+            let qh = _mm_set1_epi32(i32::from_le_bytes(blk[2..6].try_into().expect("4 bytes")));
             let q = load16(&blk[6..]);
-            let pick = |idx: __m128i, hi: __m128i| {
+            let pick = |idx: __m128i, spread: __m128i| {
+                let hi = _mm_cmpeq_epi8(_mm_and_si128(_mm_shuffle_epi8(qh, spread), bits), bits);
                 let (x, y) = (_mm_shuffle_epi8(t_lo, idx), _mm_shuffle_epi8(t_hi, idx));
                 _mm_or_si128(_mm_andnot_si128(hi, x), _mm_and_si128(hi, y))
             };
-            let out = runs.run(i);
-            store16(&mut out[..16], pick(_mm_and_si128(q, low), h0));
+            store16(&mut out[..16], pick(_mm_and_si128(q, low), spread0));
             store16(
                 &mut out[16..],
-                pick(_mm_and_si128(_mm_srli_epi16(q, 4), low), h1),
+                pick(_mm_and_si128(_mm_srli_epi16(q, 4), low), spread1),
             );
-        }
+        });
     }
 
-    /// Sign-extends the low / high 8 bytes of `x` to 16 bits.
+    /// `sat8((x·m + 2¹⁴) >> 15)` of 16 signed bytes times `2^(8 - SHIFT)`.
     #[target_feature(enable = "ssse3")]
-    fn widen(x: __m128i) -> (__m128i, __m128i) {
+    fn rescale16<const SHIFT: i32>(x: __m128i, m: i16) -> __m128i {
         let z = _mm_setzero_si128();
-        (
-            _mm_srai_epi16(_mm_unpacklo_epi8(z, x), 8),
-            _mm_srai_epi16(_mm_unpackhi_epi8(z, x), 8),
-        )
+        // Widen to 16 bits as the high byte (x·256), then shift down arithmetically.
+        let x0 = _mm_srai_epi16(_mm_unpacklo_epi8(z, x), SHIFT);
+        let x1 = _mm_srai_epi16(_mm_unpackhi_epi8(z, x), SHIFT);
+        let m = _mm_set1_epi16(m);
+        _mm_packs_epi16(_mm_mulhrs_epi16(x0, m), _mm_mulhrs_epi16(x1, m))
     }
 
     #[target_feature(enable = "ssse3")]
-    pub(super) fn q8_0(row: &[u8], p: &RowParams, runs: &mut Runs) {
-        for (i, blk) in row.chunks_exact(34).enumerate() {
-            let m = _mm_set1_epi16(p.m[i]);
-            let out = runs.run(i);
-            for half in 0..2 {
-                let (x0, x1) = widen(load16(&blk[2 + 16 * half..]));
-                let y = _mm_packs_epi16(_mm_mulhrs_epi16(x0, m), _mm_mulhrs_epi16(x1, m));
-                store16(&mut out[16 * half..], y);
+    pub(super) fn q8_0(rows: &[&[u8]], params: &[RowParams], tile: &mut Tile, runs: usize) {
+        for_each_run(rows, params, tile, runs, |row, p, r, out| {
+            let blk = &row[r * 34..r * 34 + 34];
+            let m = multiplier(half(blk, 0), p.inv);
+            for h in 0..2 {
+                store16(
+                    &mut out[16 * h..],
+                    rescale16::<8>(load16(&blk[2 + 16 * h..]), m),
+                );
             }
-        }
+        });
     }
 
     #[target_feature(enable = "ssse3")]
-    pub(super) fn q4_k(row: &[u8], p: &RowParams, runs: &mut Runs) {
+    pub(super) fn q4_k(rows: &[&[u8]], params: &[RowParams], tile: &mut Tile, runs: usize) {
         let c = codes(0, IN_ORDER);
         let low = _mm_set1_epi8(15);
-        for (i, blk) in row.chunks_exact(144).enumerate() {
-            for chunk in 0..4 {
-                let sub = i * 8 + chunk * 2;
-                let lo = table16(&c, p.a[sub], p.b[sub], p.inv);
-                let hi = table16(&c, p.a[sub + 1], p.b[sub + 1], p.inv);
-                for h in 0..2 {
-                    let q = load16(&blk[16 + chunk * 32 + 16 * h..]);
-                    store16(
-                        &mut runs.run(sub)[16 * h..],
-                        _mm_shuffle_epi8(lo, _mm_and_si128(q, low)),
-                    );
-                    let qhi = _mm_and_si128(_mm_srli_epi16(q, 4), low);
-                    store16(&mut runs.run(sub + 1)[16 * h..], _mm_shuffle_epi8(hi, qhi));
-                }
+        for_each_run(rows, params, tile, runs, |row, p, r, out| {
+            let (at, shift) = q4_k_run_source(r);
+            let lut = table16(&c, p.f[r], p.g[r]);
+            let shift = _mm_cvtsi32_si128(shift as i32);
+            for h in 0..2 {
+                let q = _mm_and_si128(_mm_srl_epi16(load16(&row[at + 16 * h..]), shift), low);
+                store16(&mut out[16 * h..], _mm_shuffle_epi8(lut, q));
             }
-        }
+        });
     }
 
     #[target_feature(enable = "ssse3")]
-    pub(super) fn q6_k(row: &[u8], p: &RowParams, runs: &mut Runs) {
-        let (low, bits45, bias) = (_mm_set1_epi8(15), _mm_set1_epi8(0x30), _mm_set1_epi8(32));
-        for (i, blk) in row.chunks_exact(210).enumerate() {
-            for half in 0..2 {
-                let first_run = i * 8 + half * 4;
-                let m = &p.m[i * 16 + half * 8..i * 16 + half * 8 + 8];
-                // l = 0..16 uses the even sub-block of each run, l = 16..32 the odd one.
-                for h in 0..2 {
-                    let ql0 = load16(&blk[half * 64 + 16 * h..]);
-                    let ql1 = load16(&blk[half * 64 + 32 + 16 * h..]);
-                    let qh = load16(&blk[128 + half * 32 + 16 * h..]);
-                    let q = [
-                        _mm_or_si128(
-                            _mm_and_si128(ql0, low),
-                            _mm_and_si128(_mm_slli_epi16(qh, 4), bits45),
-                        ),
-                        _mm_or_si128(
-                            _mm_and_si128(ql1, low),
-                            _mm_and_si128(_mm_slli_epi16(qh, 2), bits45),
-                        ),
-                        _mm_or_si128(
-                            _mm_and_si128(_mm_srli_epi16(ql0, 4), low),
-                            _mm_and_si128(qh, bits45),
-                        ),
-                        _mm_or_si128(
-                            _mm_and_si128(_mm_srli_epi16(ql1, 4), low),
-                            _mm_and_si128(_mm_srli_epi16(qh, 2), bits45),
-                        ),
-                    ];
-                    for (t, q) in q.into_iter().enumerate() {
-                        let mt = _mm_set1_epi16(m[2 * t + h]);
-                        let (x0, x1) = widen(_mm_sub_epi8(q, bias));
-                        let (x0, x1) = (_mm_slli_epi16(x0, 2), _mm_slli_epi16(x1, 2));
-                        let y = _mm_packs_epi16(_mm_mulhrs_epi16(x0, mt), _mm_mulhrs_epi16(x1, mt));
-                        store16(&mut runs.run(first_run + t)[16 * h..], y);
-                    }
-                }
+    pub(super) fn q6_k(rows: &[&[u8]], params: &[RowParams], tile: &mut Tile, runs: usize) {
+        let (low, two, bias) = (_mm_set1_epi8(15), _mm_set1_epi8(3), _mm_set1_epi8(32));
+        for_each_run(rows, params, tile, runs, |row, p, r, out| {
+            let (ql, qh, ql_shift, qh_shift, m) = q6_k_run_source(r);
+            let (ql_shift, qh_shift) = (
+                _mm_cvtsi32_si128(ql_shift as i32),
+                _mm_cvtsi32_si128(qh_shift as i32),
+            );
+            for h in 0..2 {
+                let lo4 = _mm_and_si128(_mm_srl_epi16(load16(&row[ql + 16 * h..]), ql_shift), low);
+                let hi2 = _mm_and_si128(_mm_srl_epi16(load16(&row[qh + 16 * h..]), qh_shift), two);
+                let code = _mm_or_si128(lo4, _mm_slli_epi16(hi2, 4));
+                store16(
+                    &mut out[16 * h..],
+                    rescale16::<6>(_mm_sub_epi8(code, bias), p.m[m + h]),
+                );
             }
-        }
+        });
     }
 }
 
@@ -278,8 +227,17 @@ fn store32(dst: &mut [i8; 32], v: __m256i) {
     unsafe { _mm256_storeu_si256(dst.as_mut_ptr().cast(), v) }
 }
 
-/// The AVX2-width kernels, instantiated once per table builder (AVX2, AVX-512).
-macro_rules! avx_kernels {
+/// The fp16 scale at the start of a block, converted by F16C (exact, like
+/// [`super::params::half`]; every finite half is representable in binary32).
+#[inline]
+#[target_feature(enable = "f16c")]
+fn half_f16c(blk: &[u8]) -> f32 {
+    let h = u16::from_le_bytes([blk[0], blk[1]]);
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h as i32)))
+}
+
+/// The AVX2-width table kernels, instantiated once per table builder (AVX2, AVX-512).
+macro_rules! avx_table_kernels {
     ($name:ident, $features:literal, $order:expr, $table16:item) => {
         mod $name {
             use super::*;
@@ -288,115 +246,119 @@ macro_rules! avx_kernels {
 
             /// Both 128-bit lanes hold the 16-entry table.
             #[target_feature(enable = $features)]
-            fn table32(c: &[f32; 16], a: f32, b: f32, inv: f32) -> __m256i {
-                _mm256_broadcastsi128_si256(table16(c, a, b, inv))
+            fn table32(c: &[f32; 16], f: f32, g: f32) -> __m256i {
+                _mm256_broadcastsi128_si256(table16(c, f, g))
+            }
+
+            /// 16 quant bytes through a table, low nibbles first.
+            #[target_feature(enable = $features)]
+            fn nibbles(qs: &[u8], lut: __m256i, out: &mut [i8; 32]) {
+                let q = load16(qs);
+                // Low lane: low nibbles (weights 0..16); high lane: high nibbles.
+                let idx = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(15));
+                store32(out, _mm256_shuffle_epi8(lut, idx));
             }
 
             #[target_feature(enable = $features)]
-            pub(super) fn nibbles_32<const BB: usize, const QS: usize>(
-                row: &[u8],
-                p: &RowParams,
-                runs: &mut Runs,
-                ty: GgmlType,
-            ) {
-                let c = codes(-zero_point(ty), $order);
-                let low = _mm256_set1_epi8(15);
-                for (i, blk) in row.chunks_exact(BB).enumerate() {
-                    let lut = table32(&c, p.a[i], p.b[i], p.inv);
-                    let q = load16(&blk[QS..]);
-                    // Low lane: low nibbles (weights 0..16); high lane: high nibbles.
-                    let idx = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), low);
-                    store32(runs.run(i), _mm256_shuffle_epi8(lut, idx));
-                }
+            pub(super) fn q4_0(rows: &[&[u8]], params: &[RowParams], tile: &mut Tile, runs: usize) {
+                let c = codes(-zero_point(GgmlType::Q4_0), $order);
+                for_each_run(rows, params, tile, runs, |row, p, r, out| {
+                    let blk = &row[r * 18..r * 18 + 18];
+                    nibbles(&blk[2..], table32(&c, half_f16c(blk) * p.inv, 0.0), out);
+                });
             }
 
             #[target_feature(enable = $features)]
-            pub(super) fn q5_0(row: &[u8], p: &RowParams, runs: &mut Runs) {
-                let (c_lo, c_hi) = (codes(-16, $order), codes(0, $order));
+            pub(super) fn q4_1(rows: &[&[u8]], params: &[RowParams], tile: &mut Tile, runs: usize) {
+                let c = codes(0, $order);
+                for_each_run(rows, params, tile, runs, |row, p, r, out| {
+                    nibbles(&row[r * 20 + 4..], table32(&c, p.f[r], p.g[r]), out);
+                });
+            }
+
+            #[target_feature(enable = $features)]
+            pub(super) fn q5_0(rows: &[&[u8]], params: &[RowParams], tile: &mut Tile, runs: usize) {
+                let zp = zero_point(GgmlType::Q5_0);
+                let (c_lo, c_hi) = (codes(-zp, $order), codes(16 - zp, $order));
                 let low = _mm256_set1_epi8(15);
                 let bits = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
+                // Byte i of the result takes byte i / 8 of qh.
                 #[rustfmt::skip]
                 let spread = _mm256_setr_epi8(
                     0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
                     2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3,
                 );
-                for (i, blk) in row.chunks_exact(22).enumerate() {
-                    let (a, b) = (p.a[i], p.b[i]);
-                    let (t_lo, t_hi) = (table32(&c_lo, a, b, p.inv), table32(&c_hi, a, b, p.inv));
-                    let qh = u32::from_le_bytes(blk[2..6].try_into().expect("4 bytes"));
-                    let qh = _mm256_shuffle_epi8(_mm256_set1_epi32(qh as i32), spread);
+                for_each_run(rows, params, tile, runs, |row, p, r, out| {
+                    let blk = &row[r * 22..r * 22 + 22];
+                    let f = half_f16c(blk) * p.inv;
+                    let (t_lo, t_hi) = (table32(&c_lo, f, 0.0), table32(&c_hi, f, 0.0));
+                    let qh = i32::from_le_bytes(blk[2..6].try_into().expect("4 bytes"));
+                    let qh = _mm256_shuffle_epi8(_mm256_set1_epi32(qh), spread);
                     let hi = _mm256_cmpeq_epi8(_mm256_and_si256(qh, bits), bits);
                     let q = load16(&blk[6..]);
                     let idx = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), low);
                     let (x, y) = (_mm256_shuffle_epi8(t_lo, idx), _mm256_shuffle_epi8(t_hi, idx));
-                    store32(runs.run(i), _mm256_blendv_epi8(x, y, hi));
-                }
+                    store32(out, _mm256_blendv_epi8(x, y, hi));
+                });
             }
 
             #[target_feature(enable = $features)]
-            pub(super) fn q4_k(row: &[u8], p: &RowParams, runs: &mut Runs) {
+            pub(super) fn q4_k(rows: &[&[u8]], params: &[RowParams], tile: &mut Tile, runs: usize) {
                 let c = codes(0, $order);
                 let low = _mm256_set1_epi8(15);
-                for (i, blk) in row.chunks_exact(144).enumerate() {
-                    for chunk in 0..4 {
-                        let sub = i * 8 + chunk * 2;
-                        let lo = table32(&c, p.a[sub], p.b[sub], p.inv);
-                        let hi = table32(&c, p.a[sub + 1], p.b[sub + 1], p.inv);
-                        let q = load32(&blk[16 + chunk * 32..]);
-                        store32(runs.run(sub), _mm256_shuffle_epi8(lo, _mm256_and_si256(q, low)));
-                        let qhi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low);
-                        store32(runs.run(sub + 1), _mm256_shuffle_epi8(hi, qhi));
-                    }
-                }
+                for_each_run(rows, params, tile, runs, |row, p, r, out| {
+                    let (at, shift) = q4_k_run_source(r);
+                    let lut = table32(&c, p.f[r], p.g[r]);
+                    let q = _mm256_srl_epi16(load32(&row[at..]), _mm_cvtsi32_si128(shift as i32));
+                    store32(out, _mm256_shuffle_epi8(lut, _mm256_and_si256(q, low)));
+                });
             }
         }
     };
 }
 
-avx_kernels!(
+avx_table_kernels!(
     avx2,
-    "avx2",
+    "avx2,f16c",
     AVX2_ORDER,
-    /// `lut[q]` for 16 codes (`c` in [`AVX2_ORDER`]): `sat8(rne(fl(fl(fl(c·a)+b)·inv)))`.
-    #[target_feature(enable = "avx2")]
-    fn table16(c: &[f32; 16], a: f32, b: f32, inv: f32) -> __m128i {
-        let (va, vb, vi) = (_mm256_set1_ps(a), _mm256_set1_ps(b), _mm256_set1_ps(inv));
+    /// `lut[q] = sat8(rne(fl(fl(c·f) + g)))` for the 16 codes `c` ([`AVX2_ORDER`]).
+    #[target_feature(enable = "avx2,f16c")]
+    fn table16(c: &[f32; 16], f: f32, g: f32) -> __m128i {
+        let (vf, vg) = (_mm256_set1_ps(f), _mm256_set1_ps(g));
         let step = |i: usize| {
             // SAFETY: `c[i..i + 8]` is in bounds (i <= 8); unaligned load.
             let ci = unsafe { _mm256_loadu_ps(c[i..i + 8].as_ptr()) };
-            _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_add_ps(_mm256_mul_ps(ci, va), vb), vi))
+            _mm256_cvtps_epi32(_mm256_add_ps(_mm256_mul_ps(ci, vf), vg))
         };
         let p = _mm256_packs_epi32(step(0), step(8));
         _mm_packs_epi16(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1))
     }
 );
 
-avx_kernels!(
+avx_table_kernels!(
     avx512,
-    "avx2,avx512f",
+    "avx2,f16c,avx512f",
     IN_ORDER,
-    /// `lut[q]` for 16 codes (`c` in [`IN_ORDER`]): `sat8(rne(fl(fl(fl(c·a)+b)·inv)))`.
-    #[target_feature(enable = "avx2,avx512f")]
-    fn table16(c: &[f32; 16], a: f32, b: f32, inv: f32) -> __m128i {
+    /// `lut[q] = sat8(rne(fl(fl(c·f) + g)))` for the 16 codes `c` ([`IN_ORDER`]).
+    #[target_feature(enable = "avx2,f16c,avx512f")]
+    fn table16(c: &[f32; 16], f: f32, g: f32) -> __m128i {
         // SAFETY: `c` is 16 f32; unaligned load.
         let ci = unsafe { _mm512_loadu_ps(c.as_ptr()) };
-        let (va, vb, vi) = (_mm512_set1_ps(a), _mm512_set1_ps(b), _mm512_set1_ps(inv));
-        _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(
-            _mm512_add_ps(_mm512_mul_ps(ci, va), vb),
-            vi,
-        )))
+        let x = _mm512_add_ps(_mm512_mul_ps(ci, _mm512_set1_ps(f)), _mm512_set1_ps(g));
+        _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(x))
     }
 );
 
 mod avx2_rescale {
     use super::*;
 
-    /// `sat8((x·m + 2¹⁴) >> 15)` of 32 sign-extended bytes: low 16 with `m0`, high 16 with `m1`.
-    #[target_feature(enable = "avx2")]
-    fn rescale32(x: __m256i, m0: i16, m1: i16, shift2: bool) -> __m256i {
+    /// `sat8((x·m + 2¹⁴) >> 15)` of 32 signed bytes: the low 16 with `m0`, the high 16 with
+    /// `m1` (times 4 first when `times4`).
+    #[target_feature(enable = "avx2,f16c")]
+    fn rescale32(x: __m256i, m0: i16, m1: i16, times4: bool) -> __m256i {
         let mut x0 = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(x));
         let mut x1 = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(x, 1));
-        if shift2 {
+        if times4 {
             (x0, x1) = (_mm256_slli_epi16(x0, 2), _mm256_slli_epi16(x1, 2));
         }
         let y0 = _mm256_mulhrs_epi16(x0, _mm256_set1_epi16(m0));
@@ -405,45 +367,37 @@ mod avx2_rescale {
         _mm256_permute4x64_epi64(_mm256_packs_epi16(y0, y1), 0b11_01_10_00)
     }
 
-    #[target_feature(enable = "avx2")]
-    pub(super) fn q8_0(row: &[u8], p: &RowParams, runs: &mut Runs) {
-        for (i, blk) in row.chunks_exact(34).enumerate() {
-            store32(
-                runs.run(i),
-                rescale32(load32(&blk[2..]), p.m[i], p.m[i], false),
-            );
-        }
+    #[target_feature(enable = "avx2,f16c")]
+    pub(super) fn q8_0(rows: &[&[u8]], params: &[RowParams], tile: &mut Tile, runs: usize) {
+        for_each_run(rows, params, tile, runs, |row, p, r, out| {
+            let blk = &row[r * 34..r * 34 + 34];
+            let m = multiplier(half_f16c(blk), p.inv);
+            store32(out, rescale32(load32(&blk[2..]), m, m, false));
+        });
     }
 
-    #[target_feature(enable = "avx2")]
-    pub(super) fn q6_k(row: &[u8], p: &RowParams, runs: &mut Runs) {
-        let (low, bits45, bias) = (
+    #[target_feature(enable = "avx2,f16c")]
+    pub(super) fn q6_k(rows: &[&[u8]], params: &[RowParams], tile: &mut Tile, runs: usize) {
+        let (low, two, bias) = (
             _mm256_set1_epi8(15),
-            _mm256_set1_epi8(0x30),
+            _mm256_set1_epi8(3),
             _mm256_set1_epi8(32),
         );
-        for (i, blk) in row.chunks_exact(210).enumerate() {
-            for half in 0..2 {
-                let first_run = i * 8 + half * 4;
-                let m = &p.m[i * 16 + half * 8..i * 16 + half * 8 + 8];
-                let ql0 = load32(&blk[half * 64..]);
-                let ql1 = load32(&blk[half * 64 + 32..]);
-                let qh = load32(&blk[128 + half * 32..]);
-                let and = _mm256_and_si256;
-                let q = [
-                    _mm256_or_si256(and(ql0, low), and(_mm256_slli_epi16(qh, 4), bits45)),
-                    _mm256_or_si256(and(ql1, low), and(_mm256_slli_epi16(qh, 2), bits45)),
-                    _mm256_or_si256(and(_mm256_srli_epi16(ql0, 4), low), and(qh, bits45)),
-                    _mm256_or_si256(
-                        and(_mm256_srli_epi16(ql1, 4), low),
-                        and(_mm256_srli_epi16(qh, 2), bits45),
-                    ),
-                ];
-                for (t, q) in q.into_iter().enumerate() {
-                    let y = rescale32(_mm256_sub_epi8(q, bias), m[2 * t], m[2 * t + 1], true);
-                    store32(runs.run(first_run + t), y);
-                }
-            }
-        }
+        for_each_run(rows, params, tile, runs, |row, p, r, out| {
+            let (ql, qh, ql_shift, qh_shift, m) = q6_k_run_source(r);
+            let lo4 = _mm256_and_si256(
+                _mm256_srl_epi16(load32(&row[ql..]), _mm_cvtsi32_si128(ql_shift as i32)),
+                low,
+            );
+            let hi2 = _mm256_and_si256(
+                _mm256_srl_epi16(load32(&row[qh..]), _mm_cvtsi32_si128(qh_shift as i32)),
+                two,
+            );
+            let code = _mm256_or_si256(lo4, _mm256_slli_epi16(hi2, 4));
+            store32(
+                out,
+                rescale32(_mm256_sub_epi8(code, bias), p.m[m], p.m[m + 1], true),
+            );
+        });
     }
 }

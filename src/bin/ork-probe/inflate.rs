@@ -31,8 +31,13 @@ pub fn run(opts: &Options) -> Result<ExitCode, String> {
     let tiles = Tiles::RK3588;
     let mut rows = Vec::new();
     for (k, n) in SHAPES {
-        for ty in GgmlType::QUANTIZED.into_iter().filter(|t| k % t.block_elems() == 0) {
-            rows.push(measure(&tiles, ty, k, n).map_err(|e| format!("{} k={k} n={n}: {e}", ty.name()))?);
+        for ty in GgmlType::QUANTIZED
+            .into_iter()
+            .filter(|t| k % t.block_elems() == 0)
+        {
+            rows.push(
+                measure(&tiles, ty, k, n).map_err(|e| format!("{} k={k} n={n}: {e}", ty.name()))?,
+            );
         }
     }
     if opts.json {
@@ -58,7 +63,14 @@ pub fn run(opts: &Options) -> Result<ExitCode, String> {
         );
         println!(
             "{:<6} {:>5} {:>5} {:>11} {:>12} {:>8} {:>11} {:>14}",
-            "type", "k", "n", "direct_gbps", "via_f32_gbps", "speedup", "memcpy_gbps", "direct/memcpy"
+            "type",
+            "k",
+            "n",
+            "direct_gbps",
+            "via_f32_gbps",
+            "speedup",
+            "memcpy_gbps",
+            "direct/memcpy"
         );
         for r in &rows {
             println!(
@@ -79,7 +91,13 @@ pub fn run(opts: &Options) -> Result<ExitCode, String> {
 
 fn measure(tiles: &Tiles, ty: GgmlType, k: usize, n: usize) -> Result<Row, String> {
     let data = random_expert(ty, n, k, &mut Rng::new((k * 31 + n) as u64));
-    let w = ExpertWeights { ty, data: &data, row_stride: ty.row_bytes(k).ok_or("k not whole blocks")?, n, k };
+    let w = ExpertWeights {
+        ty,
+        data: &data,
+        row_stride: ty.row_bytes(k).ok_or("k not whole blocks")?,
+        n,
+        k,
+    };
     let out_len = tiles.b_len(tiles.pad(k), tiles.pad(n));
     let mut b = vec![0i8; out_len];
     let mut scales = vec![0f32; tiles.pad(n)];
