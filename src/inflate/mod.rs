@@ -41,6 +41,8 @@
 //! starting at a multiple of 32 are one contiguous 32-byte run of native B, and every
 //! (sub-)block of the table types is exactly such a run.
 
+#[cfg(target_arch = "aarch64")]
+mod neon;
 mod params;
 mod scalar;
 mod via_f32;
@@ -308,6 +310,10 @@ type TileKernel = fn(&[&[u8]], &[RowParams], &mut Tile, usize);
 fn tile_kernel(isa: Isa, ty: GgmlType) -> TileKernel {
     #[cfg(target_arch = "x86_64")]
     if let Some(k) = x86::tile_kernel(isa, ty) {
+        return k;
+    }
+    #[cfg(target_arch = "aarch64")]
+    if let Some(k) = neon::tile_kernel(isa, ty) {
         return k;
     }
     let _ = isa;
