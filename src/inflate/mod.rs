@@ -273,6 +273,18 @@ impl Tile<'_> {
             .expect("a run is 32 bytes")
     }
 
+    /// Runs `r` and `r + 1` of the tile's row `j`.
+    #[inline(always)]
+    fn run_pair(&mut self, r: usize, j: usize) -> (&mut [i8; RUN], &mut [i8; RUN]) {
+        let at = (r * self.b_n + j) * RUN;
+        let (even, odd) = self.out[at..at + self.b_n * RUN + RUN].split_at_mut(self.b_n * RUN);
+        let even = (&mut even[..RUN]).try_into().expect("a run is 32 bytes");
+        (
+            even,
+            (&mut odd[..RUN]).try_into().expect("a run is 32 bytes"),
+        )
+    }
+
     fn runs(&self) -> usize {
         self.out.len() / (self.b_n * RUN)
     }
@@ -300,6 +312,24 @@ fn for_each_run(
     for r in 0..runs {
         for (j, (row, p)) in rows.iter().zip(params).enumerate() {
             convert(row, p, r, tile.run(r, j));
+        }
+    }
+}
+
+/// Like [`for_each_run`] for Q4_K, whose runs come in pairs from the same 32 bytes (low and
+/// high nibbles): `convert(row bytes, row params, r, run r, run r + 1)` for even `r`.
+#[inline(always)]
+fn for_each_run_pair(
+    rows: &[&[u8]],
+    params: &[RowParams],
+    tile: &mut Tile,
+    runs: usize,
+    mut convert: impl FnMut(&[u8], &RowParams, usize, &mut [i8; RUN], &mut [i8; RUN]),
+) {
+    for r in (0..runs).step_by(2) {
+        for (j, (row, p)) in rows.iter().zip(params).enumerate() {
+            let (even, odd) = tile.run_pair(r, j);
+            convert(row, p, r, even, odd);
         }
     }
 }

@@ -5,8 +5,8 @@
 //! `(x·m + 2¹⁴) >> 15`.
 
 use super::params::{half, multiplier, zero_point, RowParams};
-use super::scalar::{q4_k_run_source, q6_k_run_source};
-use super::{for_each_run, Tile, TileKernel};
+use super::scalar::{q4_k_pair_source, q6_k_run_source};
+use super::{for_each_run, for_each_run_pair, Tile, TileKernel};
 use crate::isa::Isa;
 use crate::quant::GgmlType;
 use std::arch::aarch64::*;
@@ -150,13 +150,19 @@ fn q8_0(rows: &[&[u8]], params: &[RowParams], tile: &mut Tile, runs: usize) {
 #[target_feature(enable = "neon")]
 fn q4_k(rows: &[&[u8]], params: &[RowParams], tile: &mut Tile, runs: usize) {
     let c = codes(0);
-    for_each_run(rows, params, tile, runs, |row, p, r, out| {
-        let (at, shift) = q4_k_run_source(r);
-        let lut = table16(&c, p.f[r], p.g[r]);
-        let shift = vdupq_n_s8(-(shift as i8));
+    for_each_run_pair(rows, params, tile, runs, |row, p, r, even, odd| {
+        let at = q4_k_pair_source(r);
+        let (lo, hi) = (
+            table16(&c, p.f[r], p.g[r]),
+            table16(&c, p.f[r + 1], p.g[r + 1]),
+        );
         for h in 0..2 {
-            let q = vandq_u8(vshlq_u8(load16(&row[at + 16 * h..]), shift), vdupq_n_u8(15));
-            store16(&mut out[16 * h..], vqtbl1q_s8(lut, q));
+            let q = load16(&row[at + 16 * h..]);
+            store16(
+                &mut even[16 * h..],
+                vqtbl1q_s8(lo, vandq_u8(q, vdupq_n_u8(15))),
+            );
+            store16(&mut odd[16 * h..], vqtbl1q_s8(hi, vshrq_n_u8(q, 4)));
         }
     });
 }

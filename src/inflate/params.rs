@@ -1,7 +1,7 @@
 //! The per-row half of the method (see the module docs): the row scale `s_n` and the per-block
 //! parameters, computed from the block scales alone by scalar code that every kernel path shares.
 
-use crate::quant::{q4k_scale_min, GgmlType, K_SCALE_SIZE, QK_K};
+use crate::quant::{GgmlType, K_SCALE_SIZE, QK_K};
 
 /// One row's parameters, reused from row to row (sized once per expert).
 ///
@@ -84,12 +84,10 @@ impl RowParams {
                 let subs = self.f.chunks_exact_mut(8).zip(self.g.chunks_exact_mut(8));
                 for ((a, b), blk) in subs.zip(blocks) {
                     let (d, dmin) = (half(blk, 0), half(blk, 2));
-                    let scales: &[u8; K_SCALE_SIZE] = blk[4..16].try_into().expect("12 bytes");
-                    let sc: [f32; 8] = std::array::from_fn(|j| q4k_scale_min(j, scales).0 as f32);
-                    let mn: [f32; 8] = std::array::from_fn(|j| q4k_scale_min(j, scales).1 as f32);
+                    let (sc, mn) = q4k_scales_mins(blk[4..16].try_into().expect("12 bytes"));
                     for j in 0..8 {
                         // ggml: w = fl(fl(d·sc)·q) - fl(dmin·m); negating the offset is exact.
-                        (a[j], b[j]) = (d * sc[j], -(dmin * mn[j]));
+                        (a[j], b[j]) = (d * sc[j] as f32, -(dmin * mn[j] as f32));
                         lane_max[j] = larger(lane_max[j], table_block_max(a[j], b[j]));
                     }
                 }
@@ -173,6 +171,24 @@ fn table_block_max(a: f32, b: f32) -> f32 {
     larger(b.abs(), (15.0 * a + b).abs())
 }
 
+/// All eight 6-bit scales and mins of a Q4_K super-block at once, with 32-bit word operations
+/// (the same unpacking as [`crate::quant::q4k_scale_min`], which decodes one at a time; tested equal).
+#[inline(always)]
+fn q4k_scales_mins(packed: &[u8; K_SCALE_SIZE]) -> ([u8; 8], [u8; 8]) {
+    let word = |i: usize| u32::from_le_bytes(packed[4 * i..4 * i + 4].try_into().expect("4 bytes"));
+    let (w0, w1, w2) = (word(0), word(1), word(2));
+    let (low6, low4, top2) = (0x3f3f_3f3f, 0x0f0f_0f0f, 0x0303_0303);
+    // Sub-blocks 0..4 keep their low six bits; 4..8 combine a nibble of w2 with the top two
+    // bits of w0 (scales) or w1 (mins).
+    let scales = [w0 & low6, (w2 & low4) | (((w0 >> 6) & top2) << 4)];
+    let mins = [w1 & low6, ((w2 >> 4) & low4) | (((w1 >> 6) & top2) << 4)];
+    let bytes = |w: [u32; 2]| {
+        let (a, b) = (w[0].to_le_bytes(), w[1].to_le_bytes());
+        [a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3]]
+    };
+    (bytes(scales), bytes(mins))
+}
+
 /// `clamp(rne(fl(e·unit)), ±32767)`.
 #[inline(always)]
 pub(super) fn multiplier(e: f32, unit: f32) -> i16 {
@@ -229,6 +245,7 @@ fn check_halves(row: &[u8], block_bytes: usize, at: usize) -> Result<f32, usize>
 mod tests {
     use super::*;
     use crate::quant::fp16::f16_to_f32;
+    use crate::quant::q4k_scale_min;
 
     #[test]
     fn finite_half_conversion_is_exact() {
@@ -238,6 +255,22 @@ mod tests {
                 f16_to_f32(h).to_bits(),
                 "{h:#06x}"
             );
+        }
+    }
+
+    #[test]
+    fn q4k_scales_mins_agrees_with_the_reference_decoder() {
+        let mut rng = crate::testutil::Rng::new(9);
+        for _ in 0..1000 {
+            let packed: [u8; K_SCALE_SIZE] = rng.bytes(K_SCALE_SIZE).try_into().unwrap();
+            let (sc, mn) = q4k_scales_mins(&packed);
+            for j in 0..8 {
+                assert_eq!(
+                    (sc[j], mn[j]),
+                    q4k_scale_min(j, &packed),
+                    "{packed:?} sub-block {j}"
+                );
+            }
         }
     }
 

@@ -71,16 +71,15 @@ fn q8_0_run(row: &[u8], p: &RowParams, r: usize, out: &mut [i8; RUN]) {
     }
 }
 
-/// Where run `r` of a Q4_K row lives: the 32 quant bytes holding it, and the nibble shift
-/// (sub-block 2c of a 64-weight chunk c is the low nibbles, 2c+1 the high ones).
+/// Where runs `r` and `r + 1` (`r` even) of a Q4_K row live: the 32 quant bytes whose low
+/// nibbles are sub-block `r` and whose high nibbles are sub-block `r + 1`.
 #[inline(always)]
-pub(super) fn q4_k_run_source(r: usize) -> (usize, u32) {
-    let (block, sub) = (r / 8, r % 8);
-    (block * 144 + 16 + (sub / 2) * 32, 4 * (sub % 2) as u32)
+pub(super) fn q4_k_pair_source(r: usize) -> usize {
+    (r / 8) * 144 + 16 + (r % 8 / 2) * 32
 }
 
 fn q4_k_run(row: &[u8], p: &RowParams, r: usize, out: &mut [i8; RUN]) {
-    let (at, shift) = q4_k_run_source(r);
+    let (at, shift) = (q4_k_pair_source(r & !1), 4 * (r % 2));
     let lut: [i8; 16] = table(0, p.f[r], p.g[r]);
     for (o, &q) in out.iter_mut().zip(&row[at..at + 32]) {
         *o = lut[((q >> shift) & 15) as usize];

@@ -6,8 +6,8 @@
 //! `pmulhrsw`, which is exactly `(x·m + 2¹⁴) >> 15`.
 
 use super::params::{half, multiplier, zero_point, RowParams};
-use super::scalar::{q4_k_run_source, q6_k_run_source};
-use super::{for_each_run, Tile, TileKernel};
+use super::scalar::{q4_k_pair_source, q6_k_run_source};
+use super::{for_each_run, for_each_run_pair, Tile, TileKernel};
 use crate::isa::Isa;
 use crate::quant::GgmlType;
 use std::arch::x86_64::*;
@@ -178,13 +178,22 @@ mod ssse3 {
     pub(super) fn q4_k(rows: &[&[u8]], params: &[RowParams], tile: &mut Tile, runs: usize) {
         let c = codes(0, IN_ORDER);
         let low = _mm_set1_epi8(15);
-        for_each_run(rows, params, tile, runs, |row, p, r, out| {
-            let (at, shift) = q4_k_run_source(r);
-            let lut = table16(&c, p.f[r], p.g[r]);
-            let shift = _mm_cvtsi32_si128(shift as i32);
+        for_each_run_pair(rows, params, tile, runs, |row, p, r, even, odd| {
+            let at = q4_k_pair_source(r);
+            let (lo, hi) = (
+                table16(&c, p.f[r], p.g[r]),
+                table16(&c, p.f[r + 1], p.g[r + 1]),
+            );
             for h in 0..2 {
-                let q = _mm_and_si128(_mm_srl_epi16(load16(&row[at + 16 * h..]), shift), low);
-                store16(&mut out[16 * h..], _mm_shuffle_epi8(lut, q));
+                let q = load16(&row[at + 16 * h..]);
+                store16(
+                    &mut even[16 * h..],
+                    _mm_shuffle_epi8(lo, _mm_and_si128(q, low)),
+                );
+                store16(
+                    &mut odd[16 * h..],
+                    _mm_shuffle_epi8(hi, _mm_and_si128(_mm_srli_epi16(q, 4), low)),
+                );
             }
         });
     }
@@ -306,11 +315,11 @@ macro_rules! avx_table_kernels {
             pub(super) fn q4_k(rows: &[&[u8]], params: &[RowParams], tile: &mut Tile, runs: usize) {
                 let c = codes(0, $order);
                 let low = _mm256_set1_epi8(15);
-                for_each_run(rows, params, tile, runs, |row, p, r, out| {
-                    let (at, shift) = q4_k_run_source(r);
-                    let lut = table32(&c, p.f[r], p.g[r]);
-                    let q = _mm256_srl_epi16(load32(&row[at..]), _mm_cvtsi32_si128(shift as i32));
-                    store32(out, _mm256_shuffle_epi8(lut, _mm256_and_si256(q, low)));
+                for_each_run_pair(rows, params, tile, runs, |row, p, r, even, odd| {
+                    let q = load32(&row[q4_k_pair_source(r)..]);
+                    let (lo, hi) = (table32(&c, p.f[r], p.g[r]), table32(&c, p.f[r + 1], p.g[r + 1]));
+                    store32(even, _mm256_shuffle_epi8(lo, _mm256_and_si256(q, low)));
+                    store32(odd, _mm256_shuffle_epi8(hi, _mm256_and_si256(_mm256_srli_epi16(q, 4), low)));
                 });
             }
         }
