@@ -169,7 +169,7 @@ fn bound_in_steps(ty: GgmlType) -> f64 {
     match ty {
         GgmlType::Q8_0 => 0.5 + 2f64.powi(-7),
         GgmlType::Q6_K => 0.5 + 2f64.powi(-8),
-        _ => 0.5 + 2f64.powi(-15),
+        _ => 0.5 + 2f64.powi(-13),
     }
 }
 

@@ -26,11 +26,13 @@ pub fn inflate_expert_via_f32(
     }
     let mut inv = vec![0f32; w.n];
     for (row, x) in f.chunks_exact(k).enumerate() {
-        // `max` skips NaN, so look for non-finite weights explicitly.
-        if !x.iter().all(|v| v.is_finite()) {
+        // Magnitude bits order like the magnitudes and NaN/Inf sort above every finite value,
+        // so one integer max (which vectorizes) gives max|w| and catches non-finite weights.
+        let amax_bits = x.iter().fold(0u32, |m, v| m.max(v.to_bits() & 0x7fff_ffff));
+        if amax_bits >= f32::INFINITY.to_bits() {
             return Err(InflateError::NonFiniteScale { row, block: 0 });
         }
-        let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let amax = f32::from_bits(amax_bits);
         (chan_scales[row], inv[row]) = if amax > 0.0 {
             (amax / 127.0, 127.0 / amax)
         } else {
