@@ -24,10 +24,22 @@ pub struct Shape {
 impl Shape {
     /// Panics unless the slices fit the shape: every caller owes the kernels this.
     pub fn check(&self, tiles: &Tiles, a: &[i8], b: &[i8], c: &[i32]) {
-        assert!(self.kp.is_multiple_of(tiles.align) && self.np.is_multiple_of(tiles.align), "unpadded shape {self:?}");
-        assert!(a.len() >= tiles.a_len(self.m, self.kp), "A too short for {self:?}");
-        assert!(b.len() >= tiles.b_len(self.kp, self.np), "B too short for {self:?}");
-        assert!(c.len() >= tiles.c_len(self.m, self.np), "C too short for {self:?}");
+        assert!(
+            self.kp.is_multiple_of(tiles.align) && self.np.is_multiple_of(tiles.align),
+            "unpadded shape {self:?}"
+        );
+        assert!(
+            a.len() >= tiles.a_len(self.m, self.kp),
+            "A too short for {self:?}"
+        );
+        assert!(
+            b.len() >= tiles.b_len(self.kp, self.np),
+            "B too short for {self:?}"
+        );
+        assert!(
+            c.len() >= tiles.c_len(self.m, self.np),
+            "C too short for {self:?}"
+        );
     }
 }
 

@@ -7,7 +7,7 @@ use ork_moe::inflate::{inflate_expert, inflate_expert_via_f32, ExpertWeights};
 use ork_moe::isa;
 use ork_moe::layout::Tiles;
 use ork_moe::quant::GgmlType;
-use ork_moe::testutil::{random_expert, Rng};
+use ork_moe::testutil::Rng;
 use std::hint::black_box;
 use std::process::ExitCode;
 
@@ -90,7 +90,7 @@ pub fn run(opts: &Options) -> Result<ExitCode, String> {
 }
 
 fn measure(tiles: &Tiles, ty: GgmlType, k: usize, n: usize) -> Result<Row, String> {
-    let data = random_expert(ty, n, k, &mut Rng::new((k * 31 + n) as u64));
+    let data = Rng::new((k * 31 + n) as u64).blocks(ty, n * k / ty.block_elems(), 0.05);
     let w = ExpertWeights {
         ty,
         data: &data,
