@@ -4,7 +4,7 @@
 //! Two plain passes the compiler vectorizes. The second writes native B in memory order, 32
 //! weights per store, as the board's `tile_f32_i8` did.
 
-use super::params::rne_small;
+use super::params::rne_i32;
 use super::{check, ExpertWeights, InflateError, Tile, RUN};
 use crate::layout::Tiles;
 use crate::quant::dequantize_row;
@@ -51,8 +51,8 @@ pub fn inflate_expert_via_f32(
             for (j, row) in rows.clone().enumerate() {
                 let x = &f[row * w.k + r * RUN..row * w.k + r * RUN + RUN];
                 for (o, v) in tile.run(r, j).iter_mut().zip(x) {
-                    // |v·inv| <= 127·(1 + 2⁻²²), well inside rne_small's range.
-                    *o = rne_small(v * inv[row]) as i8;
+                    // |v·inv| <= 127·(1 + 2⁻²²): well inside rne_i32's range, and the result fits i8.
+                    *o = rne_i32(v * inv[row]) as i8;
                 }
             }
         }
