@@ -68,19 +68,14 @@ impl RowParams {
             GgmlType::Q4_1 => {
                 check_halves(row, ty.block_bytes(), 0)?;
                 check_halves(row, ty.block_bytes(), 2)?;
-                let mut w_max = 0f32;
                 for ((a, b), blk) in self.f.iter_mut().zip(&mut self.g).zip(blocks) {
                     (*a, *b) = (half(blk, 0), half(blk, 2));
-                    w_max = larger(w_max, table_block_max(*a, *b));
                 }
-                Ok(self.scale_tables(w_max))
+                Ok(self.scale_tables(tables_max(&self.f, &self.g)))
             }
             GgmlType::Q4_K => {
                 check_halves(row, ty.block_bytes(), 0)?;
                 check_halves(row, ty.block_bytes(), 2)?;
-                // Per-lane maxima across super-blocks: straight-line code over arrays of 8 that
-                // the compiler vectorizes.
-                let mut lane_max = [0f32; 8];
                 let subs = self.f.chunks_exact_mut(8).zip(self.g.chunks_exact_mut(8));
                 for ((a, b), blk) in subs.zip(blocks) {
                     let (d, dmin) = (half(blk, 0), half(blk, 2));
@@ -88,10 +83,9 @@ impl RowParams {
                     for j in 0..8 {
                         // ggml: w = fl(fl(d·sc)·q) - fl(dmin·m); negating the offset is exact.
                         (a[j], b[j]) = (d * sc[j] as f32, -(dmin * mn[j] as f32));
-                        lane_max[j] = larger(lane_max[j], table_block_max(a[j], b[j]));
                     }
                 }
-                Ok(self.scale_tables(lane_max.into_iter().fold(0.0, larger)))
+                Ok(self.scale_tables(tables_max(&self.f, &self.g)))
             }
             GgmlType::Q8_0 => {
                 let e_max = check_halves(row, ty.block_bytes(), 0)?;
@@ -163,6 +157,25 @@ fn larger(a: f32, b: f32) -> f32 {
 #[inline(always)]
 pub(super) fn table_value(c: i32, f: f32, g: f32) -> f32 {
     c as f32 * f + g
+}
+
+/// `M_n` of a Q4_1/Q4_K row: the largest [`table_block_max`] of its blocks. Eight independent
+/// running maxima (instead of one serial chain) so the loop vectorizes.
+fn tables_max(a: &[f32], b: &[f32]) -> f32 {
+    let mut lanes = [0f32; 8];
+    for (a, b) in a.chunks_exact(8).zip(b.chunks_exact(8)) {
+        for j in 0..8 {
+            lanes[j] = larger(lanes[j], table_block_max(a[j], b[j]));
+        }
+    }
+    let tail = a
+        .chunks_exact(8)
+        .remainder()
+        .iter()
+        .zip(b.chunks_exact(8).remainder());
+    tail.fold(lanes.into_iter().fold(0.0, larger), |m, (&a, &b)| {
+        larger(m, table_block_max(a, b))
+    })
 }
 
 /// Largest `|w|` over the codes 0..=15 of a Q4_1/Q4_K block, `w = fl(fl(q·a) + b)`: `w` is
