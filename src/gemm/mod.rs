@@ -16,6 +16,8 @@
 pub mod bench;
 #[cfg(target_arch = "aarch64")]
 mod neon;
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+mod pack;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 

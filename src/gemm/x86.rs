@@ -4,7 +4,7 @@
 //! Both kernels keep, per (row, channel) pair, a vector of partial sums across k (each lane a few
 //! consecutive k), because B stores every channel's k contiguously; the lanes are summed once per
 //! output, after the whole depth. A register block covers several rows × several channels so each
-//! load feeds several multiplies.
+//! load feeds several multiplies. Operands are first repacked into panels ([`super::pack`]).
 //!
 //! Exactness:
 //! - AVX-512 VNNI: `vpdpbusd` multiplies unsigned by signed bytes and adds four products into an
@@ -12,87 +12,55 @@
 //!   sum is `Σ a·b + 128·Σ a`; the second term, one number per row, is subtracted. Everything is
 //!   exact modulo 2^32, and the true result fits in int32.
 //! - AVX2: `vpmaddubsw` saturates pairs of products to int16 (255·127·2 > 32767), so it is not
-//!   used. Both operands are sign-extended to int16 and multiplied with `vpmaddwd`, which adds two
-//!   products (each |p| ≤ 2^14) into an int32 lane: exact, at the same 32 products per cycle.
+//!   used. Both operands are sign-extended to int16 (while packed) and multiplied with `vpmaddwd`,
+//!   which adds two products (each |p| ≤ 2^14) into an int32 lane: exact, at the same 32 products
+//!   per cycle.
 
+use super::pack::{a_panels, aligned, b_group};
 use super::Shape;
 use std::arch::x86_64::*;
 use std::cell::RefCell;
 
-/// Bytes of one B k-block of one N-tile (32 channels × 32 k).
-const B_BLOCK: usize = 32 * 32;
-
 thread_local! {
-    /// Per-thread scratch for repacked operands, kept between calls to avoid an allocation per GEMM.
-    static A_PANELS: RefCell<Vec<i8>> = const { RefCell::new(Vec::new()) };
+    /// Per-thread scratch for repacked operands, kept between calls to avoid allocations per GEMM.
+    static A_BYTES: RefCell<Vec<i8>> = const { RefCell::new(Vec::new()) };
+    static B_BYTES: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
     static ROW_CORR: RefCell<Vec<i32>> = const { RefCell::new(Vec::new()) };
-    static B_GROUP: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
     static A_WORDS: RefCell<Vec<i16>> = const { RefCell::new(Vec::new()) };
-}
-
-/// A `len`-element slice of `buf` starting on a 64-byte boundary: vector loads that straddle two
-/// cache lines cost about a quarter of the kernel's speed.
-fn aligned<T: Copy + Default>(buf: &mut Vec<T>, len: usize) -> &mut [T] {
-    buf.resize(len + 64 / size_of::<T>(), T::default());
-    let start = buf.as_ptr().align_offset(64);
-    &mut buf[start..start + len]
-}
-
-/// Offset in native B of channel `n`'s 32 k of k-block `kb`.
-#[inline(always)]
-fn b_offset(kp: usize, n: usize, kb: usize) -> usize {
-    (n / 32) * 32 * kp + kb * B_BLOCK + (n % 32) * 32
+    static B_WORDS: RefCell<Vec<i16>> = const { RefCell::new(Vec::new()) };
 }
 
 // ---------------------------------------------------------------- AVX-512 VNNI
 
 /// Rows per AVX-512 register block (× 8 channels): 16 accumulators, 4 B and 1 A register of 32.
 const VNNI_ROWS: usize = 4;
-/// Channels per AVX-512 register block.
+/// Channels per AVX-512 register block and packed B group.
 const VNNI_GROUP: usize = 8;
+/// Depth per pass, in 32-k blocks: a pass's B group (8 KiB per 1024 k) and A panel stay in L1.
+const PASS_BLOCKS: usize = 64;
 
-/// Repacks A into panels of [`VNNI_ROWS`] rows: the panel of rows `r0..r0+R` at `r0·kp`, laid out
-/// `[K/32][R][32]`, so a register block streams one contiguous run. Also returns, per row, the
-/// bias correction `128·Σ a`.
-fn pack_a_panels(m: usize, kp: usize, a: &[i8], out: &mut [i8], row_corr: &mut [i32]) {
-    row_corr.fill(0);
-    for r0 in (0..m).step_by(VNNI_ROWS) {
-        let rows = (m - r0).min(VNNI_ROWS);
-        for kb in 0..kp / 32 {
-            for i in 0..rows {
-                for half in 0..2 {
-                    let src = &a[((kb * 2 + half) * m + r0 + i) * 16..][..16];
-                    out[r0 * kp + (kb * rows + i) * 32 + half * 16..][..16].copy_from_slice(src);
-                    row_corr[r0 + i] += 128 * src.iter().map(|&x| x as i32).sum::<i32>();
-                }
-            }
-        }
-    }
-}
-
-/// Copies the [`VNNI_GROUP`] channels from `n0` of native B into `[K/32][8][32]`, biased by +128.
-/// In place their k-blocks lie 1 KiB apart, so a deep group falls into a quarter of the L1 sets
-/// and evicts itself.
-fn pack_b_group(kp: usize, b: &[i8], n0: usize, out: &mut [u8]) {
-    for (kb, dst) in out.chunks_exact_mut(VNNI_GROUP * 32).enumerate() {
-        let src = b_offset(kp, n0, kb);
-        for (d, &x) in dst.iter_mut().zip(&b[src..src + VNNI_GROUP * 32]) {
-            *d = (x as u8) ^ 0x80;
+/// `128·Σ_k a[r][k]` for every row: what the +128 bias on B adds to row `r`.
+fn bias_per_row(m: usize, kp: usize, a: &[i8], out: &mut [i32]) {
+    out.fill(0);
+    for chunk in a[..m * kp].chunks_exact(16 * m) {
+        for (sum, row) in out.iter_mut().zip(chunk.chunks_exact(16)) {
+            *sum += 128 * row.iter().map(|&x| x as i32).sum::<i32>();
         }
     }
 }
 
 pub(super) fn gemm_vnni(shape: Shape, a: &[i8], b: &[i8], c: &mut [i32]) {
     let Shape { m, kp, np } = shape;
-    A_PANELS.with_borrow_mut(|ap| {
-        B_GROUP.with_borrow_mut(|bg| {
+    A_BYTES.with_borrow_mut(|ap| {
+        B_BYTES.with_borrow_mut(|bg| {
             ROW_CORR.with_borrow_mut(|corr| {
                 let ap = aligned(ap, m * kp);
                 let bg = aligned(bg, kp * VNNI_GROUP);
                 let corr = aligned(corr, m);
-                pack_a_panels(m, kp, a, ap, corr);
+                a_panels(m, kp, a, VNNI_ROWS, 32, ap, |x| x);
+                bias_per_row(m, kp, a, corr);
                 for n0 in (0..np).step_by(VNNI_GROUP) {
-                    pack_b_group(kp, b, n0, bg);
+                    b_group(kp, b, n0, VNNI_GROUP, 32, bg, |x| (x as u8) ^ 0x80);
                     // SAFETY: the caller checked that this CPU has AVX-512 F/BW/VNNI
                     // (`Isa::Avx512`) and that `b` and `c` fit `shape`; `ap`, `bg` and `corr`
                     // were just packed for it.
@@ -103,10 +71,7 @@ pub(super) fn gemm_vnni(shape: Shape, a: &[i8], b: &[i8], c: &mut [i32]) {
     });
 }
 
-/// Depth per pass, in 32-k blocks: a pass's B group (8 KiB per 1024 k) and A panel stay in L1.
-const PASS_BLOCKS: usize = 64;
-
-/// Channels `n0..n0+8` of C from the packed A panels and B group. While it runs, pulls the next
+/// Channels `n0..n0+8` of C from the A panels and the packed B group. While it runs, pulls the next
 /// group of native `b` into L2, spread over the row blocks, so its packing does not wait for memory.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 unsafe fn vnni_group(
@@ -121,7 +86,7 @@ unsafe fn vnni_group(
     let Shape { m, kp, np } = shape;
     let kbs = kp / 32;
     let next = n0 + VNNI_GROUP;
-    // Lines of the next group: 4 per k-block.
+    // Cache lines of the next group: 4 per k-block.
     let next_lines = if next < np { kbs * 4 } else { 0 };
     let per_block = next_lines.div_ceil(m.div_ceil(VNNI_ROWS));
     let mut prefetched = 0;
@@ -135,10 +100,9 @@ unsafe fn vnni_group(
         while r0 < m {
             let rows = (m - r0).min(VNNI_ROWS);
             for line in prefetched..(prefetched + per_block).min(next_lines) {
-                let src = b
-                    .as_ptr()
-                    .add(b_offset(kp, next, line / 4) + (line % 4) * 64);
-                _mm_prefetch::<_MM_HINT_T1>(src);
+                let tile = (next / 32) * 32 * kp;
+                let src = tile + (line / 4) * 32 * 32 + (next % 32) * 32 + (line % 4) * 64;
+                _mm_prefetch::<_MM_HINT_T1>(b.as_ptr().add(src));
             }
             prefetched = (prefetched + per_block).min(next_lines);
             let panel = ap.as_ptr().add(r0 * kp + kb0 * rows * 32);
@@ -228,62 +192,61 @@ unsafe fn transpose_sum(s: [__m512i; 4]) -> __m512i {
 
 /// Rows per AVX2 register block (× 4 channels): 8 accumulators, 4 B and 2 A registers of 16.
 const AVX2_ROWS: usize = 2;
-
-/// Widens native A to int16 in the same `[K/16][M][16]` order.
-fn pack_a_words(a: &[i8], out: &mut [i16]) {
-    for (w, &x) in out.iter_mut().zip(a) {
-        *w = x as i16;
-    }
-}
+/// Channels per AVX2 register block and packed B group.
+const AVX2_GROUP: usize = 4;
 
 pub(super) fn gemm_avx2(shape: Shape, a: &[i8], b: &[i8], c: &mut [i32]) {
+    let Shape { m, kp, np } = shape;
     A_WORDS.with_borrow_mut(|aw| {
-        let aw = aligned(aw, shape.m * shape.kp);
-        pack_a_words(a, aw);
-        // SAFETY: the caller checked that this CPU has AVX2 (`Isa::Avx2`) and that `a`, `b` and
-        // `c` fit `shape`; `aw` holds all of A.
-        unsafe { avx2_all(shape, aw, b, c) }
+        B_WORDS.with_borrow_mut(|bw| {
+            let aw = aligned(aw, m * kp);
+            let bw = aligned(bw, kp * AVX2_GROUP);
+            a_panels(m, kp, a, AVX2_ROWS, 16, aw, i16::from);
+            for n0 in (0..np).step_by(AVX2_GROUP) {
+                b_group(kp, b, n0, AVX2_GROUP, 16, bw, i16::from);
+                // SAFETY: the caller checked that this CPU has AVX2 (`Isa::Avx2`) and that `c`
+                // fits `shape`; `aw` and `bw` were just packed for it.
+                unsafe { avx2_group(shape, aw, bw, n0, c) }
+            }
+        })
     });
 }
 
+/// Channels `n0..n0+4` of C from the int16 A panels and the packed int16 B group.
 #[target_feature(enable = "avx2")]
-unsafe fn avx2_all(shape: Shape, aw: &[i16], b: &[i8], c: &mut [i32]) {
-    let Shape { m, kp, np } = shape;
-    for quad in 0..np / 4 {
-        let bp = b.as_ptr().add(b_offset(kp, quad * 4, 0));
-        let mut r0 = 0;
-        while r0 < m {
-            let rows = (m - r0).min(AVX2_ROWS);
-            let ar = aw.as_ptr().add(r0 * 16);
-            let out = c.as_mut_ptr().add((quad * m + r0) * 4);
-            match rows {
-                1 => avx2_block::<1>(ar, m * 16, bp, kp / 16, out),
-                _ => avx2_block::<AVX2_ROWS>(ar, m * 16, bp, kp / 16, out),
-            }
-            r0 += rows;
+unsafe fn avx2_group(shape: Shape, aw: &[i16], bw: &[i16], n0: usize, c: &mut [i32]) {
+    let Shape { m, kp, .. } = shape;
+    let mut r0 = 0;
+    while r0 < m {
+        let rows = (m - r0).min(AVX2_ROWS);
+        let panel = aw.as_ptr().add(r0 * kp);
+        let out = c.as_mut_ptr().add((n0 / 4 * m + r0) * 4);
+        match rows {
+            1 => avx2_block::<1>(panel, bw.as_ptr(), kp / 16, out),
+            _ => avx2_block::<AVX2_ROWS>(panel, bw.as_ptr(), kp / 16, out),
         }
+        r0 += rows;
     }
 }
 
-/// `R` rows of int16 A × 4 channels of B over `k16s` k-chunks of 16; stores the `R` × 4 results.
+/// `R` rows of int16 A (a panel) × 4 channels of packed int16 B over `k16s` chunks of 16 k;
+/// stores the `R` × 4 results.
 #[inline]
 #[target_feature(enable = "avx2")]
 unsafe fn avx2_block<const R: usize>(
-    aw: *const i16,
-    a_stride: usize,
-    bp: *const i8,
+    panel: *const i16,
+    bw: *const i16,
     k16s: usize,
     out: *mut i32,
 ) {
-    let mut acc = [[_mm256_setzero_si256(); 4]; R];
+    let mut acc = [[_mm256_setzero_si256(); AVX2_GROUP]; R];
     for kk in 0..k16s {
-        // Channel j's 16 k of chunk kk: k-block kk/2, half kk%2.
-        let bk = bp.add((kk / 2) * B_BLOCK + (kk % 2) * 16);
-        let bv: [__m256i; 4] =
-            std::array::from_fn(|j| _mm256_cvtepi8_epi16(_mm_loadu_si128(bk.add(j * 32).cast())));
+        let bk = bw.add(kk * AVX2_GROUP * 16);
+        let bv: [__m256i; AVX2_GROUP] =
+            std::array::from_fn(|j| _mm256_loadu_si256(bk.add(j * 16).cast()));
         for (r, acc_r) in acc.iter_mut().enumerate() {
-            let av = _mm256_loadu_si256(aw.add(kk * a_stride + r * 16).cast());
-            for j in 0..4 {
+            let av = _mm256_loadu_si256(panel.add((kk * R + r) * 16).cast());
+            for j in 0..AVX2_GROUP {
                 acc_r[j] = _mm256_add_epi32(acc_r[j], _mm256_madd_epi16(av, bv[j]));
             }
         }
