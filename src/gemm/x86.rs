@@ -36,8 +36,6 @@ thread_local! {
 const VNNI_ROWS: usize = 4;
 /// Channels per AVX-512 register block and packed B group.
 const VNNI_GROUP: usize = 8;
-/// Depth per pass, in 32-k blocks: a pass's B group (8 KiB per 1024 k) and A panel stay in L1.
-const PASS_BLOCKS: usize = 64;
 
 /// `128·Σ_k a[r][k]` for every row: what the +128 bias on B adds to row `r`.
 fn bias_per_row(m: usize, kp: usize, a: &[i8], out: &mut [i32]) {
@@ -64,15 +62,14 @@ pub(super) fn gemm_vnni(shape: Shape, a: &[i8], b: &[i8], c: &mut [i32]) {
                     // SAFETY: the caller checked that this CPU has AVX-512 F/BW/VNNI
                     // (`Isa::Avx512`) and that `b` and `c` fit `shape`; `ap`, `bg` and `corr`
                     // were just packed for it.
-                    unsafe { vnni_group(shape, ap, bg, corr, n0, b, c) }
+                    unsafe { vnni_group(shape, ap, bg, corr, n0, c) }
                 }
             })
         })
     });
 }
 
-/// Channels `n0..n0+8` of C from the A panels and the packed B group. While it runs, pulls the next
-/// group of native `b` into L2, spread over the row blocks, so its packing does not wait for memory.
+/// Channels `n0..n0+8` of C from the A panels and the packed B group.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 unsafe fn vnni_group(
     shape: Shape,
@@ -80,54 +77,32 @@ unsafe fn vnni_group(
     bg: &[u8],
     row_corr: &[i32],
     n0: usize,
-    b: &[i8],
     c: &mut [i32],
 ) {
-    let Shape { m, kp, np } = shape;
+    let Shape { m, kp, .. } = shape;
     let kbs = kp / 32;
-    let next = n0 + VNNI_GROUP;
-    // Cache lines of the next group: 4 per k-block.
-    let next_lines = if next < np { kbs * 4 } else { 0 };
-    let per_block = next_lines.div_ceil(m.div_ceil(VNNI_ROWS));
-    let mut prefetched = 0;
     // Replicates row i's correction over its 4 channel slots.
     let spread = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
-    // Deep products go in passes over the depth, each adding into C.
-    for kb0 in (0..kbs).step_by(PASS_BLOCKS) {
-        let blocks = PASS_BLOCKS.min(kbs - kb0);
-        let bk = bg.as_ptr().add(kb0 * VNNI_GROUP * 32);
-        let mut r0 = 0;
-        while r0 < m {
-            let rows = (m - r0).min(VNNI_ROWS);
-            for line in prefetched..(prefetched + per_block).min(next_lines) {
-                let tile = (next / 32) * 32 * kp;
-                let src = tile + (line / 4) * 32 * 32 + (next % 32) * 32 + (line % 4) * 64;
-                _mm_prefetch::<_MM_HINT_T1>(b.as_ptr().add(src));
-            }
-            prefetched = (prefetched + per_block).min(next_lines);
-            let panel = ap.as_ptr().add(r0 * kp + kb0 * rows * 32);
-            let quads = match rows {
-                1 => vnni_block::<1>(panel, bk, blocks),
-                2 => vnni_block::<2>(panel, bk, blocks),
-                3 => vnni_block::<3>(panel, bk, blocks),
-                _ => vnni_block::<VNNI_ROWS>(panel, bk, blocks),
-            };
-            let mask: __mmask16 = ((1u32 << (4 * rows)) - 1) as __mmask16;
-            let corr = _mm512_permutexvar_epi32(
-                spread,
-                _mm512_maskz_loadu_epi32(mask, row_corr.as_ptr().add(r0)),
-            );
-            for (q, &quad) in quads.iter().enumerate() {
-                let out = c.as_mut_ptr().add(((n0 / 4 + q) * m + r0) * 4);
-                let sum = if kb0 == 0 {
-                    _mm512_sub_epi32(quad, corr)
-                } else {
-                    _mm512_add_epi32(quad, _mm512_maskz_loadu_epi32(mask, out))
-                };
-                _mm512_mask_storeu_epi32(out, mask, sum);
-            }
-            r0 += rows;
+    let mut r0 = 0;
+    while r0 < m {
+        let rows = (m - r0).min(VNNI_ROWS);
+        let panel = ap.as_ptr().add(r0 * kp);
+        let quads = match rows {
+            1 => vnni_block::<1>(panel, bg.as_ptr(), kbs),
+            2 => vnni_block::<2>(panel, bg.as_ptr(), kbs),
+            3 => vnni_block::<3>(panel, bg.as_ptr(), kbs),
+            _ => vnni_block::<VNNI_ROWS>(panel, bg.as_ptr(), kbs),
+        };
+        let mask: __mmask16 = ((1u32 << (4 * rows)) - 1) as __mmask16;
+        let corr = _mm512_permutexvar_epi32(
+            spread,
+            _mm512_maskz_loadu_epi32(mask, row_corr.as_ptr().add(r0)),
+        );
+        for (q, &quad) in quads.iter().enumerate() {
+            let out = c.as_mut_ptr().add(((n0 / 4 + q) * m + r0) * 4);
+            _mm512_mask_storeu_epi32(out, mask, _mm512_sub_epi32(quad, corr));
         }
+        r0 += rows;
     }
 }
 
