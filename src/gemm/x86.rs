@@ -38,6 +38,7 @@ const VNNI_ROWS: usize = 4;
 const VNNI_GROUP: usize = 8;
 
 /// `128·Σ_k a[r][k]` for every row: what the +128 bias on B adds to row `r`.
+#[inline(always)]
 fn bias_per_row(m: usize, kp: usize, a: &[i8], out: &mut [i32]) {
     out.fill(0);
     for chunk in a[..m * kp].chunks_exact(16 * m) {
@@ -48,25 +49,37 @@ fn bias_per_row(m: usize, kp: usize, a: &[i8], out: &mut [i32]) {
 }
 
 pub(super) fn gemm_vnni(shape: Shape, a: &[i8], b: &[i8], c: &mut [i32]) {
-    let Shape { m, kp, np } = shape;
+    let Shape { m, kp, .. } = shape;
     A_BYTES.with_borrow_mut(|ap| {
         B_BYTES.with_borrow_mut(|bg| {
             ROW_CORR.with_borrow_mut(|corr| {
-                let ap = aligned(ap, m * kp);
-                let bg = aligned(bg, kp * VNNI_GROUP);
-                let corr = aligned(corr, m);
-                a_panels(m, kp, a, VNNI_ROWS, 32, ap, |x| x);
-                bias_per_row(m, kp, a, corr);
-                for n0 in (0..np).step_by(VNNI_GROUP) {
-                    b_group(kp, b, n0, VNNI_GROUP, 32, bg, |x| (x as u8) ^ 0x80);
-                    // SAFETY: the caller checked that this CPU has AVX-512 F/BW/VNNI
-                    // (`Isa::Avx512`) and that `b` and `c` fit `shape`; `ap`, `bg` and `corr`
-                    // were just packed for it.
-                    unsafe { vnni_group(shape, ap, bg, corr, n0, c) }
-                }
+                let (ap, bg) = (aligned(ap, m * kp), aligned(bg, kp * VNNI_GROUP));
+                // SAFETY: the caller checked that this CPU has AVX-512 F/BW/VNNI (`Isa::Avx512`)
+                // and that `a`, `b` and `c` fit `shape`; the scratch slices are sized for it.
+                unsafe { vnni_all(shape, a, b, c, ap, bg, aligned(corr, m)) }
             })
         })
     });
+}
+
+/// Packs and multiplies. The packers are inlined here so that they, too, use wide vectors.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+unsafe fn vnni_all(
+    shape: Shape,
+    a: &[i8],
+    b: &[i8],
+    c: &mut [i32],
+    ap: &mut [i8],
+    bg: &mut [u8],
+    corr: &mut [i32],
+) {
+    let Shape { m, kp, np } = shape;
+    a_panels(m, kp, a, VNNI_ROWS, 32, ap, |x| x);
+    bias_per_row(m, kp, a, corr);
+    for n0 in (0..np).step_by(VNNI_GROUP) {
+        b_group(kp, b, n0, VNNI_GROUP, 32, bg, |x| (x as u8) ^ 0x80);
+        vnni_group(shape, ap, bg, corr, n0, c);
+    }
 }
 
 /// Channels `n0..n0+8` of C from the A panels and the packed B group.
@@ -171,20 +184,41 @@ const AVX2_ROWS: usize = 2;
 const AVX2_GROUP: usize = 4;
 
 pub(super) fn gemm_avx2(shape: Shape, a: &[i8], b: &[i8], c: &mut [i32]) {
-    let Shape { m, kp, np } = shape;
+    let Shape { m, kp, .. } = shape;
     A_WORDS.with_borrow_mut(|aw| {
         B_WORDS.with_borrow_mut(|bw| {
-            let aw = aligned(aw, m * kp);
-            let bw = aligned(bw, kp * AVX2_GROUP);
-            a_panels(m, kp, a, AVX2_ROWS, 16, aw, i16::from);
-            for n0 in (0..np).step_by(AVX2_GROUP) {
-                b_group(kp, b, n0, AVX2_GROUP, 16, bw, i16::from);
-                // SAFETY: the caller checked that this CPU has AVX2 (`Isa::Avx2`) and that `c`
-                // fits `shape`; `aw` and `bw` were just packed for it.
-                unsafe { avx2_group(shape, aw, bw, n0, c) }
+            // SAFETY: the caller checked that this CPU has AVX2 (`Isa::Avx2`) and that `a`, `b`
+            // and `c` fit `shape`; the scratch slices are sized for it.
+            unsafe {
+                avx2_all(
+                    shape,
+                    a,
+                    b,
+                    c,
+                    aligned(aw, m * kp),
+                    aligned(bw, kp * AVX2_GROUP),
+                )
             }
         })
     });
+}
+
+/// Packs and multiplies. The packers are inlined here so that they, too, use wide vectors.
+#[target_feature(enable = "avx2")]
+unsafe fn avx2_all(
+    shape: Shape,
+    a: &[i8],
+    b: &[i8],
+    c: &mut [i32],
+    aw: &mut [i16],
+    bw: &mut [i16],
+) {
+    let Shape { m, kp, np } = shape;
+    a_panels(m, kp, a, AVX2_ROWS, 16, aw, i16::from);
+    for n0 in (0..np).step_by(AVX2_GROUP) {
+        b_group(kp, b, n0, AVX2_GROUP, 16, bw, i16::from);
+        avx2_group(shape, aw, bw, n0, c);
+    }
 }
 
 /// Channels `n0..n0+4` of C from the int16 A panels and the packed int16 B group.
