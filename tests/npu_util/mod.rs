@@ -36,7 +36,13 @@ pub struct Case {
 impl Case {
     /// Random row-major operands of the real (unpadded) sizes, packed with zero padding.
     pub fn random(m: usize, k: usize, n: usize, seed: u64) -> Case {
-        Case::from_rows(m, k, n, &random_i8(m * k, seed), &random_i8(n * k, seed + 1))
+        Case::from_rows(
+            m,
+            k,
+            n,
+            &random_i8(m * k, seed),
+            &random_i8(n * k, seed + 1),
+        )
     }
 
     /// From row-major `a[m][k]` and ggml-ordered `w[n][k]`.
@@ -49,23 +55,47 @@ impl Case {
         t.pack_b(w, n, k, &mut b);
         let mut expected = vec![0i32; t.c_len(m, np)];
         gemm::reference(&t, Shape { m, kp, np }, &a, &b, &mut expected);
-        Case { m, kp, np, a, b, expected }
+        Case {
+            m,
+            kp,
+            np,
+            a,
+            b,
+            expected,
+        }
     }
 
     /// Device buffers (A, B, C) filled and synced, in `domain`.
-    pub fn upload(&self, dev: &Device, flags: u32, domain: u32) -> (Buffer<i8>, Buffer<i8>, Buffer<i32>) {
+    pub fn upload(
+        &self,
+        dev: &Device,
+        flags: u32,
+        domain: u32,
+    ) -> (Buffer<i8>, Buffer<i8>, Buffer<i32>) {
         let mut a = dev.alloc::<i8>(self.a.len(), flags, domain).unwrap();
         a.write(0, &self.a).unwrap();
         a.sync_to_device().unwrap();
         let mut b = dev.alloc::<i8>(self.b.len(), flags, domain).unwrap();
         b.write(0, &self.b).unwrap();
         b.sync_to_device().unwrap();
-        let c = dev.alloc::<i32>(self.expected.len(), flags, domain).unwrap();
+        let c = dev
+            .alloc::<i32>(self.expected.len(), flags, domain)
+            .unwrap();
         (a, b, c)
     }
 
     pub fn matmul<'a>(&self, a: &'a Buffer<i8>, b: &'a Buffer<i8>) -> MatMul<'a> {
-        MatMul { m: self.m, k: self.kp, n: self.np, a, a_offset: 0, b, b_offset: 0, c_offset: 0, scaled: None }
+        MatMul {
+            m: self.m,
+            k: self.kp,
+            n: self.np,
+            a,
+            a_offset: 0,
+            b,
+            b_offset: 0,
+            c_offset: 0,
+            scaled: None,
+        }
     }
 
     /// Runs the case with `run_i8` and returns C as the CPU sees it after syncing.
