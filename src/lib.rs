@@ -22,3 +22,5 @@ pub mod moe;
 pub mod npu;
 pub mod pool;
 pub mod quant;
+#[doc(hidden)]
+pub mod testutil;
