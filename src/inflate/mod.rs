@@ -17,10 +17,15 @@
 //! scale `a_j` and offset `b_j` (0, Q4_1's `m`, 0, Q4_K's `-fl(dmin·m_j)`); this is exactly ggml's
 //! value. `M_n` is the largest `|w(q)|` any code of any block of the row could take (the largest of
 //! `|w(q_min)|`, `|w(q_max)|` over the blocks, since `w` is monotonic in `q`), `s_n = fl(M_n/127)`,
-//! `inv_n = fl(127/M_n)`. Each (sub-)block gets `f_j = fl(a_j·inv_n)`, `g_j = fl(b_j·inv_n)` and
-//! the table `lut_j[q] = sat8(rne(fl(fl(c(q)·f_j) + g_j)))` (16 entries, 32 for Q5_0); each
-//! quant is one lookup (`pshufb`, `tbl`). The table values lie in `[-127, 127]`
-//! (docs/ACCURACY.md).
+//! `inv_n = fl(127/M_n)`. Each (sub-)block gets a table of its 16 codes (32 for Q5_0) and each
+//! quant is one lookup (`pshufb`, `tbl`):
+//! - Q4_1, Q4_K: `f_j = fl(a_j·inv_n)`, `g_j = fl(b_j·inv_n)`,
+//!   `lut_j[q] = sat8(rne(fl(fl(q·f_j) + g_j)))`;
+//! - Q4_0, Q5_0 (no offset): with `k = 16` (Q4_0) or `8` (Q5_0), so that `k·c` spans -128..128,
+//!   `m_j = clamp(rne(fl(a_j·fl(inv_n·2¹⁵/k))), ±32767)` and
+//!   `lut_j[q] = sat8((k·c(q)·m_j + 2¹⁴) >> 15)`: a 16-lane fixed-point multiply.
+//!
+//! Table values lie in `[-127, 127]` (docs/ACCURACY.md).
 //!
 //! **Rescale types** (Q8_0, Q6_K): `w = fl(e_j·c)` with an integer code `c` (Q8_0: `q`, `e_j = d`;
 //! Q6_K: `q-32`, `e_j = fl(d·sc_j)` per sub-block of 16). With `E_n = max_j |e_j|`:
