@@ -283,16 +283,16 @@ impl Tile<'_> {
             .expect("a run is 32 bytes")
     }
 
-    /// Runs `r` and `r + 1` of the tile's row `j`.
+    /// Runs `r..r + G` of the tile's row `j`.
     #[inline(always)]
-    fn run_pair(&mut self, r: usize, j: usize) -> (&mut [i8; RUN], &mut [i8; RUN]) {
-        let at = (r * self.b_n + j) * RUN;
-        let (even, odd) = self.out[at..at + self.b_n * RUN + RUN].split_at_mut(self.b_n * RUN);
-        let even = (&mut even[..RUN]).try_into().expect("a run is 32 bytes");
-        (
-            even,
-            (&mut odd[..RUN]).try_into().expect("a run is 32 bytes"),
-        )
+    fn run_group<const G: usize>(&mut self, r: usize, j: usize) -> [&mut [i8; RUN]; G] {
+        let (at, stride) = ((r * self.b_n + j) * RUN, self.b_n * RUN);
+        let ranges: [_; G] = std::array::from_fn(|i| at + i * stride..at + i * stride + RUN);
+        let runs = self
+            .out
+            .get_disjoint_mut(ranges)
+            .expect("distinct runs inside the tile");
+        runs.map(|run| run.try_into().expect("a run is 32 bytes"))
     }
 
     fn runs(&self) -> usize {
@@ -326,20 +326,20 @@ fn for_each_run(
     }
 }
 
-/// Like [`for_each_run`] for Q4_K, whose runs come in pairs from the same 32 bytes (low and
-/// high nibbles): `convert(row bytes, row params, r, run r, run r + 1)` for even `r`.
+/// Like [`for_each_run`] for formats whose runs come in groups of `G` from the same bytes (Q4_K:
+/// the low and high nibbles of 32 bytes; Q6_K: the four runs of a 128-weight half):
+/// `convert(row bytes, row params, r, runs r..r + G)` for `r` a multiple of `G`.
 #[inline(always)]
-fn for_each_run_pair(
+fn for_each_run_group<const G: usize>(
     rows: &[&[u8]],
     params: &[RowParams],
     tile: &mut Tile,
     runs: usize,
-    mut convert: impl FnMut(&[u8], &RowParams, usize, &mut [i8; RUN], &mut [i8; RUN]),
+    mut convert: impl FnMut(&[u8], &RowParams, usize, [&mut [i8; RUN]; G]),
 ) {
-    for r in (0..runs).step_by(2) {
+    for r in (0..runs).step_by(G) {
         for (j, (row, p)) in rows.iter().zip(params).enumerate() {
-            let (even, odd) = tile.run_pair(r, j);
-            convert(row, p, r, even, odd);
+            convert(row, p, r, tile.run_group(r, j));
         }
     }
 }

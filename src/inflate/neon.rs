@@ -5,8 +5,8 @@
 //! `(x·m + 2¹⁴) >> 15`.
 
 use super::params::{half, multiplier, scaled_codes, RowParams};
-use super::scalar::{q4_k_pair_source, q6_k_run_source};
-use super::{for_each_run, for_each_run_pair, Tile, TileKernel};
+use super::scalar::{q4_k_pair_source, q6_k_half_source};
+use super::{for_each_run, for_each_run_group, Tile, TileKernel};
 use crate::isa::Isa;
 use crate::quant::GgmlType;
 use std::arch::aarch64::*;
@@ -169,7 +169,7 @@ fn q8_0(rows: &[&[u8]], params: &[RowParams], tile: &mut Tile, runs: usize) {
 #[target_feature(enable = "neon")]
 fn q4_k(rows: &[&[u8]], params: &[RowParams], tile: &mut Tile, runs: usize) {
     let c = codes(0);
-    for_each_run_pair(rows, params, tile, runs, |row, p, r, even, odd| {
+    for_each_run_group(rows, params, tile, runs, |row, p, r, [even, odd]| {
         let at = q4_k_pair_source(r);
         let (lo, hi) = (
             table16(&c, p.f[r], p.g[r]),
@@ -188,21 +188,31 @@ fn q4_k(rows: &[&[u8]], params: &[RowParams], tile: &mut Tile, runs: usize) {
 
 #[target_feature(enable = "neon")]
 fn q6_k(rows: &[&[u8]], params: &[RowParams], tile: &mut Tile, runs: usize) {
-    for_each_run(rows, params, tile, runs, |row, p, r, out| {
-        let (ql, qh, ql_shift, qh_shift, m) = q6_k_run_source(r);
-        let (ql_shift, qh_shift) = (vdupq_n_s8(-(ql_shift as i8)), vdupq_n_s8(-(qh_shift as i8)));
-        for h in 0..2 {
-            let lo4 = vandq_u8(
-                vshlq_u8(load16(&row[ql + 16 * h..]), ql_shift),
-                vdupq_n_u8(15),
-            );
-            let hi2 = vandq_u8(
-                vshlq_u8(load16(&row[qh + 16 * h..]), qh_shift),
-                vdupq_n_u8(3),
-            );
-            let code = vorrq_u8(lo4, vshlq_n_u8(hi2, 4));
-            let x = vsubq_s8(vreinterpretq_s8_u8(code), vdupq_n_s8(32));
-            store16(&mut out[16 * h..], rescale16::<true>(x, p.m[m + h]));
-        }
-    });
+    for_each_run_group(
+        rows,
+        params,
+        tile,
+        runs,
+        |row, p, r, out: [&mut [i8; 32]; 4]| {
+            let (ql, qh, m) = q6_k_half_source(r);
+            let m = &p.m[m..m + 8];
+            let (low, two) = (vdupq_n_u8(15), vdupq_n_u8(3));
+            for h in 0..2 {
+                let ql0 = load16(&row[ql + 16 * h..]);
+                let ql1 = load16(&row[ql + 32 + 16 * h..]);
+                let qh = load16(&row[qh + 16 * h..]);
+                let high2 = |shift: uint8x16_t| vshlq_n_u8(vandq_u8(shift, two), 4);
+                let codes = [
+                    vorrq_u8(vandq_u8(ql0, low), high2(qh)),
+                    vorrq_u8(vandq_u8(ql1, low), high2(vshrq_n_u8(qh, 2))),
+                    vorrq_u8(vshrq_n_u8(ql0, 4), high2(vshrq_n_u8(qh, 4))),
+                    vorrq_u8(vshrq_n_u8(ql1, 4), high2(vshrq_n_u8(qh, 6))),
+                ];
+                for (t, code) in codes.into_iter().enumerate() {
+                    let x = vsubq_s8(vreinterpretq_s8_u8(code), vdupq_n_s8(32));
+                    store16(&mut out[t][16 * h..], rescale16::<true>(x, m[2 * t + h]));
+                }
+            }
+        },
+    );
 }

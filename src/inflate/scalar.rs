@@ -92,7 +92,7 @@ fn q4_k_run(row: &[u8], p: &RowParams, r: usize, out: &mut [i8; RUN]) {
 /// 32 `ql` and 32 `qh` bytes, the `ql` shift, the `qh` shift and the index of the first of
 /// the two multipliers.
 #[inline(always)]
-pub(super) fn q6_k_run_source(r: usize) -> (usize, usize, u32, u32, usize) {
+fn q6_k_run_source(r: usize) -> (usize, usize, u32, u32, usize) {
     let (block, w) = (r / 8, r % 8);
     let (half, t) = (w / 4, w % 4);
     let base = block * 210;
@@ -102,6 +102,20 @@ pub(super) fn q6_k_run_source(r: usize) -> (usize, usize, u32, u32, usize) {
         4 * (t / 2) as u32,
         2 * t as u32,
         block * 16 + half * 8 + 2 * t,
+    )
+}
+
+/// Where the four runs `r..r + 4` (`r` a multiple of 4: one 128-weight half) of a Q6_K row
+/// live: the offsets of its 64 `ql` bytes and 32 `qh` bytes and of its first multiplier. Run `t`
+/// takes the low (t < 2) or high nibbles of `ql[32·(t % 2)..][..32]`, bits `2t, 2t+1` of `qh`,
+/// and multipliers `2t` (l < 16), `2t + 1`.
+#[inline(always)]
+pub(super) fn q6_k_half_source(r: usize) -> (usize, usize, usize) {
+    let (block, half) = (r / 8, r % 8 / 4);
+    (
+        block * 210 + half * 64,
+        block * 210 + 128 + half * 32,
+        block * 16 + half * 8,
     )
 }
 

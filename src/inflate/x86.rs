@@ -6,8 +6,8 @@
 //! `pmulhrsw`, which is exactly `(x·m + 2¹⁴) >> 15`.
 
 use super::params::{half, multiplier, scaled_codes, RowParams};
-use super::scalar::{q4_k_pair_source, q6_k_run_source};
-use super::{for_each_run, for_each_run_pair, Tile, TileKernel};
+use super::scalar::{q4_k_pair_source, q6_k_half_source};
+use super::{for_each_run, for_each_run_group, Tile, TileKernel};
 use crate::isa::Isa;
 use crate::quant::GgmlType;
 use std::arch::x86_64::*;
@@ -199,7 +199,7 @@ mod ssse3 {
     pub(super) fn q4_k(rows: &[&[u8]], params: &[RowParams], tile: &mut Tile, runs: usize) {
         let c = codes(0, IN_ORDER);
         let low = _mm_set1_epi8(15);
-        for_each_run_pair(rows, params, tile, runs, |row, p, r, even, odd| {
+        for_each_run_group(rows, params, tile, runs, |row, p, r, [even, odd]| {
             let at = q4_k_pair_source(r);
             let (lo, hi) = (
                 table16(&c, p.f[r], p.g[r]),
@@ -221,23 +221,36 @@ mod ssse3 {
 
     #[target_feature(enable = "ssse3")]
     pub(super) fn q6_k(rows: &[&[u8]], params: &[RowParams], tile: &mut Tile, runs: usize) {
-        let (low, two, bias) = (_mm_set1_epi8(15), _mm_set1_epi8(3), _mm_set1_epi8(32));
-        for_each_run(rows, params, tile, runs, |row, p, r, out| {
-            let (ql, qh, ql_shift, qh_shift, m) = q6_k_run_source(r);
-            let (ql_shift, qh_shift) = (
-                _mm_cvtsi32_si128(ql_shift as i32),
-                _mm_cvtsi32_si128(qh_shift as i32),
-            );
-            for h in 0..2 {
-                let lo4 = _mm_and_si128(_mm_srl_epi16(load16(&row[ql + 16 * h..]), ql_shift), low);
-                let hi2 = _mm_and_si128(_mm_srl_epi16(load16(&row[qh + 16 * h..]), qh_shift), two);
-                let code = _mm_or_si128(lo4, _mm_slli_epi16(hi2, 4));
-                store16(
-                    &mut out[16 * h..],
-                    rescale16::<6>(_mm_sub_epi8(code, bias), p.m[m + h]),
-                );
-            }
-        });
+        let (low, bits45, bias) = (_mm_set1_epi8(15), _mm_set1_epi8(0x30), _mm_set1_epi8(32));
+        for_each_run_group(
+            rows,
+            params,
+            tile,
+            runs,
+            |row, p, r, out: [&mut [i8; 32]; 4]| {
+                let (ql, qh, m) = q6_k_half_source(r);
+                let m = &p.m[m..m + 8];
+                for h in 0..2 {
+                    let ql0 = load16(&row[ql + 16 * h..]);
+                    let ql1 = load16(&row[ql + 32 + 16 * h..]);
+                    let qh = load16(&row[qh + 16 * h..]);
+                    let and = |a, b| _mm_and_si128(a, b);
+                    let codes = [
+                        _mm_or_si128(and(ql0, low), and(_mm_slli_epi16(qh, 4), bits45)),
+                        _mm_or_si128(and(ql1, low), and(_mm_slli_epi16(qh, 2), bits45)),
+                        _mm_or_si128(and(_mm_srli_epi16(ql0, 4), low), and(qh, bits45)),
+                        _mm_or_si128(
+                            and(_mm_srli_epi16(ql1, 4), low),
+                            and(_mm_srli_epi16(qh, 2), bits45),
+                        ),
+                    ];
+                    for (t, code) in codes.into_iter().enumerate() {
+                        let y = rescale16::<6>(_mm_sub_epi8(code, bias), m[2 * t + h]);
+                        store16(&mut out[t][16 * h..], y);
+                    }
+                }
+            },
+        );
     }
 }
 
@@ -339,7 +352,7 @@ macro_rules! avx_table_kernels {
             pub(super) fn q4_k(rows: &[&[u8]], params: &[RowParams], tile: &mut Tile, runs: usize) {
                 let c = codes(0, $order);
                 let low = _mm256_set1_epi8(15);
-                for_each_run_pair(rows, params, tile, runs, |row, p, r, even, odd| {
+                for_each_run_group(rows, params, tile, runs, |row, p, r, [even, odd]| {
                     let q = load32(&row[q4_k_pair_source(r)..]);
                     let (lo, hi) = (table32(&c, p.f[r], p.g[r]), table32(&c, p.f[r + 1], p.g[r + 1]));
                     store32(even, _mm256_shuffle_epi8(lo, _mm256_and_si256(q, low)));
@@ -411,26 +424,41 @@ mod avx2_rescale {
 
     #[target_feature(enable = "avx2,f16c")]
     pub(super) fn q6_k(rows: &[&[u8]], params: &[RowParams], tile: &mut Tile, runs: usize) {
-        let (low, two, bias) = (
+        let (low, bits45, bias) = (
             _mm256_set1_epi8(15),
-            _mm256_set1_epi8(3),
+            _mm256_set1_epi8(0x30),
             _mm256_set1_epi8(32),
         );
-        for_each_run(rows, params, tile, runs, |row, p, r, out| {
-            let (ql, qh, ql_shift, qh_shift, m) = q6_k_run_source(r);
-            let lo4 = _mm256_and_si256(
-                _mm256_srl_epi16(load32(&row[ql..]), _mm_cvtsi32_si128(ql_shift as i32)),
-                low,
-            );
-            let hi2 = _mm256_and_si256(
-                _mm256_srl_epi16(load32(&row[qh..]), _mm_cvtsi32_si128(qh_shift as i32)),
-                two,
-            );
-            let code = _mm256_or_si256(lo4, _mm256_slli_epi16(hi2, 4));
-            store32(
-                out,
-                rescale32(_mm256_sub_epi8(code, bias), p.m[m], p.m[m + 1], true),
-            );
-        });
+        for_each_run_group(
+            rows,
+            params,
+            tile,
+            runs,
+            |row, p, r, out: [&mut [i8; 32]; 4]| {
+                let (ql, qh, m) = q6_k_half_source(r);
+                let m = &p.m[m..m + 8];
+                let (ql0, ql1, qh) = (
+                    load32(&row[ql..]),
+                    load32(&row[ql + 32..]),
+                    load32(&row[qh..]),
+                );
+                let and = |a, b| _mm256_and_si256(a, b);
+                let codes = [
+                    _mm256_or_si256(and(ql0, low), and(_mm256_slli_epi16(qh, 4), bits45)),
+                    _mm256_or_si256(and(ql1, low), and(_mm256_slli_epi16(qh, 2), bits45)),
+                    _mm256_or_si256(and(_mm256_srli_epi16(ql0, 4), low), and(qh, bits45)),
+                    _mm256_or_si256(
+                        and(_mm256_srli_epi16(ql1, 4), low),
+                        and(_mm256_srli_epi16(qh, 2), bits45),
+                    ),
+                ];
+                for ((t, code), out) in codes.into_iter().enumerate().zip(out) {
+                    store32(
+                        out,
+                        rescale32(_mm256_sub_epi8(code, bias), m[2 * t], m[2 * t + 1], true),
+                    );
+                }
+            },
+        );
     }
 }
