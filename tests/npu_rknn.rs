@@ -9,10 +9,22 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
 
-/// The C compiler for the target the tests run on: `ORK_STANDIN_CC`, else the cross compiler
-/// when built for aarch64 on another host, else `cc`.
+/// The C compiler for the target the tests run on: `ORK_STANDIN_CC`, else cargo's per-target
+/// `CC_<triple>` or `CC`, else the Debian cross compiler when built for aarch64, else `cc`.
 fn compiler() -> String {
-    if let Ok(cc) = std::env::var("ORK_STANDIN_CC") {
+    let triple = if cfg!(target_arch = "aarch64") {
+        "aarch64_unknown_linux_gnu"
+    } else {
+        "x86_64_unknown_linux_gnu"
+    };
+    let from_env = [
+        "ORK_STANDIN_CC".to_string(),
+        format!("CC_{triple}"),
+        "CC".to_string(),
+    ]
+    .into_iter()
+    .find_map(|v| std::env::var(v).ok().filter(|s| !s.is_empty()));
+    if let Some(cc) = from_env {
         return cc;
     }
     let cross = "aarch64-linux-gnu-gcc";

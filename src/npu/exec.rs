@@ -60,7 +60,7 @@ pub fn validate(
                 g.m, g.k, g.n
             ));
         }
-        if g.k % tiles.align != 0 || g.n % tiles.align != 0 {
+        if !g.k.is_multiple_of(tiles.align) || !g.n.is_multiple_of(tiles.align) {
             return bad(format!(
                 "GEMM {i}: k={} and n={} must be multiples of {}",
                 g.k, g.n, tiles.align
@@ -188,9 +188,10 @@ pub struct GemmView<'a> {
 /// The CPU int8 GEMM on one native block (a slice of whole N-tiles).
 pub type Kernel = fn(&Tiles, Shape, &[i8], &[i8], &mut [i32]);
 
-/// The kernel the CPU-executed backends use.
+/// The kernel the CPU-executed backends use: the fast GEMM on the process's kernel path, one
+/// thread (the units supply the parallelism).
 pub fn kernel() -> Kernel {
-    gemm::reference
+    gemm::gemm
 }
 
 /// Work unit: channels `c0..c1` of one slab of GEMM `gemm`, for the row ranges of its tasks.

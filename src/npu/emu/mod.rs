@@ -153,7 +153,9 @@ impl<T: Copy + Default + Send + Sync + 'static> Storage<T> for EmuStorage<T> {
     fn cpu(&self) -> &[T] {
         if self.dev_newer {
             // Debug level: polling a buffer before syncing is legitimate, if pointless.
-            log::debug!("emu: CPU reads a cacheable buffer the NPU wrote, without sync_from_device");
+            log::debug!(
+                "emu: CPU reads a cacheable buffer the NPU wrote, without sync_from_device"
+            );
         }
         &self.cpu
     }
@@ -234,9 +236,7 @@ impl Emu {
     fn check_envelope(primitive: Primitive, k: usize) -> Result<()> {
         let reason = match primitive {
             Primitive::RunI8 if k > RUN_MAX_K => format!("K={k} > {RUN_MAX_K}"),
-            Primitive::ChainI8 | Primitive::StreamI8
-                if k % STREAM_K_MULTIPLE != 0 || k > STREAM_MAX_K =>
-            {
+            Primitive::ChainI8 | Primitive::StreamI8 if !super::in_stream_envelope(k) => {
                 format!("K={k} needs K % {STREAM_K_MULTIPLE} == 0 and K <= {STREAM_MAX_K}")
             }
             _ => return Ok(()),
