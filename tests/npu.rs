@@ -22,10 +22,17 @@ fn strict_emu() -> Device {
 
 #[test]
 fn every_row_count_matches_the_reference() {
-    let dev = emu_device();
-    for &m in &ROWS {
-        let case = Case::random(m, 256, 96, m as u64);
-        assert_eq!(case.run(&dev), case.expected, "m={m}");
+    // K = 2048 caps a task at 16 rows, so most row counts span several tasks: run once with the
+    // tasks coalesced and once with every task's rows gathered and scattered on their own.
+    for per_task in [false, true] {
+        let dev = Device::emu(emu::Config {
+            per_task,
+            ..emu::Config::default()
+        });
+        for &m in &ROWS {
+            let case = Case::random(m, 2048, 96, m as u64);
+            assert!(case.run(&dev) == case.expected, "m={m} per_task={per_task}");
+        }
     }
 }
 

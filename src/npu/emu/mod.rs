@@ -58,6 +58,9 @@ pub struct Config {
     pub domain_bytes: u64,
     /// CPU threads executing a submit on the crate's pool.
     pub threads: usize,
+    /// Execute each planned task's rows separately (`ORK_EMU_PER_TASK=1`): slower, same bits;
+    /// exercises the strided row gather and scatter of the hardware tasks.
+    pub per_task: bool,
 }
 
 impl Default for Config {
@@ -68,22 +71,24 @@ impl Default for Config {
             dump: None,
             domain_bytes: DOMAIN_BYTES,
             threads: exec::cpu_threads(),
+            per_task: false,
         }
     }
 }
 
 impl Config {
-    /// Defaults, overridden by `ORK_EMU_STRICT=1`, `ORK_EMU_DUMP=dir` and the cost-model variables
-    /// ([`CostModel::from_env`]).
+    /// Defaults, overridden by `ORK_EMU_STRICT=1`, `ORK_EMU_PER_TASK=1`, `ORK_EMU_DUMP=dir` and
+    /// the cost-model variables ([`CostModel::from_env`]).
     pub fn from_env() -> Config {
-        let strict = std::env::var("ORK_EMU_STRICT")
-            .is_ok_and(|v| v == "1" || v.eq_ignore_ascii_case("true"));
+        let flag =
+            |name| std::env::var(name).is_ok_and(|v| v == "1" || v.eq_ignore_ascii_case("true"));
         let dump = std::env::var_os("ORK_EMU_DUMP")
             .filter(|v| !v.is_empty())
             .map(PathBuf::from);
         Config {
             cost: CostModel::from_env(),
-            strict,
+            strict: flag("ORK_EMU_STRICT"),
+            per_task: flag("ORK_EMU_PER_TASK"),
             dump,
             ..Config::default()
         }
@@ -354,7 +359,6 @@ impl Backend for Emu {
             views.push(GemmView {
                 m: g.m,
                 k: g.k,
-                n: g.n,
                 a: &a.device_view()[g.a_offset..g.a_offset + g.m * g.k],
                 b: &b.device_view()[g.b_offset..g.b_offset + g.k * g.n],
                 chan: g.scaled.as_ref().map(|s| s.chan),
@@ -385,7 +389,10 @@ impl Backend for Emu {
             Some(d) => d,
             None => &mut c_store.cpu,
         };
-        let unit_channels = unit_channels(&tiles, &shapes, self.config.threads);
+        let split = exec::Split {
+            threads: self.config.threads,
+            per_task: self.config.per_task,
+        };
         let dump = self
             .config
             .dump
@@ -395,7 +402,7 @@ impl Backend for Emu {
             Some(_) => views.iter().map(|v| (v.a.to_vec(), v.b.to_vec())).collect(),
             None => Vec::new(),
         };
-        let exec = Execution::new(tiles, views, &tasks, c_dev, &c_offsets, outs, unit_channels);
+        let exec = Execution::new(tiles, views, &tasks, c_dev, &c_offsets, outs, split);
         Ok(Box::new(EmuJob {
             exec,
             report,
@@ -404,13 +411,6 @@ impl Backend for Emu {
             gemms: shapes.len(),
         }))
     }
-}
-
-/// Work-unit width: enough units for every thread, whole N-tiles, no narrower than one tile.
-fn unit_channels(tiles: &Tiles, shapes: &[(usize, usize, usize)], threads: usize) -> usize {
-    let total: usize = shapes.iter().map(|s| s.2).sum();
-    let want = total.div_ceil(threads.max(1) * 2);
-    want.div_ceil(tiles.b_n).max(1) * tiles.b_n
 }
 
 struct EmuJob<'a> {
