@@ -157,6 +157,8 @@ fn run_i8_spreads_large_gemms_over_the_enabled_cores_and_caps_rows_per_task() {
     // CBUF: 32768 / 2048 = 16 rows per task, so 4 row chunks on each of the 3 cores.
     assert_eq!(r.tasks_per_core, [4, 4, 4]);
     assert_eq!(r.macs, 64 * 2048 * 768);
+    // Bytes: A once per core (its row tasks together), B once, C once.
+    assert_eq!(r.bytes, 3 * 64 * 2048 + 2048 * 768 + 64 * 768 * 4);
     dev.set_core_mask(CoreMask(CoreMask::CORE_0.0 | CoreMask::CORE_2.0));
     let r = dev.run_i8(case.matmul(&a, &b), &mut c).unwrap();
     assert_eq!(r.tasks_per_core[1], 0);
