@@ -4,7 +4,9 @@
 mod npu_util;
 
 use npu_util::{random_i8, slow_target, Case, A3B, ROWS};
-use ork_moe::npu::{flags, BackendKind, CoreMask, Device, Error, MatMul, Primitive, Scaled};
+use ork_moe::npu::{
+    flags, BackendChoice, BackendKind, CoreMask, Device, Error, MatMul, Primitive, Scaled,
+};
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
@@ -235,4 +237,20 @@ fn envelopes_domains_and_threads() {
             s.spawn(move || assert!(case.run(dev) == case.expected));
         }
     });
+}
+
+#[test]
+fn auto_takes_the_runtime_when_it_answers_else_the_emulator() {
+    // Only this test reads ORK_RKNN_LIB in this binary, so setting it cannot race another test.
+    std::env::set_var("ORK_RKNN_LIB", standin());
+    assert_eq!(
+        Device::open(BackendChoice::Auto).unwrap().backend(),
+        BackendKind::Rknn
+    );
+    std::env::set_var("ORK_RKNN_LIB", "/nonexistent/librknnrt.so");
+    assert_eq!(
+        Device::open(BackendChoice::Auto).unwrap().backend(),
+        BackendKind::Emu
+    );
+    assert!(Device::open(BackendChoice::Rknn).is_err());
 }
