@@ -127,11 +127,20 @@ impl Domains {
     }
 }
 
-/// An emulated buffer: the CPU's view and, for CACHEABLE buffers, the device's own view.
+/// An emulated buffer: the CPU's view and, while a CACHEABLE buffer's two sides differ, the
+/// device's own view.
+///
+/// The device view exists only while it differs from the CPU's: CPU writes to a synced buffer
+/// first set the old contents aside as the device view, a sync to the device drops it, a submit
+/// writing the buffer gets its own view, and a sync from the device makes that view the CPU's.
+/// So a synced weight buffer costs its size once, and syncs move no bytes.
 pub struct EmuStorage<T> {
     cpu: Vec<T>,
-    /// What the NPU sees of a cacheable buffer (None: non-cacheable, the NPU sees `cpu`).
+    /// What the NPU sees when it differs from `cpu` (always None when non-cacheable).
     dev: Option<Vec<T>>,
+    cacheable: bool,
+    /// Neither side has written since allocation: both views are zero.
+    fresh: bool,
     /// The CPU wrote since the last sync to the device.
     cpu_dirty: bool,
     /// The device wrote since the last sync from the device.
@@ -145,6 +154,29 @@ impl<T: Copy + Default + Send + Sync + 'static> EmuStorage<T> {
     /// What the NPU reads.
     fn device_view(&self) -> &[T] {
         self.dev.as_deref().unwrap_or(&self.cpu)
+    }
+
+    /// Gives a cacheable buffer a device view of its own, holding what the device sees now.
+    fn split_views(&mut self) {
+        if self.cacheable && self.dev.is_none() {
+            // A fresh buffer is all zero: a zeroed vector costs no copy and no touched pages.
+            self.dev = Some(if self.fresh {
+                vec![T::default(); self.cpu.len()]
+            } else {
+                self.cpu.clone()
+            });
+        }
+        self.fresh = false;
+    }
+
+    /// What a submit writes: the device view (made separate first for a cacheable buffer).
+    fn device_view_mut(&mut self) -> &mut [T] {
+        self.split_views();
+        self.dev_newer = self.cacheable;
+        match &mut self.dev {
+            Some(d) => d,
+            None => &mut self.cpu,
+        }
     }
 }
 
@@ -166,22 +198,27 @@ impl<T: Copy + Default + Send + Sync + 'static> Storage<T> for EmuStorage<T> {
     }
 
     fn cpu_mut(&mut self) -> &mut [T] {
-        self.cpu_dirty = self.dev.is_some();
+        self.split_views();
+        self.cpu_dirty = self.cacheable;
         &mut self.cpu
     }
 
     fn sync_to_device(&mut self) -> Result<()> {
-        if let Some(dev) = &mut self.dev {
-            dev.copy_from_slice(&self.cpu);
+        // A flush writes back what the CPU dirtied; untouched lines leave the device's as they are.
+        if self.cpu_dirty {
+            self.dev = None;
+            self.cpu_dirty = false;
+            self.dev_newer = false;
         }
-        self.cpu_dirty = false;
         Ok(())
     }
 
     fn sync_from_device(&mut self) -> Result<()> {
-        if let Some(dev) = &self.dev {
-            self.cpu.copy_from_slice(dev);
+        // An invalidate makes the CPU see the device's memory, dropping unflushed CPU writes.
+        if let Some(dev) = self.dev.take() {
+            self.cpu = dev;
         }
+        self.cpu_dirty = false;
         self.dev_newer = false;
         Ok(())
     }
@@ -228,7 +265,9 @@ impl Emu {
         let cacheable = flags & super::flags::CACHEABLE != 0;
         Ok(EmuStorage {
             cpu: vec![T::default(); len],
-            dev: cacheable.then(|| vec![T::default(); len]),
+            dev: None,
+            cacheable,
+            fresh: true,
             cpu_dirty: false,
             dev_newer: false,
             domain,
@@ -394,11 +433,7 @@ impl Backend for Emu {
             .as_any_mut()
             .downcast_mut()
             .ok_or_else(|| Error::InvalidArgument("buffer of another backend".into()))?;
-        c_store.dev_newer = c_store.dev.is_some();
-        let c_dev: &'a mut [i32] = match &mut c_store.dev {
-            Some(d) => d,
-            None => &mut c_store.cpu,
-        };
+        let c_dev: &'a mut [i32] = c_store.device_view_mut();
         let split = exec::Split {
             threads: self.config.threads,
             per_task: self.config.per_task,
