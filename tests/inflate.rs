@@ -185,7 +185,7 @@ fn rows_with_a_stride_and_unaligned_start_inflate_like_packed_rows() {
 fn bound_in_steps(ty: GgmlType) -> f64 {
     match ty {
         GgmlType::Q8_0 => 0.5 + 2f64.powi(-7),
-        GgmlType::Q6_K => 0.5 + 2f64.powi(-8),
+        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q6_K => 0.5 + 2f64.powi(-8),
         _ => 0.5 + 2f64.powi(-13),
     }
 }

@@ -5,8 +5,8 @@
 //!
 //! Row `n` (one output channel) gets a scale `s_n` computed from its block scales alone, such that
 //! every value the row's blocks can encode maps into `[-127, 127]`. Then each stored quant becomes
-//! one int8 `q8` with `w ≈ s_n · q8`. The per-row work ([`params`]) is shared scalar code; only the
-//! per-block work differs between the scalar reference ([`scalar`]) and the SIMD kernels.
+//! one int8 `q8` with `w ≈ s_n · q8`. The row scan (`params.rs`) is shared scalar code; the
+//! per-block work differs between the scalar reference (`scalar.rs`) and the SIMD kernels.
 //!
 //! Notation: `fl(x)` is an IEEE-754 binary32 operation rounded to nearest-even (no fused
 //! multiply-add), `rne(x)` rounds to the nearest integer, ties to even, and `sat8` clamps to
@@ -17,9 +17,15 @@
 //! scale `a_j` and offset `b_j` (0, Q4_1's `m`, 0, Q4_K's `-fl(dmin·m_j)`); this is exactly ggml's
 //! value. `M_n` is the largest `|w(q)|` any code of any block of the row could take (the largest of
 //! `|w(q_min)|`, `|w(q_max)|` over the blocks, since `w` is monotonic in `q`), `s_n = fl(M_n/127)`,
-//! `inv_n = fl(127/M_n)`, and each (sub-)block gets the table
-//! `lut_j[q] = sat8(rne(fl(w(q)·inv_n)))` (16 entries, 32 for Q5_0); each quant is one lookup.
-//! Because `|fl(w·inv_n)| ≤ 127·(1+2⁻²³)² < 127.5`, the table holds values in `[-127, 127]`.
+//! `inv_n = fl(127/M_n)`. Each (sub-)block gets a table of its 16 codes (32 for Q5_0) and each
+//! quant is one lookup (`pshufb`, `tbl`):
+//! - Q4_1, Q4_K: `f_j = fl(a_j·inv_n)`, `g_j = fl(b_j·inv_n)`,
+//!   `lut_j[q] = sat8(rne(fl(fl(q·f_j) + g_j)))`;
+//! - Q4_0, Q5_0 (no offset): with `k = 16` (Q4_0) or `8` (Q5_0), so that `k·c` spans -128..128,
+//!   `m_j = clamp(rne(fl(a_j·fl(inv_n·2¹⁵/k))), ±32767)` and
+//!   `lut_j[q] = sat8((k·c(q)·m_j + 2¹⁴) >> 15)`: a 16-lane fixed-point multiply.
+//!
+//! Table values lie in `[-127, 127]` (docs/ACCURACY.md).
 //!
 //! **Rescale types** (Q8_0, Q6_K): `w = fl(e_j·c)` with an integer code `c` (Q8_0: `q`, `e_j = d`;
 //! Q6_K: `q-32`, `e_j = fl(d·sc_j)` per sub-block of 16). With `E_n = max_j |e_j|`:
@@ -31,15 +37,19 @@
 //! with `>>` the arithmetic shift: exactly what `pmulhrsw` and `sqrdmulh` compute on 16-bit lanes.
 //!
 //! **Special rows.** A row whose scales are all zero (`M_n = 0` or `E_n = 0`) gets `s_n = 0` and
-//! all-zero weights. A NaN or infinite fp16 scale is an error, [`InflateError::NonFiniteScale`]. Padding channels
-//! (`n..pad(n)`) get zero weights and scale 0, padding depth (`k..pad(k)`) zero weights.
-//! Subnormal fp16 scales are ordinary finite values (f16→f32 is exact).
+//! all-zero weights. A NaN or infinite fp16 scale is an error, [`InflateError::NonFiniteScale`].
+//! Padding channels (`n..pad(n)`) get zero weights and scale 0, padding depth (`k..pad(k)`) zero
+//! weights. Subnormal fp16 scales are ordinary finite values (f16→f32 is exact).
 //!
-//! The error bound that follows is derived and measured in `docs/ACCURACY.md`.
+//! The error bound that follows is derived, and the NMSE measured, in `docs/ACCURACY.md`.
 //!
-//! Layout fact the kernels exploit: with 32-deep B tiles, 32 consecutive weights of one row
-//! starting at a multiple of 32 are one contiguous 32-byte run of native B, and every
-//! (sub-)block of the table types is exactly such a run.
+//! # Work order
+//!
+//! With 32-deep B tiles, 32 consecutive weights of one row starting at a multiple of 32 are one
+//! contiguous 32-byte run of native B, and every (sub-)block of the table types is exactly such a
+//! run. The driver scans the rows of one N-tile (32 channels), then the kernel fills the tile run
+//! by run in memory order (run `r` of rows 0..32, then run `r + 1`), so the output is written as
+//! one sequential stream, like a memcpy.
 
 #[cfg(target_arch = "aarch64")]
 mod neon;

@@ -4,7 +4,7 @@
 //! narrows where the scalar code saturates, and `sqrdmulh`, which on these operands is exactly
 //! `(x·m + 2¹⁴) >> 15`.
 
-use super::params::{half, multiplier, zero_point, RowParams};
+use super::params::{half, multiplier, scaled_codes, RowParams};
 use super::scalar::{q4_k_pair_source, q6_k_run_source};
 use super::{for_each_run, for_each_run_pair, Tile, TileKernel};
 use crate::isa::Isa;
@@ -64,6 +64,19 @@ fn table16(c: &[f32; 16], f: f32, g: f32) -> int8x16_t {
     vcombine_s8(vqmovn_s16(lo), vqmovn_s16(hi))
 }
 
+/// `lut[q] = sat8((c[q]·m + 2¹⁴) >> 15)` for 16 scaled codes: the Q4_0/Q5_0 tables.
+#[inline]
+#[target_feature(enable = "neon")]
+fn rescale_table(c: &[i16; 16], m: i16) -> int8x16_t {
+    // SAFETY: `c` is 16 readable i16 (two 8-lane loads).
+    let (c0, c1) = unsafe { (vld1q_s16(c.as_ptr()), vld1q_s16(c[8..].as_ptr())) };
+    let m = vdupq_n_s16(m);
+    vcombine_s8(
+        vqmovn_s16(vqrdmulhq_s16(c0, m)),
+        vqmovn_s16(vqrdmulhq_s16(c1, m)),
+    )
+}
+
 /// 16 quant bytes through a table, low nibbles first.
 #[inline]
 #[target_feature(enable = "neon")]
@@ -75,10 +88,14 @@ fn nibbles(qs: &[u8], lut: int8x16_t, out: &mut [i8; 32]) {
 
 #[target_feature(enable = "neon")]
 fn q4_0(rows: &[&[u8]], params: &[RowParams], tile: &mut Tile, runs: usize) {
-    let c = codes(-zero_point(GgmlType::Q4_0));
+    let c: [i16; 16] = scaled_codes(GgmlType::Q4_0);
     for_each_run(rows, params, tile, runs, |row, p, r, out| {
         let blk = &row[r * 18..r * 18 + 18];
-        nibbles(&blk[2..], table16(&c, half(blk, 0) * p.inv, 0.0), out);
+        nibbles(
+            &blk[2..],
+            rescale_table(&c, multiplier(half(blk, 0), p.unit)),
+            out,
+        );
     });
 }
 
@@ -92,15 +109,17 @@ fn q4_1(rows: &[&[u8]], params: &[RowParams], tile: &mut Tile, runs: usize) {
 
 #[target_feature(enable = "neon")]
 fn q5_0(rows: &[&[u8]], params: &[RowParams], tile: &mut Tile, runs: usize) {
-    let zp = zero_point(GgmlType::Q5_0);
-    let (c_lo, c_hi) = (codes(-zp), codes(16 - zp));
+    let c: [i16; 32] = scaled_codes(GgmlType::Q5_0);
+    let (c_lo, c_hi) = c.split_at(16);
+    let (c_lo, c_hi): (&[i16; 16], &[i16; 16]) =
+        (c_lo.try_into().expect("16"), c_hi.try_into().expect("16"));
     let bit_masks: [u8; 16] = [1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128];
     // SAFETY: `bit_masks` is 16 readable bytes.
     let bits = unsafe { vld1q_u8(bit_masks.as_ptr()) };
     for_each_run(rows, params, tile, runs, |row, p, r, out| {
         let blk = &row[r * 22..r * 22 + 22];
-        let f = half(blk, 0) * p.inv;
-        let t = int8x16x2_t(table16(&c_lo, f, 0.0), table16(&c_hi, f, 0.0));
+        let m = multiplier(half(blk, 0), p.unit);
+        let t = int8x16x2_t(rescale_table(c_lo, m), rescale_table(c_hi, m));
         let qh = u32::from_le_bytes(blk[2..6].try_into().expect("4 bytes"));
         let q = load16(&blk[6..]);
         // Output byte i takes bit i of qh: bytes 0..16 from qh's bytes 0, 1; 16..32 from 2, 3.
@@ -139,7 +158,7 @@ fn rescale16<const TIMES4: bool>(x: int8x16_t, m: i16) -> int8x16_t {
 fn q8_0(rows: &[&[u8]], params: &[RowParams], tile: &mut Tile, runs: usize) {
     for_each_run(rows, params, tile, runs, |row, p, r, out| {
         let blk = &row[r * 34..r * 34 + 34];
-        let m = multiplier(half(blk, 0), p.inv);
+        let m = multiplier(half(blk, 0), p.unit);
         for h in 0..2 {
             let q = vreinterpretq_s8_u8(load16(&blk[2 + 16 * h..]));
             store16(&mut out[16 * h..], rescale16::<false>(q, m));

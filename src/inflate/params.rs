@@ -5,13 +5,14 @@ use crate::quant::{GgmlType, K_SCALE_SIZE, QK_K};
 
 /// One row's parameters, reused from row to row (sized once per expert).
 ///
-/// Where a block's parameter is one product with its fp16 scale (Q4_0, Q5_0: `f_j =
-/// fl(d_j·inv_n)`; Q8_0: `m_j` from `fl(d_j·unit_n)`), the kernels compute it on the fly from
-/// `inv`, which costs less than a pass storing it; otherwise it is stored here.
+/// Where a block's parameter is one product with its fp16 scale (Q4_0, Q5_0, Q8_0: the
+/// multiplier `m_j = clamp(rne(fl(d_j·unit_n)), ±32767)`), the kernels compute it on the fly from
+/// `unit`, which costs less than a pass storing it; otherwise it is stored here.
 pub(super) struct RowParams {
     ty: GgmlType,
-    /// Q4_0, Q5_0: `inv_n`; Q8_0: `unit_n = fl(32768/E_n)`; both 0 for an all-zero row.
-    pub inv: f32,
+    /// Q4_0, Q5_0: `unit_n = fl(inv_n·2¹⁵/code_scale)`; Q8_0: `unit_n = fl(32768/E_n)`; 0 for an
+    /// all-zero row.
+    pub unit: f32,
     /// Q4_1, Q4_K: `f_j = fl(a_j·inv_n)` of each (sub-)block of 32.
     pub f: Vec<f32>,
     /// Q4_1, Q4_K: `g_j = fl(b_j·inv_n)` of each (sub-)block of 32.
@@ -29,6 +30,22 @@ pub(super) fn zero_point(ty: GgmlType) -> i32 {
     }
 }
 
+/// Q4_0 and Q5_0 build their 16-entry tables by the fixed-point rescale: entry `q` is
+/// `sat8((code_scale·c(q)·m_j + 2¹⁴) >> 15)`; `code_scale` stretches the codes (-8..8, -16..16)
+/// to span -128..128, so `m_j ≈ f_j·2¹⁵/code_scale` uses the full 16 bits.
+pub(super) fn code_scale(ty: GgmlType) -> i32 {
+    match ty {
+        GgmlType::Q4_0 => 16,
+        GgmlType::Q5_0 => 8,
+        _ => 1,
+    }
+}
+
+/// `code_scale·c(q)` for the `N` codes of a Q4_0 (16) or Q5_0 (32) block.
+pub(super) fn scaled_codes<const N: usize>(ty: GgmlType) -> [i16; N] {
+    std::array::from_fn(|q| ((q as i32 - zero_point(ty)) * code_scale(ty)) as i16)
+}
+
 /// `fl(unit / E_n)` scales the rescale types' multipliers.
 const Q8_0_UNIT: f32 = 32768.0;
 const Q6_K_UNIT: f32 = 32512.0;
@@ -44,7 +61,7 @@ impl RowParams {
         };
         RowParams {
             ty,
-            inv: 0.0,
+            unit: 0.0,
             f: vec![0.0; tables],
             g: vec![0.0; tables],
             m: vec![0; multipliers],
@@ -62,25 +79,21 @@ impl RowParams {
                 // |w| <= |d|·zp for codes -zp..zp-1; the product with a power of two is exact.
                 let w_max = largest * zero_point(ty) as f32;
                 let (inv, s) = table_range(w_max);
-                self.inv = inv;
+                // A power-of-two factor: exact, so m_j = rne(fl(d_j·inv_n)·2¹⁵/code_scale).
+                self.unit = inv * (32768 / code_scale(ty)) as f32;
                 Ok(s)
             }
             GgmlType::Q4_1 => {
                 check_halves(row, ty.block_bytes(), 0)?;
                 check_halves(row, ty.block_bytes(), 2)?;
-                let mut w_max = 0f32;
                 for ((a, b), blk) in self.f.iter_mut().zip(&mut self.g).zip(blocks) {
                     (*a, *b) = (half(blk, 0), half(blk, 2));
-                    w_max = larger(w_max, table_block_max(*a, *b));
                 }
-                Ok(self.scale_tables(w_max))
+                Ok(self.scale_tables(tables_max(&self.f, &self.g)))
             }
             GgmlType::Q4_K => {
                 check_halves(row, ty.block_bytes(), 0)?;
                 check_halves(row, ty.block_bytes(), 2)?;
-                // Per-lane maxima across super-blocks: straight-line code over arrays of 8 that
-                // the compiler vectorizes.
-                let mut lane_max = [0f32; 8];
                 let subs = self.f.chunks_exact_mut(8).zip(self.g.chunks_exact_mut(8));
                 for ((a, b), blk) in subs.zip(blocks) {
                     let (d, dmin) = (half(blk, 0), half(blk, 2));
@@ -88,14 +101,13 @@ impl RowParams {
                     for j in 0..8 {
                         // ggml: w = fl(fl(d·sc)·q) - fl(dmin·m); negating the offset is exact.
                         (a[j], b[j]) = (d * sc[j] as f32, -(dmin * mn[j] as f32));
-                        lane_max[j] = larger(lane_max[j], table_block_max(a[j], b[j]));
                     }
                 }
-                Ok(self.scale_tables(lane_max.into_iter().fold(0.0, larger)))
+                Ok(self.scale_tables(tables_max(&self.f, &self.g)))
             }
             GgmlType::Q8_0 => {
                 let e_max = check_halves(row, ty.block_bytes(), 0)?;
-                self.inv = if e_max > 0.0 { Q8_0_UNIT / e_max } else { 0.0 };
+                self.unit = if e_max > 0.0 { Q8_0_UNIT / e_max } else { 0.0 };
                 Ok(e_max)
             }
             GgmlType::Q6_K => {
@@ -163,6 +175,25 @@ fn larger(a: f32, b: f32) -> f32 {
 #[inline(always)]
 pub(super) fn table_value(c: i32, f: f32, g: f32) -> f32 {
     c as f32 * f + g
+}
+
+/// `M_n` of a Q4_1/Q4_K row: the largest [`table_block_max`] of its blocks. Eight independent
+/// running maxima (instead of one serial chain) so the loop vectorizes.
+fn tables_max(a: &[f32], b: &[f32]) -> f32 {
+    let mut lanes = [0f32; 8];
+    for (a, b) in a.chunks_exact(8).zip(b.chunks_exact(8)) {
+        for j in 0..8 {
+            lanes[j] = larger(lanes[j], table_block_max(a[j], b[j]));
+        }
+    }
+    let tail = a
+        .chunks_exact(8)
+        .remainder()
+        .iter()
+        .zip(b.chunks_exact(8).remainder());
+    tail.fold(lanes.into_iter().fold(0.0, larger), |m, (&a, &b)| {
+        larger(m, table_block_max(a, b))
+    })
 }
 
 /// Largest `|w|` over the codes 0..=15 of a Q4_1/Q4_K block, `w = fl(fl(q·a) + b)`: `w` is

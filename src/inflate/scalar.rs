@@ -3,7 +3,7 @@
 //! Each `*_run` function converts run `r` (weights `32r..32r+32`) of one row; the SIMD kernels
 //! share the Q4_K/Q6_K run geometry helpers below.
 
-use super::params::{half, multiplier, table_value, zero_point, RowParams};
+use super::params::{half, multiplier, scaled_codes, table_value, RowParams};
 use super::{for_each_run, TileKernel, RUN};
 use crate::quant::GgmlType;
 
@@ -19,10 +19,10 @@ pub(super) fn tile_kernel(ty: GgmlType) -> TileKernel {
     }
 }
 
-/// `lut[q] = sat8(rne(fl(fl(c(q)·f) + g)))` for the codes `q` of a (sub-)block.
-fn table<const N: usize>(zp: i32, f: f32, g: f32) -> [i8; N] {
+/// `lut[q] = sat8(rne(fl(fl(q·f) + g)))` for the 16 codes of a Q4_1/Q4_K (sub-)block.
+fn table(f: f32, g: f32) -> [i8; 16] {
     // `as i8` saturates, like the SIMD paths' saturating packs.
-    std::array::from_fn(|q| table_value(q as i32 - zp, f, g).round_ties_even() as i8)
+    std::array::from_fn(|q| table_value(q as i32, f, g).round_ties_even() as i8)
 }
 
 /// `sat8((x·m + 2¹⁴) >> 15)`: the rescale types' fixed-point multiply.
@@ -40,20 +40,20 @@ fn nibbles(qs: &[u8], lut: &[i8; 16], out: &mut [i8; RUN]) {
 
 fn q4_0_run(row: &[u8], p: &RowParams, r: usize, out: &mut [i8; RUN]) {
     let blk = &row[r * 18..r * 18 + 18];
-    nibbles(
-        &blk[2..],
-        &table(zero_point(GgmlType::Q4_0), half(blk, 0) * p.inv, 0.0),
-        out,
-    );
+    let m = multiplier(half(blk, 0), p.unit);
+    let codes: [i16; 16] = scaled_codes(GgmlType::Q4_0);
+    nibbles(&blk[2..], &codes.map(|c| rescale(c as i32, m)), out);
 }
 
 fn q4_1_run(row: &[u8], p: &RowParams, r: usize, out: &mut [i8; RUN]) {
-    nibbles(&row[r * 20 + 4..], &table(0, p.f[r], p.g[r]), out);
+    nibbles(&row[r * 20 + 4..], &table(p.f[r], p.g[r]), out);
 }
 
 fn q5_0_run(row: &[u8], p: &RowParams, r: usize, out: &mut [i8; RUN]) {
     let blk = &row[r * 22..r * 22 + 22];
-    let lut: [i8; 32] = table(zero_point(GgmlType::Q5_0), half(blk, 0) * p.inv, 0.0);
+    let m = multiplier(half(blk, 0), p.unit);
+    let codes: [i16; 32] = scaled_codes(GgmlType::Q5_0);
+    let lut = codes.map(|c| rescale(c as i32, m));
     let qh = u32::from_le_bytes(blk[2..6].try_into().expect("4 bytes"));
     for (j, &q) in blk[6..22].iter().enumerate() {
         let hi0 = ((qh >> j) & 1) << 4;
@@ -65,7 +65,7 @@ fn q5_0_run(row: &[u8], p: &RowParams, r: usize, out: &mut [i8; RUN]) {
 
 fn q8_0_run(row: &[u8], p: &RowParams, r: usize, out: &mut [i8; RUN]) {
     let blk = &row[r * 34..r * 34 + 34];
-    let m = multiplier(half(blk, 0), p.inv);
+    let m = multiplier(half(blk, 0), p.unit);
     for (o, &q) in out.iter_mut().zip(&blk[2..]) {
         *o = rescale(q as i8 as i32, m);
     }
@@ -80,7 +80,7 @@ pub(super) fn q4_k_pair_source(r: usize) -> usize {
 
 fn q4_k_run(row: &[u8], p: &RowParams, r: usize, out: &mut [i8; RUN]) {
     let (at, shift) = (q4_k_pair_source(r & !1), 4 * (r % 2));
-    let lut: [i8; 16] = table(0, p.f[r], p.g[r]);
+    let lut = table(p.f[r], p.g[r]);
     for (o, &q) in out.iter_mut().zip(&row[at..at + 32]) {
         *o = lut[((q >> shift) & 15) as usize];
     }

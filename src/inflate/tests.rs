@@ -37,13 +37,14 @@ fn q4_0_block_maps_codes_through_its_table() {
     }
     let (q, s) = inflate_one_row(GgmlType::Q4_0, &row, 64);
     assert_eq!(s, 8.0 / 127.0);
-    // Block 0: code c maps to rne(c·127/8); block 1: rne(-c·127/16).
+    // Block 0's multiplier is 127/8·2¹¹ = 32512, block 1's -16256: code c maps to c·127/8 and
+    // -c·127/16, rounded half up.
+    let expect = |c: f64, scale: f64| (c * scale + 0.5).floor() as i8;
     for j in 0..16 {
-        let c0 = j as f32 - 8.0;
-        let c1 = 7.0 - j as f32;
-        assert_eq!(q[j], (c0 * 127.0 / 8.0).round_ties_even() as i8);
-        assert_eq!(q[j + 16], (c1 * 127.0 / 8.0).round_ties_even() as i8);
-        assert_eq!(q[32 + j], (-c0 * 127.0 / 16.0).round_ties_even() as i8);
+        let (c0, c1) = (j as f64 - 8.0, 7.0 - j as f64);
+        assert_eq!(q[j], expect(c0, 127.0 / 8.0), "code {c0}");
+        assert_eq!(q[j + 16], expect(c1, 127.0 / 8.0), "code {c1}");
+        assert_eq!(q[32 + j], expect(c0, -127.0 / 16.0), "code {c0}");
     }
     assert_eq!((q[0], q[16]), (-127, 111));
 }

@@ -5,7 +5,7 @@
 //! never changes), saturating packs where the scalar code's `as i8`/`clamp` saturate, and
 //! `pmulhrsw`, which is exactly `(x·m + 2¹⁴) >> 15`.
 
-use super::params::{half, multiplier, zero_point, RowParams};
+use super::params::{half, multiplier, scaled_codes, RowParams};
 use super::scalar::{q4_k_pair_source, q6_k_run_source};
 use super::{for_each_run, for_each_run_pair, Tile, TileKernel};
 use crate::isa::Isa;
@@ -74,6 +74,21 @@ fn store16(dst: &mut [i8], v: __m128i) {
     unsafe { _mm_storeu_si128(dst.as_mut_ptr().cast(), v) }
 }
 
+/// `lut[q] = sat8((c[q]·m + 2¹⁴) >> 15)` for 16 scaled codes: the Q4_0/Q5_0 tables.
+#[inline]
+#[target_feature(enable = "ssse3")]
+fn rescale_table(c: &[i16; 16], m: i16) -> __m128i {
+    // SAFETY: `c` is 16 readable i16 (two unaligned 16-byte loads).
+    let (c0, c1) = unsafe {
+        (
+            _mm_loadu_si128(c.as_ptr().cast()),
+            _mm_loadu_si128(c[8..].as_ptr().cast()),
+        )
+    };
+    let m = _mm_set1_epi16(m);
+    _mm_packs_epi16(_mm_mulhrs_epi16(c0, m), _mm_mulhrs_epi16(c1, m))
+}
+
 mod ssse3 {
     use super::*;
 
@@ -106,10 +121,14 @@ mod ssse3 {
 
     #[target_feature(enable = "ssse3")]
     pub(super) fn q4_0(rows: &[&[u8]], params: &[RowParams], tile: &mut Tile, runs: usize) {
-        let c = codes(-zero_point(GgmlType::Q4_0), IN_ORDER);
+        let c: [i16; 16] = scaled_codes(GgmlType::Q4_0);
         for_each_run(rows, params, tile, runs, |row, p, r, out| {
             let blk = &row[r * 18..r * 18 + 18];
-            nibbles(&blk[2..], table16(&c, half(blk, 0) * p.inv, 0.0), out);
+            nibbles(
+                &blk[2..],
+                rescale_table(&c, multiplier(half(blk, 0), p.unit)),
+                out,
+            );
         });
     }
 
@@ -123,8 +142,10 @@ mod ssse3 {
 
     #[target_feature(enable = "ssse3")]
     pub(super) fn q5_0(rows: &[&[u8]], params: &[RowParams], tile: &mut Tile, runs: usize) {
-        let zp = zero_point(GgmlType::Q5_0);
-        let (c_lo, c_hi) = (codes(-zp, IN_ORDER), codes(16 - zp, IN_ORDER));
+        let c: [i16; 32] = scaled_codes(GgmlType::Q5_0);
+        let (c_lo, c_hi) = c.split_at(16);
+        let (c_lo, c_hi): (&[i16; 16], &[i16; 16]) =
+            (c_lo.try_into().expect("16"), c_hi.try_into().expect("16"));
         let low = _mm_set1_epi8(15);
         let bits = _mm_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
         // Byte i of the result takes byte i / 8 of qh (first half) or 2 + i / 8 (second).
@@ -132,8 +153,8 @@ mod ssse3 {
         let spread1 = _mm_setr_epi8(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
         for_each_run(rows, params, tile, runs, |row, p, r, out| {
             let blk = &row[r * 22..r * 22 + 22];
-            let f = half(blk, 0) * p.inv;
-            let (t_lo, t_hi) = (table16(&c_lo, f, 0.0), table16(&c_hi, f, 0.0));
+            let m = multiplier(half(blk, 0), p.unit);
+            let (t_lo, t_hi) = (rescale_table(c_lo, m), rescale_table(c_hi, m));
             let qh = _mm_set1_epi32(i32::from_le_bytes(blk[2..6].try_into().expect("4 bytes")));
             let q = load16(&blk[6..]);
             let pick = |idx: __m128i, spread: __m128i| {
@@ -164,7 +185,7 @@ mod ssse3 {
     pub(super) fn q8_0(rows: &[&[u8]], params: &[RowParams], tile: &mut Tile, runs: usize) {
         for_each_run(rows, params, tile, runs, |row, p, r, out| {
             let blk = &row[r * 34..r * 34 + 34];
-            let m = multiplier(half(blk, 0), p.inv);
+            let m = multiplier(half(blk, 0), p.unit);
             for h in 0..2 {
                 store16(
                     &mut out[16 * h..],
@@ -270,10 +291,11 @@ macro_rules! avx_table_kernels {
 
             #[target_feature(enable = $features)]
             pub(super) fn q4_0(rows: &[&[u8]], params: &[RowParams], tile: &mut Tile, runs: usize) {
-                let c = codes(-zero_point(GgmlType::Q4_0), $order);
+                let c: [i16; 16] = scaled_codes(GgmlType::Q4_0);
                 for_each_run(rows, params, tile, runs, |row, p, r, out| {
                     let blk = &row[r * 18..r * 18 + 18];
-                    nibbles(&blk[2..], table32(&c, half_f16c(blk) * p.inv, 0.0), out);
+                    let lut = rescale_table(&c, multiplier(half_f16c(blk), p.unit));
+                    nibbles(&blk[2..], _mm256_broadcastsi128_si256(lut), out);
                 });
             }
 
@@ -287,8 +309,9 @@ macro_rules! avx_table_kernels {
 
             #[target_feature(enable = $features)]
             pub(super) fn q5_0(rows: &[&[u8]], params: &[RowParams], tile: &mut Tile, runs: usize) {
-                let zp = zero_point(GgmlType::Q5_0);
-                let (c_lo, c_hi) = (codes(-zp, $order), codes(16 - zp, $order));
+                let c: [i16; 32] = scaled_codes(GgmlType::Q5_0);
+                let (c_lo, c_hi) = c.split_at(16);
+                let (c_lo, c_hi): (&[i16; 16], &[i16; 16]) = (c_lo.try_into().expect("16"), c_hi.try_into().expect("16"));
                 let low = _mm256_set1_epi8(15);
                 let bits = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
                 // Byte i of the result takes byte i / 8 of qh.
@@ -299,8 +322,9 @@ macro_rules! avx_table_kernels {
                 );
                 for_each_run(rows, params, tile, runs, |row, p, r, out| {
                     let blk = &row[r * 22..r * 22 + 22];
-                    let f = half_f16c(blk) * p.inv;
-                    let (t_lo, t_hi) = (table32(&c_lo, f, 0.0), table32(&c_hi, f, 0.0));
+                    let m = multiplier(half_f16c(blk), p.unit);
+                    let t_lo = _mm256_broadcastsi128_si256(rescale_table(c_lo, m));
+                    let t_hi = _mm256_broadcastsi128_si256(rescale_table(c_hi, m));
                     let qh = i32::from_le_bytes(blk[2..6].try_into().expect("4 bytes"));
                     let qh = _mm256_shuffle_epi8(_mm256_set1_epi32(qh), spread);
                     let hi = _mm256_cmpeq_epi8(_mm256_and_si256(qh, bits), bits);
@@ -380,7 +404,7 @@ mod avx2_rescale {
     pub(super) fn q8_0(rows: &[&[u8]], params: &[RowParams], tile: &mut Tile, runs: usize) {
         for_each_run(rows, params, tile, runs, |row, p, r, out| {
             let blk = &row[r * 34..r * 34 + 34];
-            let m = multiplier(half_f16c(blk), p.inv);
+            let m = multiplier(half_f16c(blk), p.unit);
             store32(out, rescale32(load32(&blk[2..]), m, m, false));
         });
     }

@@ -13,10 +13,14 @@ use std::process::ExitCode;
 
 /// (K, N) of Qwen3-A3B's gate/up and down projections and of the wider A3B variants.
 const SHAPES: [(usize, usize); 4] = [(2048, 768), (768, 2048), (4096, 1408), (1408, 4096)];
-const WARMUP: usize = 3;
-const REPEATS: usize = 15;
-/// The via-f32 path is an order of magnitude slower; fewer repeats keep the run short.
-const REPEATS_VIA_F32: usize = 5;
+/// The three measurements take turns, round after round, so that a busy machine (other
+/// processes on the same cores) slows them alike; each reported figure is the median over the
+/// rounds of that round's median.
+const ROUNDS: usize = 15;
+const WARMUP: usize = 2;
+const REPEATS: usize = 5;
+/// The via-f32 path is several times slower; fewer repeats keep the run short.
+const REPEATS_VIA_F32: usize = 1;
 
 struct Row {
     ty: GgmlType,
@@ -60,7 +64,8 @@ pub fn run(opts: &Options) -> Result<ExitCode, String> {
         print_json(&json);
     } else {
         println!(
-            "inflate, 1 thread, kernel path {}, GB/s of native int8 B written (median of {REPEATS})",
+            "inflate, 1 thread, kernel path {}, GB/s of native int8 B written (median of {ROUNDS} \
+             interleaved rounds)",
             isa::selected().name()
         );
         println!(
@@ -108,26 +113,47 @@ fn measure(tiles: &Tiles, ty: GgmlType, k: usize, n: usize) -> Result<Row, Strin
     let gbps = |seconds: f64| out_len as f64 / seconds / 1e9;
 
     inflate_expert(&w, tiles, &mut b, &mut scales).map_err(|e| e.to_string())?;
-    let direct = time(WARMUP, REPEATS, || {
-        inflate_expert(black_box(&w), tiles, &mut b, &mut scales).expect("checked above");
-        black_box(&b);
-    });
-    let via = time(1, REPEATS_VIA_F32, || {
-        inflate_expert_via_f32(black_box(&w), tiles, &mut b, &mut scales).expect("checked above");
-        black_box(&b);
-    });
     let src = vec![1i8; out_len];
-    let copy = time(WARMUP, REPEATS, || {
-        b.copy_from_slice(black_box(&src));
-        black_box(&b);
-    });
+    let (mut direct, mut via, mut copy) = (Vec::new(), Vec::new(), Vec::new());
+    let mut direct_us_range = (f64::INFINITY, 0f64);
+    for _ in 0..ROUNDS {
+        let t = time(WARMUP, REPEATS, || {
+            inflate_expert(black_box(&w), tiles, &mut b, &mut scales).expect("checked above");
+            black_box(&b);
+        });
+        direct_us_range = (
+            direct_us_range.0.min(t.min * 1e6),
+            direct_us_range.1.max(t.max * 1e6),
+        );
+        direct.push(t.median);
+        via.push(
+            time(1, REPEATS_VIA_F32, || {
+                inflate_expert_via_f32(black_box(&w), tiles, &mut b, &mut scales)
+                    .expect("checked above");
+                black_box(&b);
+            })
+            .median,
+        );
+        copy.push(
+            time(WARMUP, REPEATS, || {
+                b.copy_from_slice(black_box(&src));
+                black_box(&b);
+            })
+            .median,
+        );
+    }
     Ok(Row {
         ty,
         k,
         n,
-        direct_gbps: gbps(direct.median),
-        via_f32_gbps: gbps(via.median),
-        memcpy_gbps: gbps(copy.median),
-        direct_us_range: (direct.min * 1e6, direct.max * 1e6),
+        direct_gbps: gbps(median(direct)),
+        via_f32_gbps: gbps(median(via)),
+        memcpy_gbps: gbps(median(copy)),
+        direct_us_range,
     })
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
 }
