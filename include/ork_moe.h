@@ -6,67 +6,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-// Number of cores the RK3588 has.
-#define CoreMask_CORES 3
-
-// IOMMU domains of the RK3588 NPU.
-#define DOMAINS 8
-
-// Usable bytes of one domain's 32-bit IOVA space (about 3.9 GiB: the runtime keeps the rest).
-#define DOMAIN_BYTES ((4 << 30) - (96 << 20))
-
-// IOVA pages: every buffer takes whole pages of its domain.
-#define PAGE 4096
-
-// Largest K of one `run_i8` (runtime 2.3.2).
-#define RUN_MAX_K 10240
-
-// Chain and stream: the full-K reduction schedule is right only for K a multiple of this...
-#define STREAM_K_MULTIPLE 512
-
-// ...and up to this K.
-#define STREAM_MAX_K 4096
-
-// Elements of A one task may hold in the convolution buffer: caps the rows per task at
-// `CBUF_ELEMS / K` (at least one).
-#define CBUF_ELEMS 32768
-
-// Widest N slice of one task.
-#define TASK_MAX_N 8192
-
-#define NON_CONTIGUOUS (1 << 0)
-
-// CPU accesses go through the cache: CPU writes need a sync to the device, device writes a
-// sync from the device.
-#define CACHEABLE (1 << 1)
-
-#define WRITE_COMBINE (1 << 2)
-
-#define KERNEL_MAPPING (1 << 3)
-
-#define IOMMU (1 << 4)
-
-#define ZEROING (1 << 5)
-
-#define SECURE (1 << 6)
-
-#define DMA32 (1 << 7)
-
-#define TRY_ALLOC_SRAM (1 << 8)
-
-#define TRY_ALLOC_NBUF (1 << 9)
-
-#define IOMMU_LIMIT_IOVA_ALIGNMENT (1 << 10)
-
-// Every flag the driver knows.
-#define ALL ((1 << 11) - 1)
-
-// Default for buffers the CPU fills (weights, activations): fast CPU writes, explicit syncs.
-#define CPU_FILLED ((NON_CONTIGUOUS | CACHEABLE) | IOMMU_LIMIT_IOVA_ALIGNMENT)
-
-// Non-cacheable (write-combined CPU mapping): no syncs, slow CPU fills (about 1 GB/s on the board).
-#define UNCACHED (NON_CONTIGUOUS | IOMMU_LIMIT_IOVA_ALIGNMENT)
-
 // Weights per block of the 32-wide formats.
 #define QK32 32
 
@@ -99,27 +38,11 @@ typedef int32_t GgmlType;
 #endif // __STDC_VERSION__ >= 202311L
 #endif // __cplusplus
 
-// The three NPU cores, as a bit mask (`RKNN_NPU_CORE_0 = 1`, `_1 = 2`, `_2 = 4`).
-typedef struct CoreMask CoreMask;
-
 // A kernel path. Later variants of one architecture include the earlier ones' features.
 typedef struct Isa Isa;
 
-// The submit primitives, for errors and counters.
-typedef struct Primitive Primitive;
-
 // Tile sizes of the native layouts.
 typedef struct Tiles Tiles;
-
-
-
-
-
-
-
-
-
-
 
 
 

@@ -189,10 +189,27 @@ impl Drop for Pool {
     }
 }
 
-static GLOBAL: Lazy<Pool> =
-    Lazy::new(|| Pool::new(std::thread::available_parallelism().map_or(1, |n| n.get())));
+static GLOBAL: Lazy<Pool> = Lazy::new(|| Pool::new(global_threads()));
 
-/// The process-wide pool, sized to the machine's cores (the caller counts as one).
+/// The machine's cores, or fewer when `ORK_THREADS` asks for fewer (never more: more threads than
+/// cores only oversubscribe them).
+fn global_threads() -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    match std::env::var("ORK_THREADS")
+        .ok()
+        .map(|v| v.trim().parse::<usize>())
+    {
+        None => cores,
+        Some(Ok(n)) if n > 0 => n.min(cores),
+        Some(_) => {
+            log::warn!("ORK_THREADS is not a positive whole number; using {cores} threads");
+            cores
+        }
+    }
+}
+
+/// The process-wide pool, sized to the machine's cores (the caller counts as one), or to
+/// `ORK_THREADS` if that is smaller.
 pub fn global() -> &'static Pool {
     &GLOBAL
 }

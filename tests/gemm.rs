@@ -225,3 +225,17 @@ fn share_columns_are_whole_tiles_covering_all() {
         }
     }
 }
+
+#[test]
+fn bench_helpers_run_on_every_path() {
+    // The probe calls these; the instruction loops must run (no SIGILL) wherever the path exists.
+    use ork_moe::gemm::bench::{gemm_gops, peak_gops, peak_instruction};
+    for isa in Isa::available() {
+        match peak_instruction(isa) {
+            Some(_) => assert!(peak_gops(isa).is_some_and(|g| g.is_finite() && g > 0.0)),
+            None => assert!(peak_gops(isa).is_none()),
+        }
+        let gops = gemm_gops(isa, 3, 64, 40, 1);
+        assert!(gops.is_finite() && gops > 0.0, "{}", isa.name());
+    }
+}

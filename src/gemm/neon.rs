@@ -28,13 +28,21 @@ thread_local! {
     static B_GROUP: RefCell<Vec<i8>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Packs the operands and runs `group` on every group of [`GROUP`] channels.
+/// Where a group's B comes from: the packed group (`[K/16][4][16]`), or native B in place.
+#[derive(Clone, Copy)]
+struct BGroup {
+    ptr: *const i8,
+    native: bool,
+}
+
+/// Packs the operands and runs `group` on every group of [`GROUP`] channels. With a single row
+/// block B is read once, so it is read in place; otherwise each group is packed first.
 fn packed(
     shape: Shape,
     a: &[i8],
     b: &[i8],
     c: &mut [i32],
-    group: impl Fn(Shape, &[i8], &[i8], usize, &mut [i32]),
+    group: impl Fn(Shape, &[i8], BGroup, usize, &mut [i32]),
 ) {
     let Shape { m, kp, np } = shape;
     A_PANELS.with_borrow_mut(|ap| {
@@ -43,8 +51,20 @@ fn packed(
             let bg = aligned(bg, kp * GROUP);
             a_panels(m, kp, a, ROWS, 16, ap, |x| x);
             for n0 in (0..np).step_by(GROUP) {
-                b_group(kp, b, n0, GROUP, 16, bg, |x| x);
-                group(shape, ap, bg, n0, c);
+                let source = if m <= ROWS {
+                    let at = (n0 / 32) * 32 * kp + (n0 % 32) * 32;
+                    BGroup {
+                        ptr: b[at..].as_ptr(),
+                        native: true,
+                    }
+                } else {
+                    b_group(kp, b, n0, GROUP, 16, bg, |x| x);
+                    BGroup {
+                        ptr: bg.as_ptr(),
+                        native: false,
+                    }
+                };
+                group(shape, ap, source, n0, c);
             }
         })
     });
@@ -53,15 +73,15 @@ fn packed(
 pub(super) fn gemm_dot(shape: Shape, a: &[i8], b: &[i8], c: &mut [i32]) {
     packed(shape, a, b, c, |shape, ap, bg, n0, c| {
         // SAFETY: the caller checked that this CPU has the dot-product extension
-        // (`Isa::NeonDot`) and that `c` fits `shape`; `ap` and `bg` were packed for it.
+        // (`Isa::NeonDot`) and that `b` and `c` fit `shape`; `ap` and `bg` were set up for it.
         unsafe { dot_group(shape, ap, bg, n0, c) }
     });
 }
 
 pub(super) fn gemm_neon(shape: Shape, a: &[i8], b: &[i8], c: &mut [i32]) {
     packed(shape, a, b, c, |shape, ap, bg, n0, c| {
-        // SAFETY: Advanced SIMD is part of every aarch64 CPU; the caller checked that `c` fits
-        // `shape`; `ap` and `bg` were packed for it.
+        // SAFETY: Advanced SIMD is part of every aarch64 CPU; the caller checked that `b` and
+        // `c` fit `shape`; `ap` and `bg` were set up for it.
         unsafe { neon_group(shape, ap, bg, n0, c) }
     });
 }
@@ -101,17 +121,30 @@ impl Step for Widening {
 }
 
 #[target_feature(enable = "dotprod")]
-unsafe fn dot_group(shape: Shape, ap: &[i8], bg: &[i8], n0: usize, c: &mut [i32]) {
-    group::<Sdot>(shape, ap, bg, n0, c)
+unsafe fn dot_group(shape: Shape, ap: &[i8], bg: BGroup, n0: usize, c: &mut [i32]) {
+    match bg.native {
+        true => group::<Sdot, true>(shape, ap, bg.ptr, n0, c),
+        false => group::<Sdot, false>(shape, ap, bg.ptr, n0, c),
+    }
 }
 
-unsafe fn neon_group(shape: Shape, ap: &[i8], bg: &[i8], n0: usize, c: &mut [i32]) {
-    group::<Widening>(shape, ap, bg, n0, c)
+unsafe fn neon_group(shape: Shape, ap: &[i8], bg: BGroup, n0: usize, c: &mut [i32]) {
+    match bg.native {
+        true => group::<Widening, true>(shape, ap, bg.ptr, n0, c),
+        false => group::<Widening, false>(shape, ap, bg.ptr, n0, c),
+    }
 }
 
-/// Channels `n0..n0+4` of C from the A panels and the packed B group.
+/// Channels `n0..n0+4` of C from the A panels and B at `bp`: native B when `NATIVE`, else the
+/// packed group.
 #[inline(always)]
-unsafe fn group<S: Step>(shape: Shape, ap: &[i8], bg: &[i8], n0: usize, c: &mut [i32]) {
+unsafe fn group<S: Step, const NATIVE: bool>(
+    shape: Shape,
+    ap: &[i8],
+    bp: *const i8,
+    n0: usize,
+    c: &mut [i32],
+) {
     let Shape { m, kp, .. } = shape;
     let mut r0 = 0;
     while r0 < m {
@@ -119,33 +152,33 @@ unsafe fn group<S: Step>(shape: Shape, ap: &[i8], bg: &[i8], n0: usize, c: &mut 
         let panel = ap.as_ptr().add(r0 * kp);
         let out = c.as_mut_ptr().add((n0 / 4 * m + r0) * 4);
         match rows {
-            1 => block::<S, 1>(panel, bg.as_ptr(), kp / 16, out),
-            2 => block::<S, 2>(panel, bg.as_ptr(), kp / 16, out),
-            3 => block::<S, 3>(panel, bg.as_ptr(), kp / 16, out),
-            _ => block::<S, ROWS>(panel, bg.as_ptr(), kp / 16, out),
+            1 => block::<S, NATIVE, 1>(panel, bp, kp / 16, out),
+            2 => block::<S, NATIVE, 2>(panel, bp, kp / 16, out),
+            3 => block::<S, NATIVE, 3>(panel, bp, kp / 16, out),
+            _ => block::<S, NATIVE, ROWS>(panel, bp, kp / 16, out),
         }
         r0 += rows;
     }
 }
 
-/// `R` rows of A (a panel) × 4 channels of the packed B group over `k16s` chunks of 16 k; stores
+/// `R` rows of A (a panel) × 4 channels of B (see [`group`]) over `k16s` chunks of 16 k; stores
 /// the `R` × 4 results.
 #[inline(always)]
-unsafe fn block<S: Step, const R: usize>(
+unsafe fn block<S: Step, const NATIVE: bool, const R: usize>(
     panel: *const i8,
-    bg: *const i8,
+    bp: *const i8,
     k16s: usize,
     out: *mut i32,
 ) {
     let mut acc = [[vdupq_n_s32(0); GROUP]; R];
     for kk in 0..k16s {
-        let bk = bg.add(kk * GROUP * 16);
-        let bv: [int8x16_t; GROUP] = [
-            vld1q_s8(bk),
-            vld1q_s8(bk.add(16)),
-            vld1q_s8(bk.add(32)),
-            vld1q_s8(bk.add(48)),
-        ];
+        // Chunk kk of channel j: native B keeps 32 k per channel in 1 KiB k-blocks.
+        let (bk, channel_stride) = if NATIVE {
+            (bp.add((kk / 2) * 32 * 32 + (kk % 2) * 16), 32)
+        } else {
+            (bp.add(kk * GROUP * 16), 16)
+        };
+        let bv: [int8x16_t; GROUP] = std::array::from_fn(|j| vld1q_s8(bk.add(j * channel_stride)));
         for (r, acc_r) in acc.iter_mut().enumerate() {
             let av = vld1q_s8(panel.add((kk * R + r) * 16));
             for j in 0..GROUP {

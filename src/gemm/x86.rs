@@ -36,6 +36,9 @@ thread_local! {
 const VNNI_ROWS: usize = 4;
 /// Channels per AVX-512 register block and packed B group.
 const VNNI_GROUP: usize = 8;
+/// Up to this many rows B is read in place rather than packed (measured faster up to M = 8 at the
+/// A3B shapes; at M = 16 packing wins).
+const NATIVE_B_ROWS: usize = 2 * VNNI_ROWS;
 
 /// `128·Σ_k a[r][k]` for every row: what the +128 bias on B adds to row `r`.
 #[inline(always)]
@@ -77,17 +80,24 @@ unsafe fn vnni_all(
     a_panels(m, kp, a, VNNI_ROWS, 32, ap, |x| x);
     bias_per_row(m, kp, a, corr);
     for n0 in (0..np).step_by(VNNI_GROUP) {
-        b_group(kp, b, n0, VNNI_GROUP, 32, bg, |x| (x as u8) ^ 0x80);
-        vnni_group(shape, ap, bg, corr, n0, c);
+        if m <= NATIVE_B_ROWS {
+            // Few row blocks read B few times: packing would mostly add a copy.
+            let native = b.as_ptr().add((n0 / 32) * 32 * kp + (n0 % 32) * 32);
+            vnni_group::<true>(shape, ap, native.cast(), corr, n0, c);
+        } else {
+            b_group(kp, b, n0, VNNI_GROUP, 32, bg, |x| (x as u8) ^ 0x80);
+            vnni_group::<false>(shape, ap, bg.as_ptr(), corr, n0, c);
+        }
     }
 }
 
-/// Channels `n0..n0+8` of C from the A panels and the packed B group.
+/// Channels `n0..n0+8` of C from the A panels and B at `bp`: native B (k-blocks 1 KiB apart,
+/// biased on load) when `NATIVE`, else the packed group (already biased).
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-unsafe fn vnni_group(
+unsafe fn vnni_group<const NATIVE: bool>(
     shape: Shape,
     ap: &[i8],
-    bg: &[u8],
+    bp: *const u8,
     row_corr: &[i32],
     n0: usize,
     c: &mut [i32],
@@ -101,10 +111,10 @@ unsafe fn vnni_group(
         let rows = (m - r0).min(VNNI_ROWS);
         let panel = ap.as_ptr().add(r0 * kp);
         let quads = match rows {
-            1 => vnni_block::<1>(panel, bg.as_ptr(), kbs),
-            2 => vnni_block::<2>(panel, bg.as_ptr(), kbs),
-            3 => vnni_block::<3>(panel, bg.as_ptr(), kbs),
-            _ => vnni_block::<VNNI_ROWS>(panel, bg.as_ptr(), kbs),
+            1 => vnni_block::<1, NATIVE>(panel, bp, kbs),
+            2 => vnni_block::<2, NATIVE>(panel, bp, kbs),
+            3 => vnni_block::<3, NATIVE>(panel, bp, kbs),
+            _ => vnni_block::<VNNI_ROWS, NATIVE>(panel, bp, kbs),
         };
         let mask: __mmask16 = ((1u32 << (4 * rows)) - 1) as __mmask16;
         let corr = _mm512_permutexvar_epi32(
@@ -119,16 +129,30 @@ unsafe fn vnni_group(
     }
 }
 
-/// `R` (≤ 4) rows of A (a panel) × a packed biased B group (8 channels) over `kbs` k-blocks. Returns the two
-/// channel quads, each as `[row 0: ch 0..4 | row 1 | row 2 | row 3]` (rows ≥ `R` are zero).
+/// `R` (≤ 4) rows of A (a panel) × 8 channels of B (native or packed, see [`vnni_group`]) over
+/// `kbs` k-blocks. Returns the two channel quads, each as `[row 0: ch 0..4 | row 1 | row 2 |
+/// row 3]` (rows ≥ `R` are zero).
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-unsafe fn vnni_block<const R: usize>(panel: *const i8, bp: *const u8, kbs: usize) -> [__m512i; 2] {
+unsafe fn vnni_block<const R: usize, const NATIVE: bool>(
+    panel: *const i8,
+    bp: *const u8,
+    kbs: usize,
+) -> [__m512i; 2] {
+    let b_stride = if NATIVE { 32 * 32 } else { VNNI_GROUP * 32 };
+    let bias = _mm512_set1_epi8(0x80u8 as i8);
     let mut acc = [[_mm512_setzero_si512(); 4]; R];
     for kb in 0..kbs {
-        let bk = bp.add(kb * VNNI_GROUP * 32);
+        let bk = bp.add(kb * b_stride);
         // Each load: 2 channels × 32 k; lanes 0..8 channel 2p, lanes 8..16 channel 2p+1.
-        let bv: [__m512i; 4] = std::array::from_fn(|p| _mm512_loadu_si512(bk.add(p * 64).cast()));
+        let bv: [__m512i; 4] = std::array::from_fn(|p| {
+            let v = _mm512_loadu_si512(bk.add(p * 64).cast());
+            if NATIVE {
+                _mm512_xor_si512(v, bias)
+            } else {
+                v
+            }
+        });
         for (r, acc_r) in acc.iter_mut().enumerate() {
             let a32 = _mm256_loadu_si256(panel.add((kb * R + r) * 32).cast());
             let av = _mm512_broadcast_i64x4(a32);

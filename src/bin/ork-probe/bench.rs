@@ -1,25 +1,93 @@
 //! Timing and output helpers shared by the probe's subcommands.
 
+use ork_moe::npu::BackendChoice;
+use ork_moe::quant::GgmlType;
+use std::path::PathBuf;
 use std::time::Instant;
 
-/// Options common to all subcommands.
+/// Options common to all subcommands; each uses those that apply to it.
 #[derive(Clone, Debug, Default)]
 pub struct Options {
     /// Print one JSON array instead of a table.
     pub json: bool,
+    /// Also draw the results into this SVG file.
+    pub svg: Option<PathBuf>,
+    /// Expert GEMM shapes as (K, N).
+    pub shapes: Option<Vec<(usize, usize)>>,
+    /// Rows per expert.
+    pub m: Option<Vec<usize>>,
+    pub types: Option<Vec<GgmlType>>,
+    /// Threads of the CPU runs (sets `ORK_THREADS`).
+    pub threads: Option<usize>,
+    /// Backend (sets `ORK_BACKEND`).
+    pub backend: Option<String>,
+    /// Fewer sizes and repeats.
+    pub quick: bool,
 }
 
 impl Options {
     pub fn parse(args: &[String]) -> Result<Options, String> {
         let mut o = Options::default();
-        for a in args {
-            match a.as_str() {
+        let mut it = args.iter();
+        while let Some(arg) = it.next() {
+            let (flag, inline) = match arg.split_once('=') {
+                Some((f, v)) => (f, Some(v.to_string())),
+                None => (arg.as_str(), None),
+            };
+            let mut value = || {
+                inline
+                    .clone()
+                    .or_else(|| it.next().cloned())
+                    .ok_or_else(|| format!("{flag} needs a value"))
+            };
+            match flag {
                 "--json" => o.json = true,
+                "--quick" => o.quick = true,
+                "--svg" => o.svg = Some(PathBuf::from(value()?)),
+                "--shapes" => o.shapes = Some(list(&value()?, parse_shape)?),
+                "--m" => o.m = Some(list(&value()?, parse_count)?),
+                "--types" => {
+                    o.types = Some(list(&value()?, |t| {
+                        GgmlType::from_name(t)
+                            .filter(|t| GgmlType::QUANTIZED.contains(t))
+                            .ok_or_else(|| format!("unknown weight type {t:?}"))
+                    })?)
+                }
+                "--threads" => o.threads = Some(parse_count(&value()?)?),
+                "--backend" => {
+                    let v = value()?;
+                    BackendChoice::parse(&v).ok_or_else(|| {
+                        format!("--backend {v:?}: expected auto, emu, rknn or cpu")
+                    })?;
+                    o.backend = Some(v);
+                }
                 other => return Err(format!("unknown option {other:?}")),
             }
         }
         Ok(o)
     }
+}
+
+fn list<T>(s: &str, parse: impl Fn(&str) -> Result<T, String>) -> Result<Vec<T>, String> {
+    s.split(',')
+        .filter(|p| !p.is_empty())
+        .map(|p| parse(p.trim()))
+        .collect()
+}
+
+fn parse_count(s: &str) -> Result<usize, String> {
+    s.parse::<usize>()
+        .ok()
+        .filter(|&v| v > 0)
+        .ok_or_else(|| format!("{s:?} is not a positive whole number"))
+}
+
+/// `KxN`, e.g. `2048x768`.
+fn parse_shape(s: &str) -> Result<(usize, usize), String> {
+    let (k, n) = s
+        .split_once(['x', 'X'])
+        .ok_or_else(|| format!("shape {s:?} is not KxN"))?;
+    Ok((parse_count(k)?, parse_count(n)?))
 }
 
 /// Median and spread of repeated timings, in seconds.

@@ -9,7 +9,8 @@
 use super::bench::{print_json, time, Json, Options};
 use ork_moe::gemm::{self, Shape};
 use ork_moe::layout::Tiles;
-use ork_moe::npu::{emu, flags, Buffer, Device, MatMul, Primitive, Report};
+use ork_moe::npu::{flags, Buffer, Device, MatMul, Primitive, Report};
+use ork_moe::testutil::Rng;
 use std::process::ExitCode;
 
 /// (K, N) of the A3B expert GEMMs: gate/up and down of two model sizes.
@@ -18,29 +19,28 @@ const ROWS: [usize; 5] = [8, 16, 32, 64, 128];
 const WARMUP: usize = 1;
 const REPEATS: usize = 5;
 
-struct Row {
-    k: usize,
-    n: usize,
-    m: usize,
-    primitive: Primitive,
-    npu_us: f64,
+/// One GEMM measured on the NPU backend and on the CPU (times in µs).
+pub struct Row {
+    pub k: usize,
+    pub n: usize,
+    pub m: usize,
+    pub primitive: Primitive,
+    pub npu_us: f64,
     /// Fastest and slowest NPU run.
-    npu_spread_us: (f64, f64),
-    modelled_us: Option<f64>,
-    cpu1_us: f64,
-    cpun_us: f64,
-    bit_exact: bool,
+    pub npu_spread_us: (f64, f64),
+    /// The emulator's cost model of the RK3588 (never a measurement); `None` on other backends.
+    pub modelled_us: Option<f64>,
+    pub cpu1_us: f64,
+    pub cpun_us: f64,
+    /// NPU, CPU 1-thread and CPU all-threads results all equal the reference GEMM.
+    pub bit_exact: bool,
 }
 
-fn pseudo_random(len: usize, seed: u32) -> Vec<i8> {
-    (0..len as u32)
-        .map(|i| {
-            (i.wrapping_mul(2654435761)
-                .wrapping_add(seed)
-                .rotate_left(13)
-                >> 7) as i8
-        })
-        .collect()
+/// Warm-up runs and timed repeats of each measurement.
+#[derive(Clone, Copy)]
+pub struct Repeats {
+    pub warmup: usize,
+    pub timed: usize,
 }
 
 /// A, B and C of one GEMM.
@@ -77,17 +77,38 @@ fn submit(
 
 fn measure(npu: &Device, cpu: &Device, k: usize, n: usize, m: usize) -> Result<Row, String> {
     let t = npu.tiles();
+    let mut rng = Rng::new((k * 131 + n * 7 + m) as u64);
+    let mut a = vec![0i8; t.a_len(m, t.pad(k))];
+    let mut b = vec![0i8; t.b_len(t.pad(k), t.pad(n))];
+    rng.fill_i8(&mut a);
+    rng.fill_i8(&mut b);
+    let reps = Repeats {
+        warmup: WARMUP,
+        timed: REPEATS,
+    };
+    measure_operands(npu, cpu, (k, n, m), &a, &b, reps)
+}
+
+/// Measures `C = A·B` for native `a` (`m` rows) and native `b` (padded `k` × `n`) on the NPU
+/// backend (the primitive the engine would pick), on one CPU thread and on all of them.
+pub fn measure_operands(
+    npu: &Device,
+    cpu: &Device,
+    (k, n, m): (usize, usize, usize),
+    a: &[i8],
+    b: &[i8],
+    reps: Repeats,
+) -> Result<Row, String> {
+    let t = npu.tiles();
     let shape = Shape {
         m,
         kp: t.pad(k),
         np: t.pad(n),
     };
-    let a = pseudo_random(t.a_len(m, shape.kp), (k + m) as u32);
-    let b = pseudo_random(t.b_len(shape.kp, shape.np), n as u32);
     let mut expected = vec![0i32; t.c_len(m, shape.np)];
-    gemm::reference(&t, shape, &a, &b, &mut expected);
+    gemm::reference(&t, shape, a, b, &mut expected);
 
-    let in_stream = k % emu::STREAM_K_MULTIPLE == 0 && k <= emu::STREAM_MAX_K;
+    let in_stream = ork_moe::npu::in_stream_envelope(t.pad(k));
     let primitive = if in_stream {
         Primitive::StreamI8
     } else {
@@ -105,11 +126,11 @@ fn measure(npu: &Device, cpu: &Device, k: usize, n: usize, m: usize) -> Result<R
         scaled: None,
     };
 
-    let (na, nb, mut nc) = upload(npu, &a, &b, expected.len())?;
+    let (na, nb, mut nc) = upload(npu, a, b, expected.len())?;
     let report = submit(npu, primitive, matmul(&na, &nb), &mut nc)?;
     let bit_exact = nc.as_slice() == &expected[..];
     let mut failure = None;
-    let npu_t = time(WARMUP, REPEATS, || {
+    let npu_t = time(reps.warmup, reps.timed, || {
         if let Err(e) = submit(npu, primitive, matmul(&na, &nb), &mut nc) {
             failure.get_or_insert(e);
         }
@@ -120,12 +141,12 @@ fn measure(npu: &Device, cpu: &Device, k: usize, n: usize, m: usize) -> Result<R
 
     let mut c1 = vec![0i32; expected.len()];
     let kernel = ork_moe::npu::cpu_kernel();
-    let cpu1_t = time(WARMUP, REPEATS, || {
-        kernel(&Tiles::RK3588, shape, &a, &b, &mut c1)
+    let cpu1_t = time(reps.warmup, reps.timed, || {
+        kernel(&Tiles::RK3588, shape, a, b, &mut c1)
     });
 
-    let (ca, cb, mut cc) = upload(cpu, &a, &b, expected.len())?;
-    let cpun_t = time(WARMUP, REPEATS, || {
+    let (ca, cb, mut cc) = upload(cpu, a, b, expected.len())?;
+    let cpun_t = time(reps.warmup, reps.timed, || {
         if let Err(e) = cpu.run_i8(matmul(&ca, &cb), &mut cc) {
             failure.get_or_insert(e.to_string());
         }
