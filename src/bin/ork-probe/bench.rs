@@ -5,6 +5,17 @@ use ork_moe::quant::GgmlType;
 use std::path::PathBuf;
 use std::time::Instant;
 
+/// (K, N, role) of the Qwen3 A3B expert GEMMs: gate/up and down of two model sizes.
+pub const A3B_SHAPES: [(usize, usize, &str); 4] = [
+    (2048, 768, "gate/up"),
+    (768, 2048, "down"),
+    (4096, 1408, "gate/up (wide)"),
+    (1408, 4096, "down (wide)"),
+];
+/// Rows per expert swept by default, and with `--quick`.
+const ROWS: [usize; 5] = [8, 16, 32, 64, 128];
+const QUICK_ROWS: [usize; 3] = [8, 32, 128];
+
 /// Options common to all subcommands; each uses those that apply to it.
 #[derive(Clone, Debug, Default)]
 pub struct Options {
@@ -66,6 +77,39 @@ impl Options {
         }
         Ok(o)
     }
+}
+
+impl Options {
+    /// `--shapes`, else the A3B shapes.
+    pub fn shapes(&self) -> Vec<(usize, usize)> {
+        self.shapes
+            .clone()
+            .unwrap_or_else(|| A3B_SHAPES.iter().map(|s| (s.0, s.1)).collect())
+    }
+
+    /// `--m`, else [`ROWS`] (fewer with `--quick`).
+    pub fn rows(&self) -> Vec<usize> {
+        self.m.clone().unwrap_or_else(|| {
+            if self.quick {
+                QUICK_ROWS.to_vec()
+            } else {
+                ROWS.to_vec()
+            }
+        })
+    }
+
+    /// `--types`, else `default`.
+    pub fn types(&self, default: &[GgmlType]) -> Vec<GgmlType> {
+        self.types.clone().unwrap_or_else(|| default.to_vec())
+    }
+}
+
+/// The role of an A3B shape ("gate/up", "down", ...), or "custom".
+pub fn role(k: usize, n: usize) -> &'static str {
+    A3B_SHAPES
+        .iter()
+        .find(|s| (s.0, s.1) == (k, n))
+        .map_or("custom", |s| s.2)
 }
 
 fn list<T>(s: &str, parse: impl Fn(&str) -> Result<T, String>) -> Result<Vec<T>, String> {

@@ -13,9 +13,6 @@ use ork_moe::npu::{flags, Buffer, Device, MatMul, Primitive, Report};
 use ork_moe::testutil::Rng;
 use std::process::ExitCode;
 
-/// (K, N) of the A3B expert GEMMs: gate/up and down of two model sizes.
-const SHAPES: [(usize, usize); 4] = [(2048, 768), (768, 2048), (4096, 1408), (1408, 4096)];
-const ROWS: [usize; 5] = [8, 16, 32, 64, 128];
 const WARMUP: usize = 1;
 const REPEATS: usize = 5;
 
@@ -174,8 +171,8 @@ pub fn run(opts: &Options) -> Result<ExitCode, String> {
     let cpu = Device::cpu();
     let backend = npu.backend().name();
     let mut rows = Vec::new();
-    for &(k, n) in &SHAPES {
-        for &m in &ROWS {
+    for (k, n) in opts.shapes() {
+        for m in opts.rows() {
             rows.push(measure(&npu, &cpu, k, n, m)?);
         }
     }

@@ -11,8 +11,6 @@ use ork_moe::testutil::Rng;
 use std::hint::black_box;
 use std::process::ExitCode;
 
-/// (K, N) of Qwen3-A3B's gate/up and down projections and of the wider A3B variants.
-const SHAPES: [(usize, usize); 4] = [(2048, 768), (768, 2048), (4096, 1408), (1408, 4096)];
 /// The three measurements take turns, round after round, so that a busy machine (other
 /// processes on the same cores) slows them alike; each reported figure is the median over the
 /// rounds of that round's median.
@@ -36,8 +34,9 @@ struct Row {
 pub fn run(opts: &Options) -> Result<ExitCode, String> {
     let tiles = Tiles::RK3588;
     let mut rows = Vec::new();
-    for (k, n) in SHAPES {
-        for ty in GgmlType::QUANTIZED
+    for (k, n) in opts.shapes() {
+        for ty in opts
+            .types(&GgmlType::QUANTIZED)
             .into_iter()
             .filter(|t| k % t.block_elems() == 0)
         {

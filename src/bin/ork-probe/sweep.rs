@@ -5,7 +5,7 @@
 //! reference on the inflated weights. On the emulator each row also carries the cost model's
 //! RK3588 time, which is modelled, never measured.
 
-use super::bench::{print_json, time, Json, Options, Timing};
+use super::bench::{print_json, role, time, Json, Options, Timing};
 use super::gemm::{measure_operands, Repeats, Row as GemmRow};
 use super::svg::{self, Panel, Series};
 use ork_moe::inflate::{inflate_expert, inflate_expert_via_f32, ExpertWeights};
@@ -14,15 +14,6 @@ use ork_moe::quant::GgmlType;
 use ork_moe::testutil::Rng;
 use std::process::ExitCode;
 
-/// (K, N, role) of the Qwen3 A3B expert GEMMs.
-const SHAPES: [(usize, usize, &str); 4] = [
-    (2048, 768, "gate/up"),
-    (768, 2048, "down"),
-    (4096, 1408, "gate/up (wide)"),
-    (1408, 4096, "down (wide)"),
-];
-const ROWS: [usize; 5] = [8, 16, 32, 64, 128];
-const QUICK_ROWS: [usize; 3] = [8, 32, 128];
 const TYPES: [GgmlType; 2] = [GgmlType::Q4_0, GgmlType::Q4_K];
 
 struct Row {
@@ -33,29 +24,11 @@ struct Row {
     gemm: GemmRow,
 }
 
-fn role(k: usize, n: usize) -> &'static str {
-    SHAPES
-        .iter()
-        .find(|s| (s.0, s.1) == (k, n))
-        .map_or("custom", |s| s.2)
-}
-
 pub fn run(opts: &Options) -> Result<ExitCode, String> {
     let npu = Device::from_env().map_err(|e| e.to_string())?;
     let cpu = Device::cpu();
     let tiles = npu.tiles();
-    let shapes: Vec<(usize, usize)> = opts
-        .shapes
-        .clone()
-        .unwrap_or_else(|| SHAPES.iter().map(|s| (s.0, s.1)).collect());
-    let ms = opts.m.clone().unwrap_or_else(|| {
-        if opts.quick {
-            QUICK_ROWS.to_vec()
-        } else {
-            ROWS.to_vec()
-        }
-    });
-    let types = opts.types.clone().unwrap_or(TYPES.to_vec());
+    let (shapes, ms, types) = (opts.shapes(), opts.rows(), opts.types(&TYPES));
     let reps = if opts.quick {
         Repeats {
             warmup: 1,
