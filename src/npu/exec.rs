@@ -390,18 +390,12 @@ pub fn take_outs<'a>(gemms: &mut [MatMul<'a>]) -> Vec<Option<&'a mut [f32]>> {
         .collect()
 }
 
-/// Runs `share(ith, nth)` for every `ith` in `0..nth` on the crate's threads.
+/// Runs `share(ith, nth)` for every `ith` in `0..nth` on the crate's pool.
 pub fn run_parallel<F: Fn(usize, usize) + Sync>(nth: usize, share: F) {
-    std::thread::scope(|s| {
-        for ith in 1..nth {
-            let share = &share;
-            s.spawn(move || share(ith, nth));
-        }
-        share(0, nth);
-    });
+    crate::pool::global().run(nth, share);
 }
 
-/// CPU threads a submit may use: the machine's cores, never more.
+/// CPU threads a submit may use: the pool's, which never exceed the machine's cores.
 pub fn cpu_threads() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
+    crate::pool::global().threads()
 }

@@ -42,6 +42,8 @@ pub mod emu;
 mod exec;
 pub mod rknn;
 
+pub use exec::Kernel;
+
 use crate::layout::Tiles;
 use std::any::Any;
 use std::fmt;
@@ -484,6 +486,12 @@ impl Counters {
             c.store(0, Ordering::Relaxed);
         }
     }
+}
+
+/// The single-threaded CPU int8 kernel the emu and cpu backends run their work units on (what
+/// benchmarks compare against).
+pub fn cpu_kernel() -> Kernel {
+    exec::kernel()
 }
 
 /// Backend selection, as in `ORK_BACKEND`.
