@@ -41,9 +41,13 @@
 //! starting at a multiple of 32 are one contiguous 32-byte run of native B, and every
 //! (sub-)block of the table types is exactly such a run.
 
+#[cfg(target_arch = "aarch64")]
+mod neon;
 mod params;
 mod scalar;
 mod via_f32;
+#[cfg(target_arch = "x86_64")]
+mod x86;
 
 pub use via_f32::inflate_expert_via_f32;
 
@@ -151,26 +155,39 @@ pub fn inflate_expert_with(
         return Err(InflateError::IsaUnavailable(isa));
     }
     let shape = check(w, tiles, b_native.len(), chan_scales.len())?;
-    let kernel = row_kernel(isa, w.ty);
-    let mut params = RowParams::new(w.ty, w.k);
-    let runs_per_row = w.k / RUN;
-    for (row, scale) in chan_scales[..w.n].iter_mut().enumerate() {
-        let bytes = &w.data[row * w.row_stride..row * w.row_stride + shape.row_bytes];
-        *scale = params
-            .prepare(bytes)
-            .map_err(|block| InflateError::NonFiniteScale { row, block })?;
-        let mut runs = Runs {
-            out: b_native,
-            base: tiles.b_index(shape.kp, row, 0),
-            stride: shape.tile_stride,
-        };
-        kernel(bytes, &params, &mut runs);
-        for r in runs_per_row..shape.kp / RUN {
-            runs.run(r).fill(0);
+    let kernel = tile_kernel(isa, w.ty);
+    let mut params: Vec<RowParams> = (0..tiles.b_n.min(w.n))
+        .map(|_| RowParams::new(w.ty, w.k))
+        .collect();
+    let mut rows: Vec<&[u8]> = Vec::with_capacity(tiles.b_n);
+    for (t, tile_out) in b_native[..tiles.b_len(shape.kp, shape.np)]
+        .chunks_exact_mut(tiles.b_n * shape.kp)
+        .enumerate()
+    {
+        let first = t * tiles.b_n;
+        rows.clear();
+        for (row, p) in (first..w.n.min(first + tiles.b_n)).zip(&mut params) {
+            let bytes = w.row(row, shape.row_bytes);
+            chan_scales[row] = p
+                .prepare(bytes)
+                .map_err(|block| InflateError::NonFiniteScale { row, block })?;
+            rows.push(bytes);
         }
+        let mut tile = Tile {
+            out: tile_out,
+            b_n: tiles.b_n,
+        };
+        kernel(&rows, &params[..rows.len()], &mut tile, w.k / RUN);
+        tile.zero_padding(rows.len(), w.k / RUN);
     }
-    zero_padding_channels(w.n, &shape, tiles, b_native, chan_scales);
+    chan_scales[w.n..shape.np].fill(0.0);
     Ok(())
+}
+
+impl ExpertWeights<'_> {
+    fn row(&self, row: usize, row_bytes: usize) -> &[u8] {
+        &self.data[row * self.row_stride..row * self.row_stride + row_bytes]
+    }
 }
 
 /// Weights per contiguous run of native B (the B tile depth the kernels require).
@@ -181,8 +198,6 @@ struct Shape {
     kp: usize,
     np: usize,
     row_bytes: usize,
-    /// Distance between consecutive 32-deep runs of one row in native B.
-    tile_stride: usize,
 }
 
 fn check(
@@ -202,8 +217,8 @@ fn check(
             }))?;
     if tiles.b_k != RUN
         || tiles.b_n == 0
-        || tiles.align % tiles.b_k != 0
-        || tiles.align % tiles.b_n != 0
+        || !tiles.align.is_multiple_of(tiles.b_k)
+        || !tiles.align.is_multiple_of(tiles.b_n)
     {
         return Err(InflateError::UnsupportedTiles(*tiles));
     }
@@ -239,57 +254,100 @@ fn check(
             got: scales_len,
         });
     }
-    Ok(Shape {
-        kp,
-        np,
-        row_bytes,
-        tile_stride: tiles.b_n * tiles.b_k,
-    })
+    Ok(Shape { kp, np, row_bytes })
 }
 
-fn zero_padding_channels(
-    n: usize,
-    shape: &Shape,
-    tiles: &Tiles,
-    b_native: &mut [i8],
-    chan_scales: &mut [f32],
-) {
-    chan_scales[n..shape.np].fill(0.0);
-    for row in n..shape.np {
-        let mut runs = Runs {
-            out: b_native,
-            base: tiles.b_index(shape.kp, row, 0),
-            stride: shape.tile_stride,
-        };
-        for r in 0..shape.kp / RUN {
-            runs.run(r).fill(0);
-        }
-    }
-}
-
-/// The 32-byte runs of one row of native B: run `r` holds weights `32r..32r+32`.
-struct Runs<'a> {
+/// One N-tile of native B: `b_n` rows (output channels) × the padded depth, run by run.
+struct Tile<'a> {
     out: &'a mut [i8],
-    base: usize,
-    stride: usize,
+    b_n: usize,
 }
 
-impl Runs<'_> {
+impl Tile<'_> {
+    /// Run `r` (weights `32r..32r+32`) of the tile's row `j`; consecutive `j` are adjacent.
     #[inline(always)]
-    fn run(&mut self, r: usize) -> &mut [i8; RUN] {
-        let at = self.base + r * self.stride;
+    fn run(&mut self, r: usize, j: usize) -> &mut [i8; RUN] {
+        let at = (r * self.b_n + j) * RUN;
         (&mut self.out[at..at + RUN])
             .try_into()
             .expect("a run is 32 bytes")
     }
+
+    /// Runs `r` and `r + 1` of the tile's row `j`.
+    #[inline(always)]
+    fn run_pair(&mut self, r: usize, j: usize) -> (&mut [i8; RUN], &mut [i8; RUN]) {
+        let at = (r * self.b_n + j) * RUN;
+        let (even, odd) = self.out[at..at + self.b_n * RUN + RUN].split_at_mut(self.b_n * RUN);
+        let even = (&mut even[..RUN]).try_into().expect("a run is 32 bytes");
+        (
+            even,
+            (&mut odd[..RUN]).try_into().expect("a run is 32 bytes"),
+        )
+    }
+
+    fn runs(&self) -> usize {
+        self.out.len() / (self.b_n * RUN)
+    }
+
+    /// Zeroes what the rows did not fill: depth padding of `rows` rows, and padding rows.
+    fn zero_padding(&mut self, rows: usize, runs_filled: usize) {
+        for r in 0..self.runs() {
+            let from = if r < runs_filled { rows } else { 0 };
+            let at = r * self.b_n * RUN;
+            self.out[at + from * RUN..at + self.b_n * RUN].fill(0);
+        }
+    }
 }
 
-/// Converts one row's blocks (`bytes`) into its runs, given the row's prepared parameters.
-type RowKernel = fn(&[u8], &RowParams, &mut Runs);
+/// Calls `convert(row bytes, row params, r, destination)` for runs `0..runs` of every row of a
+/// tile, in native B's order so the writes stream through memory.
+#[inline(always)]
+fn for_each_run(
+    rows: &[&[u8]],
+    params: &[RowParams],
+    tile: &mut Tile,
+    runs: usize,
+    mut convert: impl FnMut(&[u8], &RowParams, usize, &mut [i8; RUN]),
+) {
+    for r in 0..runs {
+        for (j, (row, p)) in rows.iter().zip(params).enumerate() {
+            convert(row, p, r, tile.run(r, j));
+        }
+    }
+}
 
-fn row_kernel(isa: Isa, ty: GgmlType) -> RowKernel {
+/// Like [`for_each_run`] for Q4_K, whose runs come in pairs from the same 32 bytes (low and
+/// high nibbles): `convert(row bytes, row params, r, run r, run r + 1)` for even `r`.
+#[inline(always)]
+fn for_each_run_pair(
+    rows: &[&[u8]],
+    params: &[RowParams],
+    tile: &mut Tile,
+    runs: usize,
+    mut convert: impl FnMut(&[u8], &RowParams, usize, &mut [i8; RUN], &mut [i8; RUN]),
+) {
+    for r in (0..runs).step_by(2) {
+        for (j, (row, p)) in rows.iter().zip(params).enumerate() {
+            let (even, odd) = tile.run_pair(r, j);
+            convert(row, p, r, even, odd);
+        }
+    }
+}
+
+/// Fills runs `0..runs` of a tile's rows (`rows[j]` with its prepared `params[j]`).
+type TileKernel = fn(&[&[u8]], &[RowParams], &mut Tile, usize);
+
+fn tile_kernel(isa: Isa, ty: GgmlType) -> TileKernel {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(k) = x86::tile_kernel(isa, ty) {
+        return k;
+    }
+    #[cfg(target_arch = "aarch64")]
+    if let Some(k) = neon::tile_kernel(isa, ty) {
+        return k;
+    }
     let _ = isa;
-    scalar::row_kernel(ty)
+    scalar::tile_kernel(ty)
 }
 
 #[cfg(test)]

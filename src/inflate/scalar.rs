@@ -1,127 +1,114 @@
 //! The scalar reference kernels: the method of the module docs, one weight at a time.
+//!
+//! Each `*_run` function converts run `r` (weights `32r..32r+32`) of one row; the SIMD kernels
+//! share the Q4_K/Q6_K run geometry helpers below.
 
-use super::params::{table_value, zero_point, RowParams};
-use super::{RowKernel, Runs, RUN};
+use super::params::{half, multiplier, table_value, zero_point, RowParams};
+use super::{for_each_run, TileKernel, RUN};
 use crate::quant::GgmlType;
 
-pub(super) fn row_kernel(ty: GgmlType) -> RowKernel {
+pub(super) fn tile_kernel(ty: GgmlType) -> TileKernel {
     match ty {
-        GgmlType::Q4_0 => |row, p, runs| nibbles_32(row, p, runs, 18, 2, GgmlType::Q4_0),
-        GgmlType::Q4_1 => |row, p, runs| nibbles_32(row, p, runs, 20, 4, GgmlType::Q4_1),
-        GgmlType::Q5_0 => q5_0,
-        GgmlType::Q8_0 => q8_0,
-        GgmlType::Q4_K => q4_k,
-        GgmlType::Q6_K => q6_k,
+        GgmlType::Q4_0 => |rows, p, tile, runs| for_each_run(rows, p, tile, runs, q4_0_run),
+        GgmlType::Q4_1 => |rows, p, tile, runs| for_each_run(rows, p, tile, runs, q4_1_run),
+        GgmlType::Q5_0 => |rows, p, tile, runs| for_each_run(rows, p, tile, runs, q5_0_run),
+        GgmlType::Q8_0 => |rows, p, tile, runs| for_each_run(rows, p, tile, runs, q8_0_run),
+        GgmlType::Q4_K => |rows, p, tile, runs| for_each_run(rows, p, tile, runs, q4_k_run),
+        GgmlType::Q6_K => |rows, p, tile, runs| for_each_run(rows, p, tile, runs, q6_k_run),
         GgmlType::F32 | GgmlType::F16 => unreachable!("checked by the caller"),
     }
 }
 
-/// `lut[q] = sat8(rne(fl(w(q)·inv)))` for the codes `q` of a table type's (sub-)block `j`.
-pub(super) fn table<const N: usize>(ty: GgmlType, p: &RowParams, j: usize) -> [i8; N] {
-    let zp = zero_point(ty);
-    std::array::from_fn(|q| {
-        // `as i8` saturates, like the SIMD paths' saturating packs.
-        (table_value(q as i32 - zp, p.a[j], p.b[j]) * p.inv).round_ties_even() as i8
-    })
+/// `lut[q] = sat8(rne(fl(fl(c(q)·f) + g)))` for the codes `q` of a (sub-)block.
+fn table<const N: usize>(zp: i32, f: f32, g: f32) -> [i8; N] {
+    // `as i8` saturates, like the SIMD paths' saturating packs.
+    std::array::from_fn(|q| table_value(q as i32 - zp, f, g).round_ties_even() as i8)
 }
 
 /// `sat8((x·m + 2¹⁴) >> 15)`: the rescale types' fixed-point multiply.
-#[inline]
-pub(super) fn rescale(x: i32, m: i16) -> i8 {
+fn rescale(x: i32, m: i16) -> i8 {
     ((x * m as i32 + (1 << 14)) >> 15).clamp(-128, 127) as i8
 }
 
-/// Q4_0 and Q4_1: blocks of 32 with the quants in the last 16 bytes, low nibbles first.
-fn nibbles_32(
-    row: &[u8],
-    p: &RowParams,
-    runs: &mut Runs,
-    block_bytes: usize,
-    qs_at: usize,
-    ty: GgmlType,
-) {
-    for (i, blk) in row.chunks_exact(block_bytes).enumerate() {
-        let lut: [i8; 16] = table(ty, p, i);
-        let out = runs.run(i);
-        for (j, &q) in blk[qs_at..qs_at + 16].iter().enumerate() {
-            out[j] = lut[(q & 15) as usize];
-            out[j + 16] = lut[(q >> 4) as usize];
-        }
+/// 16 quant bytes through a table, low nibbles first (Q4_0, Q4_1).
+fn nibbles(qs: &[u8], lut: &[i8; 16], out: &mut [i8; RUN]) {
+    for (j, &q) in qs[..16].iter().enumerate() {
+        out[j] = lut[(q & 15) as usize];
+        out[j + 16] = lut[(q >> 4) as usize];
     }
 }
 
-fn q5_0(row: &[u8], p: &RowParams, runs: &mut Runs) {
-    for (i, blk) in row.chunks_exact(22).enumerate() {
-        let lut: [i8; 32] = table(GgmlType::Q5_0, p, i);
-        let qh = u32::from_le_bytes(blk[2..6].try_into().expect("4 bytes"));
-        let out = runs.run(i);
-        for (j, &q) in blk[6..22].iter().enumerate() {
-            let hi0 = ((qh >> j) & 1) << 4;
-            let hi1 = ((qh >> (j + 16)) & 1) << 4;
-            out[j] = lut[((q & 15) as u32 | hi0) as usize];
-            out[j + 16] = lut[((q >> 4) as u32 | hi1) as usize];
-        }
+fn q4_0_run(row: &[u8], p: &RowParams, r: usize, out: &mut [i8; RUN]) {
+    let blk = &row[r * 18..r * 18 + 18];
+    nibbles(
+        &blk[2..],
+        &table(zero_point(GgmlType::Q4_0), half(blk, 0) * p.inv, 0.0),
+        out,
+    );
+}
+
+fn q4_1_run(row: &[u8], p: &RowParams, r: usize, out: &mut [i8; RUN]) {
+    nibbles(&row[r * 20 + 4..], &table(0, p.f[r], p.g[r]), out);
+}
+
+fn q5_0_run(row: &[u8], p: &RowParams, r: usize, out: &mut [i8; RUN]) {
+    let blk = &row[r * 22..r * 22 + 22];
+    let lut: [i8; 32] = table(zero_point(GgmlType::Q5_0), half(blk, 0) * p.inv, 0.0);
+    let qh = u32::from_le_bytes(blk[2..6].try_into().expect("4 bytes"));
+    for (j, &q) in blk[6..22].iter().enumerate() {
+        let hi0 = ((qh >> j) & 1) << 4;
+        let hi1 = ((qh >> (j + 16)) & 1) << 4;
+        out[j] = lut[((q & 15) as u32 | hi0) as usize];
+        out[j + 16] = lut[((q >> 4) as u32 | hi1) as usize];
     }
 }
 
-fn q8_0(row: &[u8], p: &RowParams, runs: &mut Runs) {
-    for (i, blk) in row.chunks_exact(34).enumerate() {
-        let out = runs.run(i);
-        for (o, &q) in out.iter_mut().zip(&blk[2..34]) {
-            *o = rescale(q as i8 as i32, p.m[i]);
-        }
+fn q8_0_run(row: &[u8], p: &RowParams, r: usize, out: &mut [i8; RUN]) {
+    let blk = &row[r * 34..r * 34 + 34];
+    let m = multiplier(half(blk, 0), p.inv);
+    for (o, &q) in out.iter_mut().zip(&blk[2..]) {
+        *o = rescale(q as i8 as i32, m);
     }
 }
 
-fn q4_k(row: &[u8], p: &RowParams, runs: &mut Runs) {
-    for (i, blk) in row.chunks_exact(144).enumerate() {
-        for chunk in 0..4 {
-            // 32 bytes hold sub-block 2·chunk in the low nibbles, 2·chunk+1 in the high ones.
-            let qs = &blk[16 + chunk * 32..16 + chunk * 32 + 32];
-            let sub = i * 8 + chunk * 2;
-            let (lo, hi): ([i8; 16], [i8; 16]) = (
-                table(GgmlType::Q4_K, p, sub),
-                table(GgmlType::Q4_K, p, sub + 1),
-            );
-            let out = runs.run(sub);
-            for (o, &q) in out.iter_mut().zip(qs) {
-                *o = lo[(q & 15) as usize];
-            }
-            let out = runs.run(sub + 1);
-            for (o, &q) in out.iter_mut().zip(qs) {
-                *o = hi[(q >> 4) as usize];
-            }
-        }
+/// Where runs `r` and `r + 1` (`r` even) of a Q4_K row live: the 32 quant bytes whose low
+/// nibbles are sub-block `r` and whose high nibbles are sub-block `r + 1`.
+#[inline(always)]
+pub(super) fn q4_k_pair_source(r: usize) -> usize {
+    (r / 8) * 144 + 16 + (r % 8 / 2) * 32
+}
+
+fn q4_k_run(row: &[u8], p: &RowParams, r: usize, out: &mut [i8; RUN]) {
+    let (at, shift) = (q4_k_pair_source(r & !1), 4 * (r % 2));
+    let lut: [i8; 16] = table(0, p.f[r], p.g[r]);
+    for (o, &q) in out.iter_mut().zip(&row[at..at + 32]) {
+        *o = lut[((q >> shift) & 15) as usize];
     }
 }
 
-/// The four 6-bit codes ggml packs at position `l` of a Q6_K half-block, minus 32, for
-/// output runs 0..4 of that half (weights `l`, `l+32`, `l+64`, `l+96`).
-#[inline]
-pub(super) fn q6_k_codes(ql: &[u8], qh: &[u8], l: usize) -> [i32; 4] {
-    let (a, b, h) = (ql[l], ql[l + 32], qh[l]);
-    [
-        ((a & 15) | ((h & 3) << 4)) as i32 - 32,
-        ((b & 15) | (((h >> 2) & 3) << 4)) as i32 - 32,
-        ((a >> 4) | (((h >> 4) & 3) << 4)) as i32 - 32,
-        ((b >> 4) | (((h >> 6) & 3) << 4)) as i32 - 32,
-    ]
+/// Where run `r` of a Q6_K row lives. Run `t` (0..4) of a 128-weight half takes, for
+/// `l` in 0..32: the low (t < 2) or high nibble of `ql[l + 32·(t % 2)]` and bits `2t, 2t+1` of
+/// `qh[l]`, with sub-block scales `2t` (l < 16) and `2t + 1`. Returns the byte offsets of the
+/// 32 `ql` and 32 `qh` bytes, the `ql` shift, the `qh` shift and the index of the first of
+/// the two multipliers.
+#[inline(always)]
+pub(super) fn q6_k_run_source(r: usize) -> (usize, usize, u32, u32, usize) {
+    let (block, w) = (r / 8, r % 8);
+    let (half, t) = (w / 4, w % 4);
+    let base = block * 210;
+    (
+        base + half * 64 + (t % 2) * 32,
+        base + 128 + half * 32,
+        4 * (t / 2) as u32,
+        2 * t as u32,
+        block * 16 + half * 8 + 2 * t,
+    )
 }
 
-fn q6_k(row: &[u8], p: &RowParams, runs: &mut Runs) {
-    for (i, blk) in row.chunks_exact(210).enumerate() {
-        for half in 0..2 {
-            let ql = &blk[half * 64..half * 64 + 64];
-            let qh = &blk[128 + half * 32..128 + half * 32 + 32];
-            // Run `t` of this half has sub-blocks 2t (l < 16) and 2t+1 of the half's 8.
-            let m = &p.m[i * 16 + half * 8..i * 16 + half * 8 + 8];
-            let first_run = i * 8 + half * 4;
-            for l in 0..RUN {
-                let codes = q6_k_codes(ql, qh, l);
-                for (t, c) in codes.into_iter().enumerate() {
-                    runs.run(first_run + t)[l] = rescale(4 * c, m[2 * t + l / 16]);
-                }
-            }
-        }
+fn q6_k_run(row: &[u8], p: &RowParams, r: usize, out: &mut [i8; RUN]) {
+    let (ql, qh, ql_shift, qh_shift, m) = q6_k_run_source(r);
+    for l in 0..RUN {
+        let code = ((row[ql + l] >> ql_shift) & 15) | (((row[qh + l] >> qh_shift) & 3) << 4);
+        out[l] = rescale(4 * (code as i32 - 32), p.m[m + l / 16]);
     }
 }

@@ -1,10 +1,11 @@
 //! The legacy path, kept for comparison: dequantize the whole expert to f32, then quantize each
 //! channel symmetrically (`s = max|w|/127`, `q = rne(w·127/max|w|)`) straight into native B.
 //!
-//! Two plain passes the compiler vectorizes; the second writes each 32-weight run of a row with
-//! one contiguous store, as the board's `tile_f32_i8` did.
+//! Two plain passes the compiler vectorizes. The second writes native B in memory order, 32
+//! weights per store, as the board's `tile_f32_i8` did.
 
-use super::{check, zero_padding_channels, ExpertWeights, InflateError, Runs, RUN};
+use super::params::rne_small;
+use super::{check, ExpertWeights, InflateError, Tile, RUN};
 use crate::layout::Tiles;
 use crate::quant::dequantize_row;
 
@@ -18,33 +19,43 @@ pub fn inflate_expert_via_f32(
     chan_scales: &mut [f32],
 ) -> Result<(), InflateError> {
     let shape = check(w, tiles, b_native.len(), chan_scales.len())?;
+    let k = w.k.max(1);
     let mut f = vec![0f32; w.n * w.k];
-    for (row, out) in f.chunks_exact_mut(w.k.max(1)).enumerate().take(w.n) {
-        let bytes = &w.data[row * w.row_stride..row * w.row_stride + shape.row_bytes];
-        dequantize_row(w.ty, bytes, out).map_err(InflateError::Quant)?;
+    for (row, out) in f.chunks_exact_mut(k).enumerate() {
+        dequantize_row(w.ty, w.row(row, shape.row_bytes), out).map_err(InflateError::Quant)?;
     }
-    for (row, x) in f.chunks_exact(w.k.max(1)).enumerate().take(w.n) {
-        let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let mut inv = vec![0f32; w.n];
+    for (row, x) in f.chunks_exact(k).enumerate() {
         // `max` skips NaN, so look for non-finite weights explicitly.
         if !x.iter().all(|v| v.is_finite()) {
             return Err(InflateError::NonFiniteScale { row, block: 0 });
         }
-        let inv = if amax > 0.0 { 127.0 / amax } else { 0.0 };
-        chan_scales[row] = amax / 127.0;
-        let mut runs = Runs {
-            out: b_native,
-            base: tiles.b_index(shape.kp, row, 0),
-            stride: shape.tile_stride,
+        let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+        (chan_scales[row], inv[row]) = if amax > 0.0 {
+            (amax / 127.0, 127.0 / amax)
+        } else {
+            (0.0, 0.0)
         };
-        for (r, chunk) in x.chunks_exact(RUN).enumerate() {
-            for (o, v) in runs.run(r).iter_mut().zip(chunk) {
-                *o = (v * inv).round_ties_even() as i8;
+    }
+    let tiles_out =
+        b_native[..tiles.b_len(shape.kp, shape.np)].chunks_exact_mut(tiles.b_n * shape.kp);
+    for (t, tile_out) in tiles_out.enumerate() {
+        let rows = t * tiles.b_n..w.n.min((t + 1) * tiles.b_n);
+        let mut tile = Tile {
+            out: tile_out,
+            b_n: tiles.b_n,
+        };
+        for r in 0..w.k / RUN {
+            for (j, row) in rows.clone().enumerate() {
+                let x = &f[row * w.k + r * RUN..row * w.k + r * RUN + RUN];
+                for (o, v) in tile.run(r, j).iter_mut().zip(x) {
+                    // |v·inv| <= 127·(1 + 2⁻²²), well inside rne_small's range.
+                    *o = rne_small(v * inv[row]) as i8;
+                }
             }
         }
-        for r in w.k / RUN..shape.kp / RUN {
-            runs.run(r).fill(0);
-        }
+        tile.zero_padding(rows.len(), w.k / RUN);
     }
-    zero_padding_channels(w.n, &shape, tiles, b_native, chan_scales);
+    chan_scales[w.n..shape.np].fill(0.0);
     Ok(())
 }
