@@ -15,6 +15,9 @@
 
 // The C names (`ork_tensor`, `ork_result`, ...) are the API.
 #![allow(non_camel_case_types)]
+// The exports are called from C, where `unsafe` means nothing; their pointer contract is stated
+// once above and in each function's comment, and every dereference has its SAFETY note.
+#![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 use crate::moe::cache::Verify;
 use crate::moe::desc::TensorDesc;
@@ -163,8 +166,14 @@ fn code(kind: ErrorKind) -> ork_result {
 }
 
 fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
-    let s = p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned());
-    format!("internal error (panic): {}", s.unwrap_or_else(|| "unknown".into()))
+    let s = p
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned());
+    format!(
+        "internal error (panic): {}",
+        s.unwrap_or_else(|| "unknown".into())
+    )
 }
 
 /// The panic boundary of every `ork_result` export.
@@ -222,11 +231,17 @@ fn to_c_config(c: &Config) -> ork_config {
 
 fn from_c_config(c: &ork_config) -> Result<Config, Error> {
     Ok(Config {
-        backend: backend_choice(c.backend).ok_or_else(|| invalid(&format!("config: unknown backend {}", c.backend)))?,
+        backend: backend_choice(c.backend)
+            .ok_or_else(|| invalid(&format!("config: unknown backend {}", c.backend)))?,
         core_mask: u8::try_from(c.core_mask)
             .ok()
             .filter(|m| (1..=7).contains(m))
-            .ok_or_else(|| invalid(&format!("config: core_mask {:#x} is not in 1..7", c.core_mask)))?,
+            .ok_or_else(|| {
+                invalid(&format!(
+                    "config: core_mask {:#x} is not in 1..7",
+                    c.core_mask
+                ))
+            })?,
         cache_bytes: c.cache_bytes,
         min_rows: c.min_rows,
         n_threads: c.n_threads,
@@ -275,7 +290,13 @@ pub extern "C" fn ork_ctx_new(cfg: *const ork_config) -> *mut ork_ctx {
             let n = size.min(size_of::<ork_config>());
             // SAFETY: copies the first `n` bytes the caller declared valid into a whole
             // ork_config; every bit pattern is a valid value of its integer fields.
-            unsafe { std::ptr::copy_nonoverlapping(cfg as *const u8, &mut full as *mut ork_config as *mut u8, n) };
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    cfg as *const u8,
+                    &mut full as *mut ork_config as *mut u8,
+                    n,
+                )
+            };
         }
         let engine = Engine::new(from_c_config(&full)?)?;
         ctx = Box::into_raw(Box::new(ork_ctx { engine }));
@@ -314,13 +335,29 @@ fn desc<'a>(t: *const ork_tensor, what: &str) -> Result<TensorDesc<'a>, Error> {
         // SAFETY: a non-NULL name is a NUL-terminated string, by contract.
         unsafe { CStr::from_ptr(t.name) }.to_str().ok()
     };
-    Ok(TensorDesc { ty: t.r#type, ne: t.ne, nb: t.nb, addr: t.data as usize, name })
+    Ok(TensorDesc {
+        ty: t.r#type,
+        ne: t.ne,
+        nb: t.nb,
+        addr: t.data as usize,
+        name,
+    })
 }
 
 type Descs<'a> = [TensorDesc<'a>; 4];
 
-fn descs<'a>(w: *const ork_tensor, b: *const ork_tensor, ids: *const ork_tensor, dst: *const ork_tensor) -> Result<Descs<'a>, Error> {
-    Ok([desc(w, "as")?, desc(b, "b")?, desc(ids, "ids")?, desc(dst, "dst")?])
+fn descs<'a>(
+    w: *const ork_tensor,
+    b: *const ork_tensor,
+    ids: *const ork_tensor,
+    dst: *const ork_tensor,
+) -> Result<Descs<'a>, Error> {
+    Ok([
+        desc(w, "as")?,
+        desc(b, "b")?,
+        desc(ids, "ids")?,
+        desc(dst, "dst")?,
+    ])
 }
 
 /// Views of the tensors over the extents validation computed.
@@ -378,11 +415,14 @@ pub extern "C" fn ork_mul_mat_id(
     guard(|| {
         let ctx = ctx_ref(ctx)?;
         let d = descs(as_, b, ids, dst)?;
-        let plan = ctx.engine.plan(&d[0], &d[1], &d[2], &d[3]).inspect_err(|e| {
-            if e.kind == ErrorKind::NotHandled {
-                ctx.engine.note_declined();
-            }
-        })?;
+        let plan = ctx
+            .engine
+            .plan(&d[0], &d[1], &d[2], &d[3])
+            .inspect_err(|e| {
+                if e.kind == ErrorKind::NotHandled {
+                    ctx.engine.note_declined();
+                }
+            })?;
         let io = inputs(&d, &plan.problem);
         ctx.engine.run(plan, &io).map(drop)
     })
@@ -406,17 +446,23 @@ pub extern "C" fn ork_mul_mat_id_mt(
         // SAFETY: a non-NULL `th` points to a readable ork_threads, by contract.
         let th = *unsafe { th.as_ref() }.ok_or_else(|| invalid("threads: descriptor is NULL"))?;
         if th.nth < 1 || th.ith < 0 || th.ith >= th.nth {
-            return Err(invalid(&format!("threads: ith {} / nth {} out of range", th.ith, th.nth)));
+            return Err(invalid(&format!(
+                "threads: ith {} / nth {} out of range",
+                th.ith, th.nth
+            )));
         }
         if th.barrier.is_none() && th.nth > 1 {
             return Err(invalid("threads: barrier is NULL with nth > 1"));
         }
         let d = descs(as_, b, ids, dst)?;
-        let plan = ctx.engine.plan(&d[0], &d[1], &d[2], &d[3]).inspect_err(|e| {
-            if e.kind == ErrorKind::NotHandled && th.ith == 0 {
-                ctx.engine.note_declined();
-            }
-        })?;
+        let plan = ctx
+            .engine
+            .plan(&d[0], &d[1], &d[2], &d[3])
+            .inspect_err(|e| {
+                if e.kind == ErrorKind::NotHandled && th.ith == 0 {
+                    ctx.engine.note_declined();
+                }
+            })?;
         let io = inputs(&d, &plan.problem);
         let mut barrier = || {
             if let Some(f) = th.barrier {
@@ -424,7 +470,9 @@ pub extern "C" fn ork_mul_mat_id_mt(
                 unsafe { f(th.barrier_arg) }
             }
         };
-        ctx.engine.run_mt(plan, &io, th.ith as usize, th.nth as usize, &mut barrier).map(drop)
+        ctx.engine
+            .run_mt(plan, &io, th.ith as usize, th.nth as usize, &mut barrier)
+            .map(drop)
     })
 }
 
@@ -487,18 +535,32 @@ pub extern "C" fn ork_ctx_stats(ctx: *const ork_ctx, out: *mut ork_stats) -> ork
 /// Test helper: dequantizes one row of `k` weights of `ggml_type` (any type the library knows,
 /// F32/F16 included) from `src` to f32 `dst`, exactly as ggml's `dequantize_row_*` does.
 #[no_mangle]
-pub extern "C" fn ork_dequantize_row(ggml_type: i32, src: *const c_void, dst: *mut f32, k: i64) -> ork_result {
+pub extern "C" fn ork_dequantize_row(
+    ggml_type: i32,
+    src: *const c_void,
+    dst: *mut f32,
+    k: i64,
+) -> ork_result {
     guard(|| {
-        let ty = GgmlType::from_id(ggml_type).ok_or_else(|| invalid(&format!("unknown type id {ggml_type}")))?;
+        let ty = GgmlType::from_id(ggml_type)
+            .ok_or_else(|| invalid(&format!("unknown type id {ggml_type}")))?;
         let k = usize::try_from(k).map_err(|_| invalid("k is negative"))?;
-        let row_bytes = ty
-            .row_bytes(k)
-            .ok_or_else(|| invalid(&format!("k = {k} is not a multiple of {}'s block size", ty.name())))?;
+        let row_bytes = ty.row_bytes(k).ok_or_else(|| {
+            invalid(&format!(
+                "k = {k} is not a multiple of {}'s block size",
+                ty.name()
+            ))
+        })?;
         if src.is_null() || dst.is_null() {
             return Err(invalid("src or dst is NULL"));
         }
         // SAFETY: non-NULL, and by contract `src` holds one row (`row_bytes`) and `dst` `k` floats.
-        let (src, out) = unsafe { (std::slice::from_raw_parts(src as *const u8, row_bytes), std::slice::from_raw_parts_mut(dst, k)) };
+        let (src, out) = unsafe {
+            (
+                std::slice::from_raw_parts(src as *const u8, row_bytes),
+                std::slice::from_raw_parts_mut(dst, k),
+            )
+        };
         dequantize_row(ty, src, out).map_err(|e| invalid(&e.to_string()))
     })
 }

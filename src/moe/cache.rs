@@ -67,7 +67,14 @@ pub fn name_hash(name: Option<&str>) -> u64 {
 }
 
 /// Fingerprint of an expert whose `n` rows of `row_bytes` start every `row_stride` bytes of `w`.
-pub fn fingerprint(w: &[u8], n: usize, row_bytes: usize, row_stride: usize, block_bytes: usize, verify: Verify) -> Fingerprint {
+pub fn fingerprint(
+    w: &[u8],
+    n: usize,
+    row_bytes: usize,
+    row_stride: usize,
+    block_bytes: usize,
+    verify: Verify,
+) -> Fingerprint {
     let mut h = FNV_OFFSET;
     let row = |r: usize| &w[r * row_stride..r * row_stride + row_bytes];
     match verify {
@@ -143,7 +150,14 @@ pub struct Cache {
 
 impl Cache {
     pub fn new(budget: u64) -> Cache {
-        Cache { budget, inner: Mutex::new(Inner { map: HashMap::new(), tick: 0, stats: CacheStats::default() }) }
+        Cache {
+            budget,
+            inner: Mutex::new(Inner {
+                map: HashMap::new(),
+                tick: 0,
+                stats: CacheStats::default(),
+            }),
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -190,7 +204,12 @@ impl Cache {
             g.stats.bytes -= old.expert.bytes();
         }
         while g.stats.bytes + size > self.budget {
-            let Some(victim) = g.map.iter().min_by_key(|(_, s)| s.last_used).map(|(k, _)| *k) else {
+            let Some(victim) = g
+                .map
+                .iter()
+                .min_by_key(|(_, s)| s.last_used)
+                .map(|(k, _)| *k)
+            else {
                 break;
             };
             let old = g.map.remove(&victim).expect("present");
@@ -198,7 +217,14 @@ impl Cache {
             g.stats.evictions += 1;
         }
         g.stats.bytes += size;
-        g.map.insert(key, Slot { expert, fingerprint, last_used: tick });
+        g.map.insert(
+            key,
+            Slot {
+                expert,
+                fingerprint,
+                last_used: tick,
+            },
+        );
     }
 
     pub fn stats(&self) -> CacheStats {
@@ -221,11 +247,21 @@ mod tests {
     use crate::npu::{flags, Device};
 
     fn expert(dev: &Device, len: usize) -> Arc<Expert> {
-        Arc::new(Expert { b: dev.alloc::<i8>(len, flags::CPU_FILLED, 0).unwrap(), chan: vec![1.0; 32] })
+        Arc::new(Expert {
+            b: dev.alloc::<i8>(len, flags::CPU_FILLED, 0).unwrap(),
+            chan: vec![1.0; 32],
+        })
     }
 
     fn key(addr: usize) -> Key {
-        Key { addr, ty: GgmlType::Q4_0, k: 32, n: 32, row_stride: 18, name_hash: name_hash(Some("w")) }
+        Key {
+            addr,
+            ty: GgmlType::Q4_0,
+            k: 32,
+            n: 32,
+            row_stride: 18,
+            name_hash: name_hash(Some("w")),
+        }
     }
 
     #[test]
@@ -244,7 +280,10 @@ mod tests {
             assert!(matches!(cache.lookup(&key(a), fp), Lookup::Hit(_)), "{a}");
         }
         let s = cache.stats();
-        assert_eq!((s.hits, s.misses, s.evictions, s.bytes), (4, 1, 1, 3 * per as u64));
+        assert_eq!(
+            (s.hits, s.misses, s.evictions, s.bytes),
+            (4, 1, 1, 3 * per as u64)
+        );
         cache.insert(key(9), fp, expert(&dev, 4 * per)); // larger than the budget: not stored
         assert_eq!(cache.len(), 3);
     }
@@ -258,9 +297,15 @@ mod tests {
         for verify in [Verify::Sampled, Verify::Full] {
             let fp = fingerprint(&w, n, row, row, 18, verify);
             cache.insert(key(7), fp, expert(&dev, 64));
-            assert!(matches!(cache.lookup(&key(7), fingerprint(&w, n, row, row, 18, verify)), Lookup::Hit(_)));
+            assert!(matches!(
+                cache.lookup(&key(7), fingerprint(&w, n, row, row, 18, verify)),
+                Lookup::Hit(_)
+            ));
             w[0] ^= 1; // the first block is always sampled
-            assert!(matches!(cache.lookup(&key(7), fingerprint(&w, n, row, row, 18, verify)), Lookup::Miss));
+            assert!(matches!(
+                cache.lookup(&key(7), fingerprint(&w, n, row, row, 18, verify)),
+                Lookup::Miss
+            ));
             w[0] ^= 1;
         }
         // Only the full hash sees an edit in a block the sample skips.
@@ -268,6 +313,9 @@ mod tests {
         let mut edited = w.clone();
         edited[row + 18] ^= 0x10; // row 1, block 1
         assert_eq!(fingerprint(&edited, n, row, row, 18, Verify::Sampled), fp);
-        assert_ne!(fingerprint(&edited, n, row, row, 18, Verify::Full), fingerprint(&w, n, row, row, 18, Verify::Full));
+        assert_ne!(
+            fingerprint(&edited, n, row, row, 18, Verify::Full),
+            fingerprint(&w, n, row, row, 18, Verify::Full)
+        );
     }
 }

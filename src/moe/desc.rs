@@ -79,12 +79,17 @@ fn dims(t: &TensorDesc, what: &str) -> Result<[usize; 4], Error> {
     let mut d = [0usize; 4];
     for (i, &e) in t.ne.iter().enumerate() {
         if e <= 0 {
-            return Err(invalid(format!("{what}: ne[{i}] = {e}; every dimension must be at least 1")));
+            return Err(invalid(format!(
+                "{what}: ne[{i}] = {e}; every dimension must be at least 1"
+            )));
         }
         d[i] = usize::try_from(e).map_err(|_| overflow(what))?;
     }
     if d[3] != 1 {
-        return Err(invalid(format!("{what}: ne[3] = {} but MUL_MAT_ID tensors are at most 3-D", d[3])));
+        return Err(invalid(format!(
+            "{what}: ne[3] = {} but MUL_MAT_ID tensors are at most 3-D",
+            d[3]
+        )));
     }
     Ok(d)
 }
@@ -92,7 +97,10 @@ fn dims(t: &TensorDesc, what: &str) -> Result<[usize; 4], Error> {
 /// Strides of an f32/i32 tensor in elements; `None` when they are not whole, aligned elements
 /// (a layout ggml's own path handles and this one declines).
 fn elem_strides(t: &TensorDesc) -> Option<[usize; 3]> {
-    let aligned = t.addr % 4 == 0 && t.nb[0] == 4 && t.nb[1] % 4 == 0 && t.nb[2] % 4 == 0;
+    let aligned = t.addr.is_multiple_of(4)
+        && t.nb[0] == 4
+        && t.nb[1].is_multiple_of(4)
+        && t.nb[2].is_multiple_of(4);
     aligned.then(|| [1, t.nb[1] / 4, t.nb[2] / 4])
 }
 
@@ -104,17 +112,31 @@ fn overlaps(a: (usize, usize), b: (usize, usize)) -> bool {
 ///
 /// Err(NotHandled) for valid calls this library does not take (weight type, strided activations);
 /// Err(InvalidArgument) for descriptors ggml itself would reject.
-pub fn validate(w: &TensorDesc, b: &TensorDesc, ids: &TensorDesc, dst: &TensorDesc) -> Result<Problem, Error> {
+pub fn validate(
+    w: &TensorDesc,
+    b: &TensorDesc,
+    ids: &TensorDesc,
+    dst: &TensorDesc,
+) -> Result<Problem, Error> {
     for (t, what) in [(w, "as"), (b, "b"), (ids, "ids"), (dst, "dst")] {
         if t.ty < 0 {
-            return Err(invalid(format!("{what}: type id {} is not a ggml type", t.ty)));
+            return Err(invalid(format!(
+                "{what}: type id {} is not a ggml type",
+                t.ty
+            )));
         }
     }
     if ids.ty != GGML_TYPE_I32 {
-        return Err(invalid(format!("ids: type id {} but ids must be I32 ({GGML_TYPE_I32})", ids.ty)));
+        return Err(invalid(format!(
+            "ids: type id {} but ids must be I32 ({GGML_TYPE_I32})",
+            ids.ty
+        )));
     }
     if dst.ty != GgmlType::F32.id() {
-        return Err(invalid(format!("dst: type id {} but dst must be F32 (0)", dst.ty)));
+        return Err(invalid(format!(
+            "dst: type id {} but dst must be F32 (0)",
+            dst.ty
+        )));
     }
     let wd = dims(w, "as")?;
     let bd = dims(b, "b")?;
@@ -130,10 +152,15 @@ pub fn validate(w: &TensorDesc, b: &TensorDesc, ids: &TensorDesc, dst: &TensorDe
         return Err(invalid(format!("b: ne[0] = {} but as has K = {k}", bd[0])));
     }
     if bd[2] != n_tokens {
-        return Err(invalid(format!("b: ne[2] = {} tokens but ids has {n_tokens}", bd[2])));
+        return Err(invalid(format!(
+            "b: ne[2] = {} tokens but ids has {n_tokens}",
+            bd[2]
+        )));
     }
     if n_used % b_rows != 0 {
-        return Err(invalid(format!("b: ne[1] = {b_rows} does not divide the {n_used} slots of ids")));
+        return Err(invalid(format!(
+            "b: ne[1] = {b_rows} does not divide the {n_used} slots of ids"
+        )));
     }
     if dd[..3] != [n, n_used, n_tokens] {
         return Err(invalid(format!(
@@ -143,10 +170,16 @@ pub fn validate(w: &TensorDesc, b: &TensorDesc, ids: &TensorDesc, dst: &TensorDe
     }
 
     let Some(wtype) = GgmlType::from_id(w.ty).filter(|t| GgmlType::QUANTIZED.contains(t)) else {
-        return Err(declined(format!("as: weight type id {} is not supported", w.ty)));
+        return Err(declined(format!(
+            "as: weight type id {} is not supported",
+            w.ty
+        )));
     };
     if b.ty != GgmlType::F32.id() {
-        return Err(declined(format!("b: type id {} (only F32 activations are taken)", b.ty)));
+        return Err(declined(format!(
+            "b: type id {} (only F32 activations are taken)",
+            b.ty
+        )));
     }
     let Some(w_row_bytes) = wtype.row_bytes(k) else {
         return Err(invalid(format!(
@@ -163,29 +196,53 @@ pub fn validate(w: &TensorDesc, b: &TensorDesc, ids: &TensorDesc, dst: &TensorDe
             wtype.name()
         )));
     }
-    let (Some(bs), Some(is), Some(ds)) = (elem_strides(b), elem_strides(ids), elem_strides(dst)) else {
-        return Err(declined("b/ids/dst: element strides are not whole aligned 4-byte elements".into()));
+    let (Some(bs), Some(is), Some(ds)) = (elem_strides(b), elem_strides(ids), elem_strides(dst))
+    else {
+        return Err(declined(
+            "b/ids/dst: element strides are not whole aligned 4-byte elements".into(),
+        ));
     };
     // Every output element is distinct memory, and the inputs' rows do not overlap: this bounds
     // the engine's own allocations (rows, quantized activations) by memory the caller really has.
     if dst.nb[1] < n * 4 || dst.nb[2] < n_used.saturating_mul(dst.nb[1]) {
-        return Err(invalid(format!("dst: strides nb[1] = {}, nb[2] = {} make outputs overlap", dst.nb[1], dst.nb[2])));
+        return Err(invalid(format!(
+            "dst: strides nb[1] = {}, nb[2] = {} make outputs overlap",
+            dst.nb[1], dst.nb[2]
+        )));
     }
     let b_row_bytes = k.saturating_mul(4);
     let b_rows_ok = b_rows == 1 || b.nb[1] >= b_row_bytes;
-    let b_tokens_ok = b.nb[2] >= (b_rows - 1).saturating_mul(b.nb[1]).saturating_add(b_row_bytes);
+    let b_tokens_ok = b.nb[2]
+        >= (b_rows - 1)
+            .saturating_mul(b.nb[1])
+            .saturating_add(b_row_bytes);
     let ids_ok = ids.nb[1] >= n_used.saturating_mul(4);
     let w_experts_ok = w.nb[2] >= (n - 1).saturating_mul(w.nb[1]).saturating_add(w_row_bytes);
     if !(b_rows_ok && b_tokens_ok && ids_ok && w_experts_ok) {
-        return Err(declined("as/b/ids: overlapping rows (a broadcast view) are left to the caller".into()));
+        return Err(declined(
+            "as/b/ids: overlapping rows (a broadcast view) are left to the caller".into(),
+        ));
     }
-    let w_extent = extent(w_row_bytes, &[(n, w.nb[1]), (n_expert, w.nb[2])]).ok_or_else(|| overflow("as"))?;
-    let b_extent = extent(k.checked_mul(4).ok_or_else(|| overflow("b"))?, &[(b_rows, b.nb[1]), (n_tokens, b.nb[2])])
-        .ok_or_else(|| overflow("b"))?;
-    let ids_extent = extent(4, &[(n_used, ids.nb[0]), (n_tokens, ids.nb[1])]).ok_or_else(|| overflow("ids"))?;
-    let dst_extent = extent(n.checked_mul(4).ok_or_else(|| overflow("dst"))?, &[(n_used, dst.nb[1]), (n_tokens, dst.nb[2])])
-        .ok_or_else(|| overflow("dst"))?;
-    for (t, len, what) in [(w, w_extent, "as"), (b, b_extent, "b"), (ids, ids_extent, "ids"), (dst, dst_extent, "dst")] {
+    let w_extent =
+        extent(w_row_bytes, &[(n, w.nb[1]), (n_expert, w.nb[2])]).ok_or_else(|| overflow("as"))?;
+    let b_extent = extent(
+        k.checked_mul(4).ok_or_else(|| overflow("b"))?,
+        &[(b_rows, b.nb[1]), (n_tokens, b.nb[2])],
+    )
+    .ok_or_else(|| overflow("b"))?;
+    let ids_extent =
+        extent(4, &[(n_used, ids.nb[0]), (n_tokens, ids.nb[1])]).ok_or_else(|| overflow("ids"))?;
+    let dst_extent = extent(
+        n.checked_mul(4).ok_or_else(|| overflow("dst"))?,
+        &[(n_used, dst.nb[1]), (n_tokens, dst.nb[2])],
+    )
+    .ok_or_else(|| overflow("dst"))?;
+    for (t, len, what) in [
+        (w, w_extent, "as"),
+        (b, b_extent, "b"),
+        (ids, ids_extent, "ids"),
+        (dst, dst_extent, "dst"),
+    ] {
         if t.addr == 0 {
             return Err(invalid(format!("{what}: data is NULL")));
         }
@@ -193,7 +250,11 @@ pub fn validate(w: &TensorDesc, b: &TensorDesc, ids: &TensorDesc, dst: &TensorDe
             return Err(overflow(what));
         }
     }
-    for (t, len, what) in [(w, w_extent, "as"), (b, b_extent, "b"), (ids, ids_extent, "ids")] {
+    for (t, len, what) in [
+        (w, w_extent, "as"),
+        (b, b_extent, "b"),
+        (ids, ids_extent, "ids"),
+    ] {
         if overlaps((dst.addr, dst_extent), (t.addr, len)) {
             return Err(invalid(format!("dst overlaps {what}")));
         }
@@ -268,7 +329,13 @@ impl Problem {
 mod tests {
     use super::*;
 
-    fn descs(k: i64, n: i64, n_expert: i64, n_used: i64, n_tokens: i64) -> [TensorDesc<'static>; 4] {
+    fn descs(
+        k: i64,
+        n: i64,
+        n_expert: i64,
+        n_used: i64,
+        n_tokens: i64,
+    ) -> [TensorDesc<'static>; 4] {
         let wt = GgmlType::Q4_0;
         let row = (k as usize / 32) * 18;
         let w = TensorDesc {
@@ -281,21 +348,36 @@ mod tests {
         let b = TensorDesc {
             ty: 0,
             ne: [k, 1, n_tokens, 1],
-            nb: [4, 4 * k as usize, 4 * k as usize, 4 * (k * n_tokens) as usize],
+            nb: [
+                4,
+                4 * k as usize,
+                4 * k as usize,
+                4 * (k * n_tokens) as usize,
+            ],
             addr: 0x2000_0000,
             name: None,
         };
         let ids = TensorDesc {
             ty: GGML_TYPE_I32,
             ne: [n_used, n_tokens, 1, 1],
-            nb: [4, 4 * n_used as usize, 4 * (n_used * n_tokens) as usize, 4 * (n_used * n_tokens) as usize],
+            nb: [
+                4,
+                4 * n_used as usize,
+                4 * (n_used * n_tokens) as usize,
+                4 * (n_used * n_tokens) as usize,
+            ],
             addr: 0x3000_0000,
             name: None,
         };
         let dst = TensorDesc {
             ty: 0,
             ne: [n, n_used, n_tokens, 1],
-            nb: [4, 4 * n as usize, 4 * (n * n_used) as usize, 4 * (n * n_used * n_tokens) as usize],
+            nb: [
+                4,
+                4 * n as usize,
+                4 * (n * n_used) as usize,
+                4 * (n * n_used * n_tokens) as usize,
+            ],
             addr: 0x4000_0000,
             name: None,
         };
@@ -310,7 +392,10 @@ mod tests {
     fn a3b_gate_is_accepted_with_extents() {
         let [w, b, ids, dst] = descs(2048, 768, 128, 8, 64);
         let p = validate(&w, &b, &ids, &dst).unwrap();
-        assert_eq!((p.k, p.n, p.n_expert, p.n_used, p.n_tokens, p.b_rows), (2048, 768, 128, 8, 64, 1));
+        assert_eq!(
+            (p.k, p.n, p.n_expert, p.n_used, p.n_tokens, p.b_rows),
+            (2048, 768, 128, 8, 64, 1)
+        );
         assert_eq!(p.w_extent, 128 * 768 * 64 * 18);
         assert_eq!(p.dst_extent, 768 * 8 * 64 * 4);
         assert_eq!(p.rows_per_expert(), 4);
@@ -337,9 +422,15 @@ mod tests {
         assert_eq!(with(&|d| d[0].ne[0] = 2050), ErrorKind::InvalidArgument);
         assert_eq!(with(&|d| d[2].ne[1] = 0), ErrorKind::InvalidArgument);
         assert_eq!(with(&|d| d[0].ne[2] = i64::MAX), ErrorKind::InvalidArgument);
-        assert_eq!(with(&|d| d[0].nb[2] = usize::MAX / 2), ErrorKind::InvalidArgument);
+        assert_eq!(
+            with(&|d| d[0].nb[2] = usize::MAX / 2),
+            ErrorKind::InvalidArgument
+        );
         assert_eq!(with(&|d| d[1].nb[0] = 8), ErrorKind::NotHandled);
-        assert_eq!(with(&|d| d[3].addr = d[1].addr + 64), ErrorKind::InvalidArgument);
+        assert_eq!(
+            with(&|d| d[3].addr = d[1].addr + 64),
+            ErrorKind::InvalidArgument
+        );
         assert_eq!(with(&|d| d[1].addr = 0), ErrorKind::InvalidArgument);
         assert_eq!(with(&|d| d[3].nb[2] = 4 * 768), ErrorKind::InvalidArgument);
         assert_eq!(with(&|d| d[1].nb[2] = 0), ErrorKind::NotHandled);

@@ -76,31 +76,39 @@ impl Config {
         }
         let int = |s: &str| s.parse::<u64>().ok();
         if let Some(m) = env_parse("ORK_CORE_MASK", |s| {
-            let v = s.strip_prefix("0x").map_or_else(|| s.parse().ok(), |h| u8::from_str_radix(h, 16).ok());
+            let v = s
+                .strip_prefix("0x")
+                .map_or_else(|| s.parse().ok(), |h| u8::from_str_radix(h, 16).ok());
             v.filter(|&m: &u8| (1..=7).contains(&m))
         }) {
             self.core_mask = m;
         }
-        if let Some(mb) = env_parse("ORK_CACHE_MB", |s| int(s).and_then(|m| m.checked_mul(1 << 20))) {
+        if let Some(mb) = env_parse("ORK_CACHE_MB", |s| {
+            int(s).and_then(|m| m.checked_mul(1 << 20))
+        }) {
             self.cache_bytes = mb;
         }
         if let Some(r) = env_parse("ORK_MIN_ROWS", |s| s.parse().ok()) {
             self.min_rows = r;
         }
-        if let Some(m) = env_parse("ORK_MIN_ROWS_MODE", |s| match s.to_ascii_lowercase().as_str() {
-            "decline" => Some(SmallBatch::Decline),
-            "cpu" => Some(SmallBatch::Cpu),
-            _ => None,
+        if let Some(m) = env_parse("ORK_MIN_ROWS_MODE", |s| {
+            match s.to_ascii_lowercase().as_str() {
+                "decline" => Some(SmallBatch::Decline),
+                "cpu" => Some(SmallBatch::Cpu),
+                _ => None,
+            }
         }) {
             self.small_batch = m;
         }
         if let Some(t) = env_parse("ORK_THREADS", |s| s.parse().ok()) {
             self.n_threads = t;
         }
-        if let Some(v) = env_parse("ORK_CACHE_VERIFY", |s| match s.to_ascii_lowercase().as_str() {
-            "sampled" => Some(Verify::Sampled),
-            "full" => Some(Verify::Full),
-            _ => None,
+        if let Some(v) = env_parse("ORK_CACHE_VERIFY", |s| {
+            match s.to_ascii_lowercase().as_str() {
+                "sampled" => Some(Verify::Sampled),
+                "full" => Some(Verify::Full),
+                _ => None,
+            }
         }) {
             self.cache_verify = v;
         }
@@ -148,7 +156,13 @@ impl StageClock {
 
     fn get(&self) -> Stages {
         let v = self.0.each_ref().map(|a| a.load(Ordering::Relaxed));
-        Stages { route: v[0], quant: v[1], inflate: v[2], gemm: v[3], scatter: v[4] }
+        Stages {
+            route: v[0],
+            quant: v[1],
+            inflate: v[2],
+            gemm: v[3],
+            scatter: v[4],
+        }
     }
 }
 
@@ -208,6 +222,8 @@ struct Prepared {
     row_scales: Vec<f32>,
 }
 
+type PreparedSlot = OnceLock<Result<Prepared, Error>>;
+
 /// A phase-2 work item: padded channels `n0..n1` of group `group`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Item {
@@ -228,7 +244,8 @@ struct Call {
     chunk: usize,
     routing: OnceLock<Result<Routing, Error>>,
     quant: Vec<OnceLock<QuantShare>>,
-    items: OnceLock<(Vec<Item>, Vec<OnceLock<Result<Prepared, Error>>>)>,
+    /// Phase-2 work items and, per group, its prepared expert (made by the first thread to need it).
+    items: OnceLock<(Vec<Item>, Vec<PreparedSlot>)>,
     next: AtomicUsize,
     failed: AtomicBool,
     failure: Mutex<Option<Error>>,
@@ -257,7 +274,10 @@ fn caught(payload: Box<dyn std::any::Any + Send>) -> Error {
         .map(|s| s.to_string())
         .or_else(|| payload.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "unknown panic".into());
-    Error::new(ErrorKind::Internal, format!("internal error (panic): {msg}"))
+    Error::new(
+        ErrorKind::Internal,
+        format!("internal error (panic): {msg}"),
+    )
 }
 
 impl Call {
@@ -309,10 +329,18 @@ fn plan_items(groups: &[Group], np: usize, tile: usize, nth: usize) -> Vec<Item>
     let tiles = np / tile;
     let mut items = Vec::new();
     for (gi, g) in groups.iter().enumerate() {
-        let parts = if nth > 1 { (g.len * nth).div_ceil(total.max(1)).clamp(1, tiles) } else { 1 };
+        let parts = if nth > 1 {
+            (g.len * nth).div_ceil(total.max(1)).clamp(1, tiles)
+        } else {
+            1
+        };
         for p in 0..parts {
             let (t0, t1) = (p * tiles / parts, (p + 1) * tiles / parts);
-            items.push(Item { group: gi, n0: t0 * tile, n1: t1 * tile });
+            items.push(Item {
+                group: gi,
+                n0: t0 * tile,
+                n1: t1 * tile,
+            });
         }
     }
     items
@@ -335,9 +363,19 @@ impl Engine {
         device.set_core_mask(CoreMask(config.core_mask));
         let tiles = device.tiles();
         if tiles.b_n % tiles.c_n != 0 || tiles.b_k != 32 {
-            return Err(Error::new(ErrorKind::DeviceError, format!("unsupported tile sizes {tiles:?}")));
+            return Err(Error::new(
+                ErrorKind::DeviceError,
+                format!("unsupported tile sizes {tiles:?}"),
+            ));
         }
-        Ok(Engine { cache: Cache::new(config.cache_bytes), config, device, tiles, counters: Counters::default(), joining: Mutex::new(Vec::new()) })
+        Ok(Engine {
+            cache: Cache::new(config.cache_bytes),
+            config,
+            device,
+            tiles,
+            counters: Counters::default(),
+            joining: Mutex::new(Vec::new()),
+        })
     }
 
     pub fn config(&self) -> &Config {
@@ -349,7 +387,13 @@ impl Engine {
     }
 
     /// Validates the descriptors and applies the small-batch policy, from metadata only.
-    pub fn plan(&self, w: &TensorDesc, b: &TensorDesc, ids: &TensorDesc, dst: &TensorDesc) -> Result<Plan, Error> {
+    pub fn plan(
+        &self,
+        w: &TensorDesc,
+        b: &TensorDesc,
+        ids: &TensorDesc,
+        dst: &TensorDesc,
+    ) -> Result<Plan, Error> {
         let problem = validate(w, b, ids, dst)?;
         let small = problem.rows_per_expert() < self.config.min_rows as usize;
         if small && self.config.small_batch == SmallBatch::Decline {
@@ -362,7 +406,10 @@ impl Engine {
                 ),
             ));
         }
-        Ok(Plan { problem, on_cpu: small })
+        Ok(Plan {
+            problem,
+            on_cpu: small,
+        })
     }
 
     /// Counts a declined call (the C boundary calls it once per call).
@@ -395,8 +442,23 @@ impl Engine {
     /// Runs a planned call cooperatively: every one of `nth` threads calls this with the same
     /// plan and tensors; `barrier` must be a full barrier across them. Every thread returns the
     /// same result.
-    pub fn run_mt(&self, plan: Plan, io: &Inputs, ith: usize, nth: usize, barrier: &mut dyn FnMut()) -> Result<Stages, Error> {
-        let key = ([io.weights.as_ptr() as usize, io.b.as_ptr() as usize, io.ids.as_ptr() as usize, io.dst.as_ptr() as usize], nth);
+    pub fn run_mt(
+        &self,
+        plan: Plan,
+        io: &Inputs,
+        ith: usize,
+        nth: usize,
+        barrier: &mut dyn FnMut(),
+    ) -> Result<Stages, Error> {
+        let key = (
+            [
+                io.weights.as_ptr() as usize,
+                io.b.as_ptr() as usize,
+                io.ids.as_ptr() as usize,
+                io.dst.as_ptr() as usize,
+            ],
+            nth,
+        );
         let call = self.join(plan, key, nth);
         let ith = ith.min(call.nth - 1);
         if let Err(p) = panic::catch_unwind(AssertUnwindSafe(|| self.phase1(&call, io, ith))) {
@@ -456,7 +518,8 @@ impl Engine {
         let p = &call.plan.problem;
         let routed = call.routing.get_or_init(|| {
             let t = Instant::now();
-            let r = panic::catch_unwind(AssertUnwindSafe(|| Routing::new(p, io.ids))).unwrap_or_else(|e| Err(caught(e)));
+            let r = panic::catch_unwind(AssertUnwindSafe(|| Routing::new(p, io.ids)))
+                .unwrap_or_else(|e| Err(caught(e)));
             call.clock.add(ROUTE, t);
             r
         });
@@ -493,9 +556,16 @@ impl Engine {
         let routing = call.routing();
         let np = self.tiles.pad(call.plan.problem.n);
         let (items, prepared) = call.items.get_or_init(|| {
-            let split = if self.device.backend() == BackendKind::Rknn { 1 } else { call.nth };
+            let split = if self.device.backend() == BackendKind::Rknn {
+                1
+            } else {
+                call.nth
+            };
             let items = plan_items(&routing.groups, np, self.tiles.b_n, split);
-            (items, routing.groups.iter().map(|_| OnceLock::new()).collect())
+            (
+                items,
+                routing.groups.iter().map(|_| OnceLock::new()).collect(),
+            )
         });
         while !call.failed.load(Ordering::Relaxed) {
             let i = call.next.fetch_add(1, Ordering::Relaxed);
@@ -527,7 +597,9 @@ impl Engine {
             let ak = self.tiles.a_k;
             for (mi, row) in rows.iter().enumerate() {
                 let r = p.act_row(row.token as usize, row.slot as usize);
-                let share = call.quant[r / call.chunk].get().expect("phase 1 quantized every share");
+                let share = call.quant[r / call.chunk]
+                    .get()
+                    .expect("phase 1 quantized every share");
                 let src = &share.q[(r - share.first) * kp..(r - share.first + 1) * kp];
                 row_scales.push(share.scales[r - share.first]);
                 for (kb, piece) in src.chunks_exact(ak).enumerate() {
@@ -538,7 +610,11 @@ impl Engine {
         }
         a.sync_to_device()?;
         call.clock.add(QUANT, t);
-        Ok(Prepared { expert, a, row_scales })
+        Ok(Prepared {
+            expert,
+            a,
+            row_scales,
+        })
     }
 
     /// Expert `e`'s inflated weights, from the cache or inflated (and cached) now.
@@ -555,21 +631,39 @@ impl Engine {
             row_stride: p.w_nb1,
             name_hash: name_hash(io.name),
         };
-        let fp = fingerprint(bytes, p.n, p.w_row_bytes, p.w_nb1, p.wtype.block_bytes(), self.config.cache_verify);
+        let fp = fingerprint(
+            bytes,
+            p.n,
+            p.w_row_bytes,
+            p.w_nb1,
+            p.wtype.block_bytes(),
+            self.config.cache_verify,
+        );
         if let Lookup::Hit(x) = self.cache.lookup(&key, fp) {
             call.clock.add(INFLATE, t);
             return Ok(x);
         }
         let (kp, np) = (self.tiles.pad(p.k), self.tiles.pad(p.n));
-        let mut b = self.device.alloc::<i8>(self.tiles.b_len(kp, np), flags::CPU_FILLED, 0)?;
+        let mut b = self
+            .device
+            .alloc::<i8>(self.tiles.b_len(kp, np), flags::CPU_FILLED, 0)?;
         let mut chan = try_vec(np, 0f32, "channel scales")?;
-        let w = ExpertWeights { ty: p.wtype, data: bytes, row_stride: p.w_nb1, n: p.n, k: p.k };
+        let w = ExpertWeights {
+            ty: p.wtype,
+            data: bytes,
+            row_stride: p.w_nb1,
+            n: p.n,
+            k: p.k,
+        };
         inflate_expert(&w, &self.tiles, b.as_mut_slice(), &mut chan).map_err(|err| match err {
             InflateError::NonFiniteScale { row, block } => Error::new(
                 ErrorKind::InvalidArgument,
                 format!("as: expert {e}, row {row}, block {block} has a NaN or infinite scale"),
             ),
-            other => Error::new(ErrorKind::Internal, format!("inflating expert {e}: {other}")),
+            other => Error::new(
+                ErrorKind::Internal,
+                format!("inflating expert {e}: {other}"),
+            ),
         })?;
         b.sync_to_device()?;
         bump(&self.counters.experts_inflated, 1);
@@ -581,7 +675,14 @@ impl Engine {
     }
 
     /// GEMM of one item and the scatter of its f32 results to `dst`.
-    fn run_item(&self, call: &Call, io: &Inputs, g: &Group, prep: &Prepared, item: &Item) -> Result<(), Error> {
+    fn run_item(
+        &self,
+        call: &Call,
+        io: &Inputs,
+        g: &Group,
+        prep: &Prepared,
+        item: &Item,
+    ) -> Result<(), Error> {
         let t = Instant::now();
         let p = &call.plan.problem;
         let kp = self.tiles.pad(p.k);
@@ -593,15 +694,27 @@ impl Engine {
             let shape = crate::gemm::Shape { m, kp, np: nc };
             let b = &prep.expert.b.as_slice()[b_offset..b_offset + self.tiles.b_len(kp, nc)];
             let mut out = try_vec(self.tiles.c_len(m, nc), 0i32, "GEMM output")?;
-            crate::gemm::reference(&self.tiles, shape, prep.a.as_slice(), b, &mut out);
+            crate::gemm::gemm(&self.tiles, shape, prep.a.as_slice(), b, &mut out);
             bump(&self.counters.cpu_gemms, 1);
             c_host = out;
             &c_host
         } else {
-            c_dev = self.device.alloc::<i32>(self.tiles.c_len(m, nc), flags::CPU_FILLED, 0)?;
-            let mm = MatMul { m, k: kp, n: nc, a: &prep.a, a_offset: 0, b: &prep.expert.b, b_offset, c_offset: 0, scaled: None };
+            c_dev = self
+                .device
+                .alloc::<i32>(self.tiles.c_len(m, nc), flags::CPU_FILLED, 0)?;
+            let mm = MatMul {
+                m,
+                k: kp,
+                n: nc,
+                a: &prep.a,
+                a_offset: 0,
+                b: &prep.expert.b,
+                b_offset,
+                c_offset: 0,
+                scaled: None,
+            };
             // K == Kp here, since 512 is a multiple of the padding.
-            let in_stream_envelope = p.k % 512 == 0 && p.k <= 4096;
+            let in_stream_envelope = p.k.is_multiple_of(512) && p.k <= 4096;
             let sub = if in_stream_envelope {
                 self.device.prepare_stream_i8(vec![mm], &mut c_dev)?
             } else {
@@ -620,7 +733,15 @@ impl Engine {
     }
 
     /// `dst[n, slot, token] = C[m][n] · (row_scale[m] · chan[n])` for the item's channels.
-    fn scatter(&self, p: &Problem, rows: &[super::route::Row], prep: &Prepared, item: &Item, c: &[i32], dst: &[AtomicU32]) {
+    fn scatter(
+        &self,
+        p: &Problem,
+        rows: &[super::route::Row],
+        prep: &Prepared,
+        item: &Item,
+        c: &[i32],
+        dst: &[AtomicU32],
+    ) {
         let m = rows.len();
         let cn = self.tiles.c_n;
         let n_end = item.n1.min(p.n);
@@ -668,14 +789,44 @@ mod tests {
 
     #[test]
     fn items_split_only_the_oversized_expert() {
-        let groups = [Group { expert: 3, start: 0, len: 90 }, Group { expert: 1, start: 90, len: 6 }, Group { expert: 2, start: 96, len: 4 }];
+        let groups = [
+            Group {
+                expert: 3,
+                start: 0,
+                len: 90,
+            },
+            Group {
+                expert: 1,
+                start: 90,
+                len: 6,
+            },
+            Group {
+                expert: 2,
+                start: 96,
+                len: 4,
+            },
+        ];
         let one = plan_items(&groups, 768, 32, 1);
         assert_eq!(one.len(), 3);
         assert!(one.iter().all(|i| (i.n0, i.n1) == (0, 768)));
         let two = plan_items(&groups, 768, 32, 2);
         assert_eq!(two.iter().filter(|i| i.group == 0).count(), 2);
-        assert_eq!(two[0], Item { group: 0, n0: 0, n1: 384 });
-        assert_eq!(two[1], Item { group: 0, n0: 384, n1: 768 });
+        assert_eq!(
+            two[0],
+            Item {
+                group: 0,
+                n0: 0,
+                n1: 384
+            }
+        );
+        assert_eq!(
+            two[1],
+            Item {
+                group: 0,
+                n0: 384,
+                n1: 768
+            }
+        );
         assert_eq!(two.len(), 4);
     }
 }

@@ -63,7 +63,9 @@ mod tests {
             assert_eq!(round_ties_even_small(v), v.round_ties_even(), "{v}");
             v += 0.125;
         }
-        for v in [0.5f32, 1.5, 2.5, -0.5, -2.5, 126.5, -126.5, 0.49999997, 1e-30] {
+        for v in [
+            0.5f32, 1.5, 2.5, -0.5, -2.5, 126.5, -126.5, 0.49999997, 1e-30,
+        ] {
             assert_eq!(round_ties_even_small(v), v.round_ties_even(), "{v}");
         }
     }
@@ -79,7 +81,9 @@ mod tests {
 
     #[test]
     fn every_value_within_half_a_step() {
-        let x: Vec<f32> = (0..300).map(|i| ((i * 7919 % 1000) as f32 - 500.0) * 0.37).collect();
+        let x: Vec<f32> = (0..300)
+            .map(|i| ((i * 7919 % 1000) as f32 - 500.0) * 0.37)
+            .collect();
         let mut q = vec![0i8; 320];
         let s = quantize_row(&x, &mut q);
         for (&v, &qi) in x.iter().zip(&q) {

@@ -54,13 +54,20 @@ impl Routing {
         }
         let mut groups: Vec<Group> = (0..p.n_expert)
             .filter(|&e| counts[e] > 0)
-            .map(|e| Group { expert: e, start: next[e], len: counts[e] })
+            .map(|e| Group {
+                expert: e,
+                start: next[e],
+                len: counts[e],
+            })
             .collect();
         let mut rows = vec![Row { token: 0, slot: 0 }; p.rows()];
         for token in 0..p.n_tokens {
             for slot in 0..p.n_used {
                 let e = ids[p.ids_offset(token, slot)] as usize;
-                rows[next[e]] = Row { token: token as u32, slot: slot as u32 };
+                rows[next[e]] = Row {
+                    token: token as u32,
+                    slot: slot as u32,
+                };
                 next[e] += 1;
             }
         }
@@ -81,8 +88,20 @@ mod tests {
 
     fn problem(n_expert: i64, n_used: i64, n_tokens: i64, ids_nb1: usize) -> Problem {
         let (k, n) = (64i64, 32i64);
-        let w = TensorDesc { ty: 2, ne: [k, n, n_expert, 1], nb: [18, 36, 36 * 32, 0], addr: 0x10_0000, name: None };
-        let b = TensorDesc { ty: 0, ne: [k, 1, n_tokens, 1], nb: [4, 256, 256, 0], addr: 0x20_0000, name: None };
+        let w = TensorDesc {
+            ty: 2,
+            ne: [k, n, n_expert, 1],
+            nb: [18, 36, 36 * 32, 0],
+            addr: 0x10_0000,
+            name: None,
+        };
+        let b = TensorDesc {
+            ty: 0,
+            ne: [k, 1, n_tokens, 1],
+            nb: [4, 256, 256, 0],
+            addr: 0x20_0000,
+            name: None,
+        };
         let ids = TensorDesc {
             ty: GGML_TYPE_I32,
             ne: [n_used, n_tokens, 1, 1],
@@ -91,7 +110,13 @@ mod tests {
             name: None,
         };
         let nbd = [4, 128, 128 * n_used as usize, 0];
-        let dst = TensorDesc { ty: 0, ne: [n, n_used, n_tokens, 1], nb: nbd, addr: 0x40_0000, name: None };
+        let dst = TensorDesc {
+            ty: 0,
+            ne: [n, n_used, n_tokens, 1],
+            nb: nbd,
+            addr: 0x40_0000,
+            name: None,
+        };
         validate(&w, &b, &ids, &dst).unwrap()
     }
 
@@ -104,7 +129,12 @@ mod tests {
         let got: Vec<(usize, Vec<(u32, u32)>)> = r
             .groups
             .iter()
-            .map(|g| (g.expert, r.rows_of(g).iter().map(|x| (x.token, x.slot)).collect()))
+            .map(|g| {
+                (
+                    g.expert,
+                    r.rows_of(g).iter().map(|x| (x.token, x.slot)).collect(),
+                )
+            })
             .collect();
         assert_eq!(
             got,
