@@ -5,31 +5,23 @@ use ork_moe::gemm::{self, Shape};
 use ork_moe::isa::Isa;
 use ork_moe::layout::Tiles;
 use ork_moe::pool::{self, Pool};
+use ork_moe::testutil::Rng;
 
 const T: Tiles = Tiles::RK3588;
 /// Written after C to catch out-of-bounds stores.
 const SENTINEL: i32 = 0x5a5a_5a5a;
 
-struct Rng(u64);
-
-impl Rng {
-    fn bytes(&mut self, len: usize) -> Vec<i8> {
-        (0..len)
-            .map(|_| {
-                self.0 ^= self.0 << 13;
-                self.0 ^= self.0 >> 7;
-                self.0 ^= self.0 << 17;
-                (self.0 >> 24) as i8
-            })
-            .collect()
-    }
+fn bytes(rng: &mut Rng, len: usize) -> Vec<i8> {
+    let mut v = vec![0; len];
+    rng.fill_i8(&mut v);
+    v
 }
 
 /// Inputs named for the failure message.
 fn inputs(kind: &str, m: usize, kp: usize, np: usize, rng: &mut Rng) -> (Vec<i8>, Vec<i8>) {
     let (la, lb) = (T.a_len(m, kp), T.b_len(kp, np));
     match kind {
-        "random" => (rng.bytes(la), rng.bytes(lb)),
+        "random" => (bytes(rng, la), bytes(rng, lb)),
         // Largest positive products: where vpmaddubsw-style int16 pair sums would saturate.
         "min*min" => (vec![-128; la], vec![-128; lb]),
         "min*max" => (vec![-128; la], vec![127; lb]),
@@ -41,7 +33,7 @@ fn inputs(kind: &str, m: usize, kp: usize, np: usize, rng: &mut Rng) -> (Vec<i8>
                     .map(|x| if x < 0 { -128 } else { 127 })
                     .collect()
             };
-            (pick(rng.bytes(la)), pick(rng.bytes(lb)))
+            (pick(bytes(rng, la)), pick(bytes(rng, lb)))
         }
         _ => unreachable!(),
     }
@@ -72,7 +64,7 @@ const ROWS: [usize; 14] = [1, 2, 3, 4, 5, 7, 8, 15, 16, 17, 31, 33, 64, 129];
 
 #[test]
 fn every_path_matches_the_reference() {
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut rng = Rng::new(0x9e37_79b9_7f4a_7c15);
     let depths_widths = [
         (32, 32),
         (64, 96),
@@ -102,13 +94,13 @@ fn every_path_matches_the_reference() {
 #[test]
 fn padded_real_sizes_match() {
     // K and N that are not multiples of 32, packed from row-major like the callers do.
-    let mut rng = Rng(7);
+    let mut rng = Rng::new(7);
     for &(m, k, n) in &[(3, 50, 40), (17, 100, 70), (33, 2000, 33)] {
         let (kp, np) = (T.pad(k), T.pad(n));
         let mut a = vec![0; T.a_len(m, kp)];
-        T.pack_a(&rng.bytes(m * k), m, k, &mut a);
+        T.pack_a(&bytes(&mut rng, m * k), m, k, &mut a);
         let mut b = vec![0; T.b_len(kp, np)];
-        T.pack_b(&rng.bytes(n * k), n, k, &mut b);
+        T.pack_b(&bytes(&mut rng, n * k), n, k, &mut b);
         let shape = Shape { m, kp, np };
         let want = expected(shape, &a, &b);
         for isa in Isa::available() {
@@ -122,7 +114,7 @@ fn padded_real_sizes_match() {
 #[test]
 fn real_expert_shapes_match() {
     // The A3B expert shapes at a few batch sizes (the reference is slow, so not all of them).
-    let mut rng = Rng(11);
+    let mut rng = Rng::new(11);
     for &(m, kp, np) in &[
         (8, 2048, 768),
         (3, 768, 2048),
@@ -142,7 +134,7 @@ fn real_expert_shapes_match() {
 
 #[test]
 fn shares_on_own_threads_and_on_the_pool_match() {
-    let mut rng = Rng(3);
+    let mut rng = Rng::new(3);
     let own_pool = Pool::new(3);
     for &(m, kp, np) in &[(5, 64, 32), (17, 96, 160), (64, 256, 320)] {
         let shape = Shape { m, kp, np };
@@ -183,7 +175,7 @@ fn shares_on_own_threads_and_on_the_pool_match() {
 
 #[test]
 fn concurrent_callers_on_one_pool_get_their_own_results() {
-    let mut rng = Rng(5);
+    let mut rng = Rng::new(5);
     let shape = Shape {
         m: 9,
         kp: 128,

@@ -31,7 +31,7 @@ fn bench_gemm_single_thread_vs_int8_peak() {
         );
         for (k, n) in A3B_SHAPES {
             for m in [8, 16, 32, 64, 128] {
-                let gops = gemm_gops(isa, m, k, n, 25);
+                let gops = gemm_gops(isa, m, k, n, 40);
                 println!(
                     "{k:>5} {n:>5} {m:>4} {gops:>8.1} {:>6.1}%",
                     100.0 * gops / peak

@@ -11,6 +11,7 @@ use super::{gemm_isa, gemm_parallel, Shape};
 use crate::isa::Isa;
 use crate::layout::Tiles;
 use crate::pool::Pool;
+use crate::testutil::Rng;
 use std::time::Instant;
 
 /// The Qwen3-30B-A3B expert matmuls as (K, N): gate/up 2048→768, down 768→2048, and the same for a
@@ -55,13 +56,6 @@ fn best_of(clock: Clock, repeats: usize, mut f: impl FnMut()) -> f64 {
         .fold(f64::INFINITY, f64::min)
 }
 
-/// Deterministic non-trivial int8 data.
-fn data(len: usize, seed: u32) -> Vec<i8> {
-    (0..len as u32)
-        .map(|i| (i.wrapping_mul(2654435761).wrapping_add(seed) >> 13) as i8)
-        .collect()
-}
-
 /// Operands of one benchmark GEMM, made once and reused across timings.
 pub struct Operands {
     pub shape: Shape,
@@ -74,6 +68,12 @@ impl Operands {
     /// Native operands for `m` rows of depth `k` and `n` output channels (padded as needed).
     pub fn new(m: usize, k: usize, n: usize) -> Operands {
         let t = Tiles::RK3588;
+        let mut rng = Rng::new(1);
+        let mut random = |len| {
+            let mut v = vec![0; len];
+            rng.fill_i8(&mut v);
+            v
+        };
         let shape = Shape {
             m,
             kp: t.pad(k),
@@ -81,8 +81,8 @@ impl Operands {
         };
         Operands {
             shape,
-            a: data(t.a_len(m, shape.kp), 1),
-            b: data(t.b_len(shape.kp, shape.np), 2),
+            a: random(t.a_len(m, shape.kp)),
+            b: random(t.b_len(shape.kp, shape.np)),
             c: vec![0; t.c_len(m, shape.np)],
         }
     }

@@ -15,6 +15,8 @@ pub(super) fn aligned<T: Copy + Default>(buf: &mut Vec<T>, len: usize) -> &mut [
 }
 
 /// Copies 16 elements, converted; fixed-size so that it compiles to a few vector instructions.
+//
+// The packers are `inline(always)` so that they take the vector width of the kernel that calls them.
 #[inline(always)]
 fn copy16<T: Copy>(dst: &mut [T], src: &[i8], conv: &impl Fn(i8) -> T) {
     let dst: &mut [T; 16] = (&mut dst[..16]).try_into().expect("16 elements");
@@ -27,6 +29,7 @@ fn copy16<T: Copy>(dst: &mut [T], src: &[i8], conv: &impl Fn(i8) -> T) {
 /// Native A (`[K/16][M][16]`, `m` rows, depth `kp`) into panels of `rows` rows (the last may be
 /// shorter): the panel of rows `r0..r0+R` starts at `r0·kp` and is laid out `[K/w][R][w]`, `w` =
 /// 16 or 32, each element converted by `conv`.
+#[inline(always)]
 pub(super) fn a_panels<T: Copy>(
     m: usize,
     kp: usize,
@@ -56,6 +59,7 @@ pub(super) fn a_panels<T: Copy>(
 
 /// Channels `n0..n0+g` of native B (`[N/32][K/32][32n][32k]`, depth `kp`) into `[K/w][g][w]`,
 /// `w` = 16 or 32, each element converted by `conv`. The channels must lie in one N-tile.
+#[inline(always)]
 pub(super) fn b_group<T: Copy>(
     kp: usize,
     b: &[i8],

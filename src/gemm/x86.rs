@@ -36,10 +36,9 @@ thread_local! {
 const VNNI_ROWS: usize = 4;
 /// Channels per AVX-512 register block and packed B group.
 const VNNI_GROUP: usize = 8;
-/// Depth per pass, in 32-k blocks: a pass's B group (8 KiB per 1024 k) and A panel stay in L1.
-const PASS_BLOCKS: usize = 64;
 
 /// `128·Σ_k a[r][k]` for every row: what the +128 bias on B adds to row `r`.
+#[inline(always)]
 fn bias_per_row(m: usize, kp: usize, a: &[i8], out: &mut [i32]) {
     out.fill(0);
     for chunk in a[..m * kp].chunks_exact(16 * m) {
@@ -50,29 +49,40 @@ fn bias_per_row(m: usize, kp: usize, a: &[i8], out: &mut [i32]) {
 }
 
 pub(super) fn gemm_vnni(shape: Shape, a: &[i8], b: &[i8], c: &mut [i32]) {
-    let Shape { m, kp, np } = shape;
+    let Shape { m, kp, .. } = shape;
     A_BYTES.with_borrow_mut(|ap| {
         B_BYTES.with_borrow_mut(|bg| {
             ROW_CORR.with_borrow_mut(|corr| {
-                let ap = aligned(ap, m * kp);
-                let bg = aligned(bg, kp * VNNI_GROUP);
-                let corr = aligned(corr, m);
-                a_panels(m, kp, a, VNNI_ROWS, 32, ap, |x| x);
-                bias_per_row(m, kp, a, corr);
-                for n0 in (0..np).step_by(VNNI_GROUP) {
-                    b_group(kp, b, n0, VNNI_GROUP, 32, bg, |x| (x as u8) ^ 0x80);
-                    // SAFETY: the caller checked that this CPU has AVX-512 F/BW/VNNI
-                    // (`Isa::Avx512`) and that `b` and `c` fit `shape`; `ap`, `bg` and `corr`
-                    // were just packed for it.
-                    unsafe { vnni_group(shape, ap, bg, corr, n0, b, c) }
-                }
+                let (ap, bg) = (aligned(ap, m * kp), aligned(bg, kp * VNNI_GROUP));
+                // SAFETY: the caller checked that this CPU has AVX-512 F/BW/VNNI (`Isa::Avx512`)
+                // and that `a`, `b` and `c` fit `shape`; the scratch slices are sized for it.
+                unsafe { vnni_all(shape, a, b, c, ap, bg, aligned(corr, m)) }
             })
         })
     });
 }
 
-/// Channels `n0..n0+8` of C from the A panels and the packed B group. While it runs, pulls the next
-/// group of native `b` into L2, spread over the row blocks, so its packing does not wait for memory.
+/// Packs and multiplies. The packers are inlined here so that they, too, use wide vectors.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+unsafe fn vnni_all(
+    shape: Shape,
+    a: &[i8],
+    b: &[i8],
+    c: &mut [i32],
+    ap: &mut [i8],
+    bg: &mut [u8],
+    corr: &mut [i32],
+) {
+    let Shape { m, kp, np } = shape;
+    a_panels(m, kp, a, VNNI_ROWS, 32, ap, |x| x);
+    bias_per_row(m, kp, a, corr);
+    for n0 in (0..np).step_by(VNNI_GROUP) {
+        b_group(kp, b, n0, VNNI_GROUP, 32, bg, |x| (x as u8) ^ 0x80);
+        vnni_group(shape, ap, bg, corr, n0, c);
+    }
+}
+
+/// Channels `n0..n0+8` of C from the A panels and the packed B group.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 unsafe fn vnni_group(
     shape: Shape,
@@ -80,54 +90,32 @@ unsafe fn vnni_group(
     bg: &[u8],
     row_corr: &[i32],
     n0: usize,
-    b: &[i8],
     c: &mut [i32],
 ) {
-    let Shape { m, kp, np } = shape;
+    let Shape { m, kp, .. } = shape;
     let kbs = kp / 32;
-    let next = n0 + VNNI_GROUP;
-    // Cache lines of the next group: 4 per k-block.
-    let next_lines = if next < np { kbs * 4 } else { 0 };
-    let per_block = next_lines.div_ceil(m.div_ceil(VNNI_ROWS));
-    let mut prefetched = 0;
     // Replicates row i's correction over its 4 channel slots.
     let spread = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
-    // Deep products go in passes over the depth, each adding into C.
-    for kb0 in (0..kbs).step_by(PASS_BLOCKS) {
-        let blocks = PASS_BLOCKS.min(kbs - kb0);
-        let bk = bg.as_ptr().add(kb0 * VNNI_GROUP * 32);
-        let mut r0 = 0;
-        while r0 < m {
-            let rows = (m - r0).min(VNNI_ROWS);
-            for line in prefetched..(prefetched + per_block).min(next_lines) {
-                let tile = (next / 32) * 32 * kp;
-                let src = tile + (line / 4) * 32 * 32 + (next % 32) * 32 + (line % 4) * 64;
-                _mm_prefetch::<_MM_HINT_T1>(b.as_ptr().add(src));
-            }
-            prefetched = (prefetched + per_block).min(next_lines);
-            let panel = ap.as_ptr().add(r0 * kp + kb0 * rows * 32);
-            let quads = match rows {
-                1 => vnni_block::<1>(panel, bk, blocks),
-                2 => vnni_block::<2>(panel, bk, blocks),
-                3 => vnni_block::<3>(panel, bk, blocks),
-                _ => vnni_block::<VNNI_ROWS>(panel, bk, blocks),
-            };
-            let mask: __mmask16 = ((1u32 << (4 * rows)) - 1) as __mmask16;
-            let corr = _mm512_permutexvar_epi32(
-                spread,
-                _mm512_maskz_loadu_epi32(mask, row_corr.as_ptr().add(r0)),
-            );
-            for (q, &quad) in quads.iter().enumerate() {
-                let out = c.as_mut_ptr().add(((n0 / 4 + q) * m + r0) * 4);
-                let sum = if kb0 == 0 {
-                    _mm512_sub_epi32(quad, corr)
-                } else {
-                    _mm512_add_epi32(quad, _mm512_maskz_loadu_epi32(mask, out))
-                };
-                _mm512_mask_storeu_epi32(out, mask, sum);
-            }
-            r0 += rows;
+    let mut r0 = 0;
+    while r0 < m {
+        let rows = (m - r0).min(VNNI_ROWS);
+        let panel = ap.as_ptr().add(r0 * kp);
+        let quads = match rows {
+            1 => vnni_block::<1>(panel, bg.as_ptr(), kbs),
+            2 => vnni_block::<2>(panel, bg.as_ptr(), kbs),
+            3 => vnni_block::<3>(panel, bg.as_ptr(), kbs),
+            _ => vnni_block::<VNNI_ROWS>(panel, bg.as_ptr(), kbs),
+        };
+        let mask: __mmask16 = ((1u32 << (4 * rows)) - 1) as __mmask16;
+        let corr = _mm512_permutexvar_epi32(
+            spread,
+            _mm512_maskz_loadu_epi32(mask, row_corr.as_ptr().add(r0)),
+        );
+        for (q, &quad) in quads.iter().enumerate() {
+            let out = c.as_mut_ptr().add(((n0 / 4 + q) * m + r0) * 4);
+            _mm512_mask_storeu_epi32(out, mask, _mm512_sub_epi32(quad, corr));
         }
+        r0 += rows;
     }
 }
 
@@ -196,20 +184,41 @@ const AVX2_ROWS: usize = 2;
 const AVX2_GROUP: usize = 4;
 
 pub(super) fn gemm_avx2(shape: Shape, a: &[i8], b: &[i8], c: &mut [i32]) {
-    let Shape { m, kp, np } = shape;
+    let Shape { m, kp, .. } = shape;
     A_WORDS.with_borrow_mut(|aw| {
         B_WORDS.with_borrow_mut(|bw| {
-            let aw = aligned(aw, m * kp);
-            let bw = aligned(bw, kp * AVX2_GROUP);
-            a_panels(m, kp, a, AVX2_ROWS, 16, aw, i16::from);
-            for n0 in (0..np).step_by(AVX2_GROUP) {
-                b_group(kp, b, n0, AVX2_GROUP, 16, bw, i16::from);
-                // SAFETY: the caller checked that this CPU has AVX2 (`Isa::Avx2`) and that `c`
-                // fits `shape`; `aw` and `bw` were just packed for it.
-                unsafe { avx2_group(shape, aw, bw, n0, c) }
+            // SAFETY: the caller checked that this CPU has AVX2 (`Isa::Avx2`) and that `a`, `b`
+            // and `c` fit `shape`; the scratch slices are sized for it.
+            unsafe {
+                avx2_all(
+                    shape,
+                    a,
+                    b,
+                    c,
+                    aligned(aw, m * kp),
+                    aligned(bw, kp * AVX2_GROUP),
+                )
             }
         })
     });
+}
+
+/// Packs and multiplies. The packers are inlined here so that they, too, use wide vectors.
+#[target_feature(enable = "avx2")]
+unsafe fn avx2_all(
+    shape: Shape,
+    a: &[i8],
+    b: &[i8],
+    c: &mut [i32],
+    aw: &mut [i16],
+    bw: &mut [i16],
+) {
+    let Shape { m, kp, np } = shape;
+    a_panels(m, kp, a, AVX2_ROWS, 16, aw, i16::from);
+    for n0 in (0..np).step_by(AVX2_GROUP) {
+        b_group(kp, b, n0, AVX2_GROUP, 16, bw, i16::from);
+        avx2_group(shape, aw, bw, n0, c);
+    }
 }
 
 /// Channels `n0..n0+4` of C from the int16 A panels and the packed int16 B group.

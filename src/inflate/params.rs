@@ -192,16 +192,16 @@ fn q4k_scales_mins(packed: &[u8; K_SCALE_SIZE]) -> ([u8; 8], [u8; 8]) {
 /// `clamp(rne(fl(e·unit)), ±32767)`.
 #[inline(always)]
 pub(super) fn multiplier(e: f32, unit: f32) -> i16 {
-    rne_small(e * unit).clamp(-32767.0, 32767.0) as i16
+    rne_i32(e * unit).clamp(-32767, 32767) as i16
 }
 
-/// `x` rounded to an integer, ties to even, for `|x| < 2²²` (adding and removing 1.5·2²³
-/// leaves no fraction bits); one add and one subtract instead of a libm `rintf` call on
-/// x86-64 targets without SSE4.1.
+/// `x` rounded to an integer, ties to even, for `|x| < 2²²`: adding 1.5·2²³ leaves the rounded
+/// integer in the low mantissa bits. Integer-only after one add, so loops of it vectorize
+/// (`round_ties_even() as i32` is a libm call plus saturation checks on baseline x86-64).
 #[inline(always)]
-pub(super) fn rne_small(x: f32) -> f32 {
+pub(super) fn rne_i32(x: f32) -> i32 {
     const SHIFTER: f32 = 12_582_912.0;
-    (x + SHIFTER) - SHIFTER
+    (x + SHIFTER).to_bits() as i32 - SHIFTER.to_bits() as i32
 }
 
 /// The fp16 at `blk[at..at + 2]`, which must be finite, as f32 (exact).
@@ -262,7 +262,8 @@ mod tests {
     fn q4k_scales_mins_agrees_with_the_reference_decoder() {
         let mut rng = crate::testutil::Rng::new(9);
         for _ in 0..1000 {
-            let packed: [u8; K_SCALE_SIZE] = rng.bytes(K_SCALE_SIZE).try_into().unwrap();
+            let mut packed = [0u8; K_SCALE_SIZE];
+            rng.fill_bytes(&mut packed);
             let (sc, mn) = q4k_scales_mins(&packed);
             for j in 0..8 {
                 assert_eq!(
@@ -275,11 +276,14 @@ mod tests {
     }
 
     #[test]
-    fn rne_small_rounds_half_to_even() {
-        for x in [
-            0.5f32, 1.5, 2.5, -0.5, -1.5, -2.5, 3.49, -3.51, 32767.5, 32768.4, 0.0,
-        ] {
-            assert_eq!(rne_small(x), x.round_ties_even(), "{x}");
+    fn rne_i32_rounds_half_to_even() {
+        let mut rng = crate::testutil::Rng::new(3);
+        let fixed = [
+            0.5f32, 1.5, 2.5, -0.5, -1.5, 3.49, -3.51, 32767.5, 32768.4, -0.0, 127.5,
+        ];
+        let random = (0..10_000).map(|_| rng.uniform(-40_000.0, 40_000.0));
+        for x in fixed.into_iter().chain(random) {
+            assert_eq!(rne_i32(x), x.round_ties_even() as i32, "{x}");
         }
     }
 }

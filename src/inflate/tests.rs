@@ -75,7 +75,7 @@ fn zero_row_gives_zero_scale_and_weights_and_nan_is_an_error() {
         assert!(q.iter().all(|&x| x == 0), "{ty:?}");
 
         let mut bad = vec![0u8; ty.row_bytes(2 * k).unwrap()];
-        let at = ty.block_bytes() + crate::testutil::fp16_field_offsets(ty)[0];
+        let at = ty.block_bytes() + crate::testutil::half_offsets(ty)[0];
         bad[at..at + 2].copy_from_slice(&0x7e00u16.to_le_bytes());
         let w = ExpertWeights {
             ty,

@@ -4,7 +4,7 @@
 //! Two plain passes the compiler vectorizes. The second writes native B in memory order, 32
 //! weights per store, as the board's `tile_f32_i8` did.
 
-use super::params::rne_small;
+use super::params::rne_i32;
 use super::{check, ExpertWeights, InflateError, Tile, RUN};
 use crate::layout::Tiles;
 use crate::quant::dequantize_row;
@@ -26,11 +26,13 @@ pub fn inflate_expert_via_f32(
     }
     let mut inv = vec![0f32; w.n];
     for (row, x) in f.chunks_exact(k).enumerate() {
-        // `max` skips NaN, so look for non-finite weights explicitly.
-        if !x.iter().all(|v| v.is_finite()) {
+        // Magnitude bits order like the magnitudes and NaN/Inf sort above every finite value,
+        // so one integer max (which vectorizes) gives max|w| and catches non-finite weights.
+        let amax_bits = x.iter().fold(0u32, |m, v| m.max(v.to_bits() & 0x7fff_ffff));
+        if amax_bits >= f32::INFINITY.to_bits() {
             return Err(InflateError::NonFiniteScale { row, block: 0 });
         }
-        let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let amax = f32::from_bits(amax_bits);
         (chan_scales[row], inv[row]) = if amax > 0.0 {
             (amax / 127.0, 127.0 / amax)
         } else {
@@ -49,8 +51,8 @@ pub fn inflate_expert_via_f32(
             for (j, row) in rows.clone().enumerate() {
                 let x = &f[row * w.k + r * RUN..row * w.k + r * RUN + RUN];
                 for (o, v) in tile.run(r, j).iter_mut().zip(x) {
-                    // |v·inv| <= 127·(1 + 2⁻²²), well inside rne_small's range.
-                    *o = rne_small(v * inv[row]) as i8;
+                    // |v·inv| <= 127·(1 + 2⁻²²): well inside rne_i32's range, and the result fits i8.
+                    *o = rne_i32(v * inv[row]) as i8;
                 }
             }
         }

@@ -7,7 +7,7 @@ use ork_moe::inflate::{inflate_expert, inflate_expert_via_f32, ExpertWeights};
 use ork_moe::isa;
 use ork_moe::layout::Tiles;
 use ork_moe::quant::GgmlType;
-use ork_moe::testutil::{random_expert, Rng};
+use ork_moe::testutil::Rng;
 use std::hint::black_box;
 use std::process::ExitCode;
 
@@ -25,6 +25,8 @@ struct Row {
     direct_gbps: f64,
     via_f32_gbps: f64,
     memcpy_gbps: f64,
+    /// The direct inflate's fastest and slowest repeat, in microseconds (how noisy the run was).
+    direct_us_range: (f64, f64),
 }
 
 pub fn run(opts: &Options) -> Result<ExitCode, String> {
@@ -62,7 +64,7 @@ pub fn run(opts: &Options) -> Result<ExitCode, String> {
             isa::selected().name()
         );
         println!(
-            "{:<6} {:>5} {:>5} {:>11} {:>12} {:>8} {:>11} {:>14}",
+            "{:<6} {:>5} {:>5} {:>11} {:>12} {:>8} {:>11} {:>14} {:>18}",
             "type",
             "k",
             "n",
@@ -70,11 +72,12 @@ pub fn run(opts: &Options) -> Result<ExitCode, String> {
             "via_f32_gbps",
             "speedup",
             "memcpy_gbps",
-            "direct/memcpy"
+            "direct/memcpy",
+            "direct_us min-max"
         );
         for r in &rows {
             println!(
-                "{:<6} {:>5} {:>5} {:>11.2} {:>12.2} {:>7.1}x {:>11.2} {:>13.0}%",
+                "{:<6} {:>5} {:>5} {:>11.2} {:>12.2} {:>7.1}x {:>11.2} {:>13.0}% {:>18}",
                 r.ty.name(),
                 r.k,
                 r.n,
@@ -82,7 +85,8 @@ pub fn run(opts: &Options) -> Result<ExitCode, String> {
                 r.via_f32_gbps,
                 r.direct_gbps / r.via_f32_gbps,
                 r.memcpy_gbps,
-                100.0 * r.direct_gbps / r.memcpy_gbps
+                100.0 * r.direct_gbps / r.memcpy_gbps,
+                format!("{:.0}-{:.0}", r.direct_us_range.0, r.direct_us_range.1)
             );
         }
     }
@@ -90,7 +94,7 @@ pub fn run(opts: &Options) -> Result<ExitCode, String> {
 }
 
 fn measure(tiles: &Tiles, ty: GgmlType, k: usize, n: usize) -> Result<Row, String> {
-    let data = random_expert(ty, n, k, &mut Rng::new((k * 31 + n) as u64));
+    let data = Rng::new((k * 31 + n) as u64).blocks(ty, n * k / ty.block_elems(), 0.05);
     let w = ExpertWeights {
         ty,
         data: &data,
@@ -124,5 +128,6 @@ fn measure(tiles: &Tiles, ty: GgmlType, k: usize, n: usize) -> Result<Row, Strin
         direct_gbps: gbps(direct.median),
         via_f32_gbps: gbps(via.median),
         memcpy_gbps: gbps(copy.median),
+        direct_us_range: (direct.min * 1e6, direct.max * 1e6),
     })
 }
