@@ -12,7 +12,7 @@ use super::bench::{print_json, Json, Options};
 use ork_moe::moe::desc::{TensorDesc, GGML_TYPE_I32};
 use ork_moe::moe::{Config, Engine, Inputs, Stages};
 use ork_moe::quant::GgmlType;
-use ork_moe::testutil::{random_expert, Rng};
+use ork_moe::testutil::Rng;
 use std::process::ExitCode;
 use std::sync::atomic::AtomicU32;
 use std::time::Instant;
@@ -50,15 +50,13 @@ struct Case {
 
 impl Case {
     fn new(ty: GgmlType, n_tokens: usize, rng: &mut Rng) -> Case {
-        let weights: Vec<u8> = (0..N_EXPERT)
-            .flat_map(|_| random_expert(ty, N, K, rng))
-            .collect();
+        let weights = rng.blocks(ty, N_EXPERT * N * K / ty.block_elems(), 0.02);
         let b = (0..K * n_tokens).map(|_| rng.uniform(-1.0, 1.0)).collect();
         let mut ids = Vec::with_capacity(N_USED * n_tokens);
         for _ in 0..n_tokens {
             let mut chosen: Vec<i32> = Vec::with_capacity(N_USED);
             while chosen.len() < N_USED {
-                let e = rng.below(N_EXPERT as u64) as i32;
+                let e = rng.below(N_EXPERT) as i32;
                 if !chosen.contains(&e) {
                     chosen.push(e);
                 }
