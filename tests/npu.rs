@@ -22,10 +22,17 @@ fn strict_emu() -> Device {
 
 #[test]
 fn every_row_count_matches_the_reference() {
-    let dev = emu_device();
-    for &m in &ROWS {
-        let case = Case::random(m, 256, 96, m as u64);
-        assert_eq!(case.run(&dev), case.expected, "m={m}");
+    // K = 2048 caps a task at 16 rows, so most row counts span several tasks: run once with the
+    // tasks coalesced and once with every task's rows gathered and scattered on their own.
+    for per_task in [false, true] {
+        let dev = Device::emu(emu::Config {
+            per_task,
+            ..emu::Config::default()
+        });
+        for &m in &ROWS {
+            let case = Case::random(m, 2048, 96, m as u64);
+            assert!(case.run(&dev) == case.expected, "m={m} per_task={per_task}");
+        }
     }
 }
 
@@ -150,6 +157,8 @@ fn run_i8_spreads_large_gemms_over_the_enabled_cores_and_caps_rows_per_task() {
     // CBUF: 32768 / 2048 = 16 rows per task, so 4 row chunks on each of the 3 cores.
     assert_eq!(r.tasks_per_core, [4, 4, 4]);
     assert_eq!(r.macs, 64 * 2048 * 768);
+    // Bytes: A once per core (its row tasks together), B once, C once.
+    assert_eq!(r.bytes, 3 * 64 * 2048 + 2048 * 768 + 64 * 768 * 4);
     dev.set_core_mask(CoreMask(CoreMask::CORE_0.0 | CoreMask::CORE_2.0));
     let r = dev.run_i8(case.matmul(&a, &b), &mut c).unwrap();
     assert_eq!(r.tasks_per_core[1], 0);

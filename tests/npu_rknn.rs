@@ -4,15 +4,29 @@
 mod npu_util;
 
 use npu_util::{random_i8, slow_target, Case, A3B, ROWS};
-use ork_moe::npu::{flags, BackendKind, CoreMask, Device, Error, MatMul, Primitive, Scaled};
+use ork_moe::npu::{
+    flags, BackendChoice, BackendKind, CoreMask, Device, Error, MatMul, Primitive, Scaled,
+};
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
 
-/// The C compiler for the target the tests run on: `ORK_STANDIN_CC`, else the cross compiler
-/// when built for aarch64 on another host, else `cc`.
+/// The C compiler for the target the tests run on: `ORK_STANDIN_CC`, else cargo's per-target
+/// `CC_<triple>` or `CC`, else the Debian cross compiler when built for aarch64, else `cc`.
 fn compiler() -> String {
-    if let Ok(cc) = std::env::var("ORK_STANDIN_CC") {
+    let triple = if cfg!(target_arch = "aarch64") {
+        "aarch64_unknown_linux_gnu"
+    } else {
+        "x86_64_unknown_linux_gnu"
+    };
+    let from_env = [
+        "ORK_STANDIN_CC".to_string(),
+        format!("CC_{triple}"),
+        "CC".to_string(),
+    ]
+    .into_iter()
+    .find_map(|v| std::env::var(v).ok().filter(|s| !s.is_empty()));
+    if let Some(cc) = from_env {
         return cc;
     }
     let cross = "aarch64-linux-gnu-gcc";
@@ -223,4 +237,20 @@ fn envelopes_domains_and_threads() {
             s.spawn(move || assert!(case.run(dev) == case.expected));
         }
     });
+}
+
+#[test]
+fn auto_takes_the_runtime_when_it_answers_else_the_emulator() {
+    // Only this test reads ORK_RKNN_LIB in this binary, so setting it cannot race another test.
+    std::env::set_var("ORK_RKNN_LIB", standin());
+    assert_eq!(
+        Device::open(BackendChoice::Auto).unwrap().backend(),
+        BackendKind::Rknn
+    );
+    std::env::set_var("ORK_RKNN_LIB", "/nonexistent/librknnrt.so");
+    assert_eq!(
+        Device::open(BackendChoice::Auto).unwrap().backend(),
+        BackendKind::Emu
+    );
+    assert!(Device::open(BackendChoice::Rknn).is_err());
 }

@@ -103,7 +103,6 @@ impl Backend for Cpu {
             views.push(GemmView {
                 m: g.m,
                 k: g.k,
-                n: g.n,
                 a: &data(g.a.storage())?[g.a_offset..g.a_offset + g.m * g.k],
                 b: &data(g.b.storage())?[g.b_offset..g.b_offset + g.k * g.n],
                 chan: g.scaled.as_ref().map(|s| s.chan),
@@ -121,14 +120,16 @@ impl Backend for Cpu {
         }
         let c_offsets: Vec<usize> = gemms.iter().map(|g| g.c_offset).collect();
         let outs = exec::take_outs(&mut gemms);
-        let total: usize = views.iter().map(|v| v.n).sum();
-        let unit = total.div_ceil(self.threads * 2);
+        let split = exec::Split {
+            threads: self.threads,
+            per_task: false,
+        };
         let c: &'a mut CpuStorage<i32> = c
             .storage_mut()
             .as_any_mut()
             .downcast_mut()
             .ok_or_else(|| Error::InvalidArgument("buffer of another backend".into()))?;
-        let exec = Execution::new(tiles, views, &tasks, &mut c.data, &c_offsets, outs, unit);
+        let exec = Execution::new(tiles, views, &tasks, &mut c.data, &c_offsets, outs, split);
         Ok(Box::new(CpuJob { exec, report }))
     }
 }

@@ -60,7 +60,7 @@ pub fn validate(
                 g.m, g.k, g.n
             ));
         }
-        if g.k % tiles.align != 0 || g.n % tiles.align != 0 {
+        if !g.k.is_multiple_of(tiles.align) || !g.n.is_multiple_of(tiles.align) {
             return bad(format!(
                 "GEMM {i}: k={} and n={} must be multiples of {}",
                 g.k, g.n, tiles.align
@@ -176,7 +176,6 @@ pub fn tasks_for(
 pub struct GemmView<'a> {
     pub m: usize,
     pub k: usize,
-    pub n: usize,
     /// Native A (`m·k` elements).
     pub a: &'a [i8],
     /// Native B (`k·n` elements).
@@ -188,9 +187,34 @@ pub struct GemmView<'a> {
 /// The CPU int8 GEMM on one native block (a slice of whole N-tiles).
 pub type Kernel = fn(&Tiles, Shape, &[i8], &[i8], &mut [i32]);
 
-/// The kernel the CPU-executed backends use.
+/// The kernel the CPU-executed backends use: the fast GEMM on the process's kernel path, one
+/// thread (the units supply the parallelism).
 pub fn kernel() -> Kernel {
-    gemm::reference
+    gemm::gemm
+}
+
+/// How an [`Execution`] cuts its work.
+#[derive(Clone, Copy, Debug)]
+pub struct Split {
+    /// Threads expected to run the shares.
+    pub threads: usize,
+    /// Execute every planned row range as its own GEMM (gather A rows, scatter C rows), as the
+    /// hardware tasks do; otherwise adjacent row ranges of a slab run as one GEMM, which gives the
+    /// same bits (exact int32) without packing B once per range.
+    pub per_task: bool,
+}
+
+/// Adjacent row ranges merged.
+fn coalesce(mut rows: Vec<(usize, usize)>) -> Vec<(usize, usize)> {
+    rows.sort_unstable();
+    let mut out: Vec<(usize, usize)> = Vec::with_capacity(rows.len());
+    for (m0, m1) in rows {
+        match out.last_mut() {
+            Some(last) if last.1 == m0 => last.1 = m1,
+            _ => out.push((m0, m1)),
+        }
+    }
+    out
 }
 
 /// Work unit: channels `c0..c1` of one slab of GEMM `gemm`, for the row ranges of its tasks.
@@ -213,8 +237,9 @@ pub struct Execution<'a> {
 }
 
 impl<'a> Execution<'a> {
-    /// Builds the units of `tasks` (each unit at most `unit_channels` wide, whole N-tiles) and
-    /// hands each its disjoint part of C (`c`, at the GEMMs' `c_offsets`) and of the f32 outputs.
+    /// Builds the units of `tasks` (each slab cut into whole N-tiles so that `split.threads` have
+    /// about two units each) and hands each unit its disjoint part of C (`c`, at the GEMMs'
+    /// `c_offsets`) and of the f32 outputs.
     pub fn new(
         tiles: Tiles,
         gemms: Vec<GemmView<'a>>,
@@ -222,7 +247,7 @@ impl<'a> Execution<'a> {
         c: &'a mut [i32],
         c_offsets: &[usize],
         mut outs: Vec<Option<&'a mut [f32]>>,
-        unit_channels: usize,
+        split: Split,
     ) -> Execution<'a> {
         // Slabs: tasks sharing (gemm, n0, n1) differ only in rows and write one contiguous block.
         let mut slabs: BTreeMap<(usize, usize, usize), Vec<(usize, usize)>> = BTreeMap::new();
@@ -232,9 +257,13 @@ impl<'a> Execution<'a> {
                 .or_default()
                 .push((t.m0, t.m1));
         }
-        let step = unit_channels.max(tiles.b_n) / tiles.b_n * tiles.b_n;
+        let pieces = (2 * split.threads).div_ceil(slabs.len().max(1)).max(1);
         let mut units = Vec::new();
-        for ((gemm, n0, n1), rows) in slabs {
+        for ((gemm, n0, n1), mut rows) in slabs {
+            if !split.per_task {
+                rows = coalesce(rows);
+            }
+            let step = ((n1 - n0) / tiles.b_n).div_ceil(pieces).max(1) * tiles.b_n;
             let mut c0 = n0;
             while c0 < n1 {
                 let c1 = (c0 + step).min(n1);

@@ -37,9 +37,14 @@
 //! group calls [`Submission::run_share`]`(ith, nth)` (ggml drives ops from its own threads), then
 //! one of them calls [`Submission::finish`]. The `run_*` forms do the same on the crate's pool.
 
+// `cbindgen:ignore` keeps these Rust-only constants out of the C header.
+/// cbindgen:ignore
 pub mod cpu;
+/// cbindgen:ignore
 pub mod emu;
+/// cbindgen:ignore
 mod exec;
+/// cbindgen:ignore
 pub mod rknn;
 
 pub use exec::Kernel;
@@ -51,6 +56,8 @@ use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Once;
 
 /// The rknpu kernel driver's memory flags (`rknpu_ioctl.h`), carried by every [`Buffer`].
+///
+/// cbindgen:ignore
 pub mod flags {
     pub const NON_CONTIGUOUS: u32 = 1 << 0;
     /// CPU accesses go through the cache: CPU writes need a sync to the device, device writes a
@@ -77,6 +84,7 @@ pub mod flags {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct CoreMask(pub u8);
 
+/// cbindgen:ignore
 impl CoreMask {
     pub const CORE_0: CoreMask = CoreMask(1);
     pub const CORE_1: CoreMask = CoreMask(2);
@@ -101,6 +109,7 @@ pub enum Primitive {
 }
 
 impl Primitive {
+    /// cbindgen:ignore
     pub const ALL: [Primitive; 3] = [Primitive::RunI8, Primitive::ChainI8, Primitive::StreamI8];
 
     pub fn name(self) -> &'static str {
@@ -486,6 +495,13 @@ impl Counters {
             c.store(0, Ordering::Relaxed);
         }
     }
+}
+
+/// Whether a GEMM of depth `k` (padded) may go to `run_chain_i8` / `run_stream_i8` on the NPU
+/// backends: `K % 512 == 0 && K <= 4096`, outside which the hardware's full-K reduction schedule is
+/// wrong. Outside it, use `run_i8`.
+pub fn in_stream_envelope(k: usize) -> bool {
+    k.is_multiple_of(emu::STREAM_K_MULTIPLE) && k <= emu::STREAM_MAX_K
 }
 
 /// The single-threaded CPU int8 kernel the emu and cpu backends run their work units on (what

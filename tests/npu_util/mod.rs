@@ -4,18 +4,13 @@
 use ork_moe::gemm::{self, Shape};
 use ork_moe::layout::Tiles;
 use ork_moe::npu::{flags, Buffer, Device, MatMul};
+use ork_moe::testutil::Rng;
 
-/// Deterministic pseudo-random int8 (xorshift), covering -128..=127.
+/// Deterministic pseudo-random int8 covering -128..=127 (the crate's shared generator).
 pub fn random_i8(len: usize, seed: u64) -> Vec<i8> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s >> 32) as i8
-        })
-        .collect()
+    let mut v = vec![0i8; len];
+    Rng::new(seed).fill_i8(&mut v);
+    v
 }
 
 /// True when running on aarch64 (under qemu in CI): the sweeps shrink there.

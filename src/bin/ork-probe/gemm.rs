@@ -9,7 +9,7 @@
 use super::bench::{print_json, time, Json, Options};
 use ork_moe::gemm::{self, Shape};
 use ork_moe::layout::Tiles;
-use ork_moe::npu::{emu, flags, Buffer, Device, MatMul, Primitive, Report};
+use ork_moe::npu::{flags, Buffer, Device, MatMul, Primitive, Report};
 use std::process::ExitCode;
 
 /// (K, N) of the A3B expert GEMMs: gate/up and down of two model sizes.
@@ -87,7 +87,7 @@ fn measure(npu: &Device, cpu: &Device, k: usize, n: usize, m: usize) -> Result<R
     let mut expected = vec![0i32; t.c_len(m, shape.np)];
     gemm::reference(&t, shape, &a, &b, &mut expected);
 
-    let in_stream = k % emu::STREAM_K_MULTIPLE == 0 && k <= emu::STREAM_MAX_K;
+    let in_stream = ork_moe::npu::in_stream_envelope(t.pad(k));
     let primitive = if in_stream {
         Primitive::StreamI8
     } else {

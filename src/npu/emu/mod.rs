@@ -58,6 +58,9 @@ pub struct Config {
     pub domain_bytes: u64,
     /// CPU threads executing a submit on the crate's pool.
     pub threads: usize,
+    /// Execute each planned task's rows separately (`ORK_EMU_PER_TASK=1`): slower, same bits;
+    /// exercises the strided row gather and scatter of the hardware tasks.
+    pub per_task: bool,
 }
 
 impl Default for Config {
@@ -68,22 +71,24 @@ impl Default for Config {
             dump: None,
             domain_bytes: DOMAIN_BYTES,
             threads: exec::cpu_threads(),
+            per_task: false,
         }
     }
 }
 
 impl Config {
-    /// Defaults, overridden by `ORK_EMU_STRICT=1`, `ORK_EMU_DUMP=dir` and the cost-model variables
-    /// ([`CostModel::from_env`]).
+    /// Defaults, overridden by `ORK_EMU_STRICT=1`, `ORK_EMU_PER_TASK=1`, `ORK_EMU_DUMP=dir` and
+    /// the cost-model variables ([`CostModel::from_env`]).
     pub fn from_env() -> Config {
-        let strict = std::env::var("ORK_EMU_STRICT")
-            .is_ok_and(|v| v == "1" || v.eq_ignore_ascii_case("true"));
+        let flag =
+            |name| std::env::var(name).is_ok_and(|v| v == "1" || v.eq_ignore_ascii_case("true"));
         let dump = std::env::var_os("ORK_EMU_DUMP")
             .filter(|v| !v.is_empty())
             .map(PathBuf::from);
         Config {
             cost: CostModel::from_env(),
-            strict,
+            strict: flag("ORK_EMU_STRICT"),
+            per_task: flag("ORK_EMU_PER_TASK"),
             dump,
             ..Config::default()
         }
@@ -122,11 +127,20 @@ impl Domains {
     }
 }
 
-/// An emulated buffer: the CPU's view and, for CACHEABLE buffers, the device's own view.
+/// An emulated buffer: the CPU's view and, while a CACHEABLE buffer's two sides differ, the
+/// device's own view.
+///
+/// The device view exists only while it differs from the CPU's: CPU writes to a synced buffer
+/// first set the old contents aside as the device view, a sync to the device drops it, a submit
+/// writing the buffer gets its own view, and a sync from the device makes that view the CPU's.
+/// So a synced weight buffer costs its size once, and syncs move no bytes.
 pub struct EmuStorage<T> {
     cpu: Vec<T>,
-    /// What the NPU sees of a cacheable buffer (None: non-cacheable, the NPU sees `cpu`).
+    /// What the NPU sees when it differs from `cpu` (always None when non-cacheable).
     dev: Option<Vec<T>>,
+    cacheable: bool,
+    /// Neither side has written since allocation: both views are zero.
+    fresh: bool,
     /// The CPU wrote since the last sync to the device.
     cpu_dirty: bool,
     /// The device wrote since the last sync from the device.
@@ -141,6 +155,29 @@ impl<T: Copy + Default + Send + Sync + 'static> EmuStorage<T> {
     fn device_view(&self) -> &[T] {
         self.dev.as_deref().unwrap_or(&self.cpu)
     }
+
+    /// Gives a cacheable buffer a device view of its own, holding what the device sees now.
+    fn split_views(&mut self) {
+        if self.cacheable && self.dev.is_none() {
+            // A fresh buffer is all zero: a zeroed vector costs no copy and no touched pages.
+            self.dev = Some(if self.fresh {
+                vec![T::default(); self.cpu.len()]
+            } else {
+                self.cpu.clone()
+            });
+        }
+        self.fresh = false;
+    }
+
+    /// What a submit writes: the device view (made separate first for a cacheable buffer).
+    fn device_view_mut(&mut self) -> &mut [T] {
+        self.split_views();
+        self.dev_newer = self.cacheable;
+        match &mut self.dev {
+            Some(d) => d,
+            None => &mut self.cpu,
+        }
+    }
 }
 
 impl<T> Drop for EmuStorage<T> {
@@ -153,28 +190,35 @@ impl<T: Copy + Default + Send + Sync + 'static> Storage<T> for EmuStorage<T> {
     fn cpu(&self) -> &[T] {
         if self.dev_newer {
             // Debug level: polling a buffer before syncing is legitimate, if pointless.
-            log::debug!("emu: CPU reads a cacheable buffer the NPU wrote, without sync_from_device");
+            log::debug!(
+                "emu: CPU reads a cacheable buffer the NPU wrote, without sync_from_device"
+            );
         }
         &self.cpu
     }
 
     fn cpu_mut(&mut self) -> &mut [T] {
-        self.cpu_dirty = self.dev.is_some();
+        self.split_views();
+        self.cpu_dirty = self.cacheable;
         &mut self.cpu
     }
 
     fn sync_to_device(&mut self) -> Result<()> {
-        if let Some(dev) = &mut self.dev {
-            dev.copy_from_slice(&self.cpu);
+        // A flush writes back what the CPU dirtied; untouched lines leave the device's as they are.
+        if self.cpu_dirty {
+            self.dev = None;
+            self.cpu_dirty = false;
+            self.dev_newer = false;
         }
-        self.cpu_dirty = false;
         Ok(())
     }
 
     fn sync_from_device(&mut self) -> Result<()> {
-        if let Some(dev) = &self.dev {
-            self.cpu.copy_from_slice(dev);
+        // An invalidate makes the CPU see the device's memory, dropping unflushed CPU writes.
+        if let Some(dev) = self.dev.take() {
+            self.cpu = dev;
         }
+        self.cpu_dirty = false;
         self.dev_newer = false;
         Ok(())
     }
@@ -221,7 +265,9 @@ impl Emu {
         let cacheable = flags & super::flags::CACHEABLE != 0;
         Ok(EmuStorage {
             cpu: vec![T::default(); len],
-            dev: cacheable.then(|| vec![T::default(); len]),
+            dev: None,
+            cacheable,
+            fresh: true,
             cpu_dirty: false,
             dev_newer: false,
             domain,
@@ -234,9 +280,7 @@ impl Emu {
     fn check_envelope(primitive: Primitive, k: usize) -> Result<()> {
         let reason = match primitive {
             Primitive::RunI8 if k > RUN_MAX_K => format!("K={k} > {RUN_MAX_K}"),
-            Primitive::ChainI8 | Primitive::StreamI8
-                if k % STREAM_K_MULTIPLE != 0 || k > STREAM_MAX_K =>
-            {
+            Primitive::ChainI8 | Primitive::StreamI8 if !super::in_stream_envelope(k) => {
                 format!("K={k} needs K % {STREAM_K_MULTIPLE} == 0 and K <= {STREAM_MAX_K}")
             }
             _ => return Ok(()),
@@ -270,23 +314,33 @@ impl Emu {
             Primitive::RunI8 => (1..=cores.len())
                 .map(|c| plan_over(&cores[..c]))
                 .min_by(|a, b| {
-                    let t = |p: &Vec<Task>| self.config.cost.submit_us(&self.cost_input(shapes, p));
+                    let t = |p: &Vec<Task>| self.config.cost.submit_us(&Emu::cost_input(shapes, p));
                     t(a).total_cmp(&t(b))
                 })
                 .unwrap_or_default(),
         }
     }
 
-    fn cost_input(&self, shapes: &[(usize, usize, usize)], tasks: &[Task]) -> Vec<cost::TaskCost> {
+    /// What each task costs: its MACs, and the bytes it moves: its A rows and C block, plus the
+    /// B slice for the first task of each N-range only (the weights of a slice are assumed to stay
+    /// in the convolution buffer across its row tasks; re-reading them per row task would put
+    /// large GEMMs far below the 0.4 TOPS seen in practice).
+    fn cost_input(shapes: &[(usize, usize, usize)], tasks: &[Task]) -> Vec<cost::TaskCost> {
+        let mut weights_loaded = std::collections::HashSet::new();
         tasks
             .iter()
             .map(|t| {
-                let k = shapes[t.gemm].1;
+                let k = shapes[t.gemm].1 as u64;
                 let (rows, ch) = (t.rows() as u64, t.channels() as u64);
+                let b = if weights_loaded.insert((t.gemm, t.n0, t.n1)) {
+                    ch * k
+                } else {
+                    0
+                };
                 cost::TaskCost {
                     core: t.core,
-                    macs: rows * ch * k as u64,
-                    bytes: rows * k as u64 + ch * k as u64 + rows * ch * 4,
+                    macs: rows * ch * k,
+                    bytes: rows * k + b + rows * ch * 4,
                 }
             })
             .collect()
@@ -354,7 +408,6 @@ impl Backend for Emu {
             views.push(GemmView {
                 m: g.m,
                 k: g.k,
-                n: g.n,
                 a: &a.device_view()[g.a_offset..g.a_offset + g.m * g.k],
                 b: &b.device_view()[g.b_offset..g.b_offset + g.k * g.n],
                 chan: g.scaled.as_ref().map(|s| s.chan),
@@ -363,7 +416,7 @@ impl Backend for Emu {
         }
         let shapes: Vec<_> = gemms.iter().map(|g| (g.m, g.k, g.n)).collect();
         let tasks = self.plan(&tiles, primitive, &shapes, &cores.cores());
-        let costs = self.cost_input(&shapes, &tasks);
+        let costs = Emu::cost_input(&shapes, &tasks);
         let mut report = Report {
             modelled_us: Some(self.config.cost.submit_us(&costs)),
             ..Report::default()
@@ -380,12 +433,11 @@ impl Backend for Emu {
             .as_any_mut()
             .downcast_mut()
             .ok_or_else(|| Error::InvalidArgument("buffer of another backend".into()))?;
-        c_store.dev_newer = c_store.dev.is_some();
-        let c_dev: &'a mut [i32] = match &mut c_store.dev {
-            Some(d) => d,
-            None => &mut c_store.cpu,
+        let c_dev: &'a mut [i32] = c_store.device_view_mut();
+        let split = exec::Split {
+            threads: self.config.threads,
+            per_task: self.config.per_task,
         };
-        let unit_channels = unit_channels(&tiles, &shapes, self.config.threads);
         let dump = self
             .config
             .dump
@@ -395,7 +447,7 @@ impl Backend for Emu {
             Some(_) => views.iter().map(|v| (v.a.to_vec(), v.b.to_vec())).collect(),
             None => Vec::new(),
         };
-        let exec = Execution::new(tiles, views, &tasks, c_dev, &c_offsets, outs, unit_channels);
+        let exec = Execution::new(tiles, views, &tasks, c_dev, &c_offsets, outs, split);
         Ok(Box::new(EmuJob {
             exec,
             report,
@@ -404,13 +456,6 @@ impl Backend for Emu {
             gemms: shapes.len(),
         }))
     }
-}
-
-/// Work-unit width: enough units for every thread, whole N-tiles, no narrower than one tile.
-fn unit_channels(tiles: &Tiles, shapes: &[(usize, usize, usize)], threads: usize) -> usize {
-    let total: usize = shapes.iter().map(|s| s.2).sum();
-    let want = total.div_ceil(threads.max(1) * 2);
-    want.div_ceil(tiles.b_n).max(1) * tiles.b_n
 }
 
 struct EmuJob<'a> {

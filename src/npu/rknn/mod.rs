@@ -518,7 +518,7 @@ impl Backend for Rknn {
         for (gi, g) in gemms.into_iter().enumerate() {
             let envelope = match primitive {
                 Primitive::RunI8 => g.k <= MAX_K,
-                _ => g.k % super::emu::STREAM_K_MULTIPLE == 0 && g.k <= super::emu::STREAM_MAX_K,
+                _ => super::in_stream_envelope(g.k),
             };
             if !envelope {
                 let reason = format!("K={} outside the {} envelope", g.k, primitive.name());
