@@ -45,7 +45,7 @@ impl Default for Config {
             backend: BackendChoice::Auto,
             core_mask: CoreMask::ALL.0,
             cache_bytes: 1 << 30,
-            min_rows: 4,
+            min_rows: 8,
             small_batch: SmallBatch::Decline,
             n_threads: 0,
             cache_verify: Verify::Sampled,
@@ -745,15 +745,20 @@ impl Engine {
         let m = rows.len();
         let cn = self.tiles.c_n;
         let n_end = item.n1.min(p.n);
-        let chan = &prep.expert.chan;
+        let chan = &prep.expert.chan[item.n0..n_end];
+        let mut out = vec![0f32; n_end - item.n0];
         for (mi, row) in rows.iter().enumerate() {
-            let base = p.dst_offset(row.token as usize, row.slot as usize);
             let rs = prep.row_scales[mi];
-            for n in item.n0..n_end {
-                let local = n - item.n0;
-                let acc = c[(local / cn) * m * cn + mi * cn + local % cn];
-                let y = acc as f32 * (rs * chan[n]);
-                dst[base + n].store(y.to_bits(), Ordering::Relaxed);
+            // Native C keeps 4 channels of one row together: [N/4][M][4].
+            for (t, quad) in out.chunks_mut(cn).enumerate() {
+                let at = (t * m + mi) * cn;
+                for (j, y) in quad.iter_mut().enumerate() {
+                    *y = c[at + j] as f32 * (rs * chan[t * cn + j]);
+                }
+            }
+            let base = p.dst_offset(row.token as usize, row.slot as usize) + item.n0;
+            for (d, y) in dst[base..base + out.len()].iter().zip(&out) {
+                d.store(y.to_bits(), Ordering::Relaxed);
             }
         }
     }

@@ -19,17 +19,43 @@ fn round_ties_even_small(v: f32) -> f32 {
     (v + RTE_MAGIC) - RTE_MAGIC
 }
 
+/// An integral `r` clamped to ±127, by compare-and-select so the loop vectorizes.
+#[inline]
+fn to_i8(r: f32) -> i8 {
+    let r = if r > 127.0 { 127.0 } else { r };
+    let r = if r < -127.0 { -127.0 } else { r };
+    r as i32 as i8
+}
+
 /// Quantizes `x` into `out[..x.len()]` and returns the row scale; `out[x.len()..]` (K padding)
 /// is zeroed.
 pub fn quantize_row(x: &[f32], out: &mut [i8]) -> f32 {
     let (body, pad) = out.split_at_mut(x.len());
     pad.fill(0);
-    let mut amax = 0f32;
-    let mut finite = true;
-    for &v in x {
-        amax = amax.max(v.abs());
-        finite &= v.is_finite();
+    // Eight independent lanes with compare-and-select (not `f32::max`, whose NaN rule blocks
+    // vectorization); non-finite values are caught by their exponent bits instead.
+    let mut lanes = [0f32; 8];
+    let mut exp_all_ones = 0u32;
+    let mut chunks = x.chunks_exact(8);
+    for c in &mut chunks {
+        for j in 0..8 {
+            let a = c[j].abs();
+            lanes[j] = if a > lanes[j] { a } else { lanes[j] };
+            exp_all_ones |= ((c[j].to_bits() & 0x7f80_0000) == 0x7f80_0000) as u32;
+        }
     }
+    for &v in chunks.remainder() {
+        lanes[0] = if v.abs() > lanes[0] {
+            v.abs()
+        } else {
+            lanes[0]
+        };
+        exp_all_ones |= ((v.to_bits() & 0x7f80_0000) == 0x7f80_0000) as u32;
+    }
+    let amax = lanes
+        .into_iter()
+        .fold(0f32, |m, a| if a > m { a } else { m });
+    let finite = exp_all_ones == 0;
     if !finite {
         body.fill(0);
         return f32::NAN;
@@ -41,12 +67,12 @@ pub fn quantize_row(x: &[f32], out: &mut [i8]) -> f32 {
     let inv = 127.0 / amax;
     if inv.is_finite() {
         for (q, &v) in body.iter_mut().zip(x) {
-            *q = round_ties_even_small(v * inv).clamp(-127.0, 127.0) as i8;
+            *q = to_i8(round_ties_even_small(v * inv));
         }
     } else {
         let inv = 127.0 / amax as f64;
         for (q, &v) in body.iter_mut().zip(x) {
-            *q = round_ties_even_small((v as f64 * inv) as f32).clamp(-127.0, 127.0) as i8;
+            *q = to_i8(round_ties_even_small((v as f64 * inv) as f32));
         }
     }
     amax / 127.0

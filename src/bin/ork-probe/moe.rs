@@ -210,7 +210,7 @@ pub fn run(opts: &Options) -> Result<ExitCode, String> {
             if cfg.n_threads == 0 { "all".to_string() } else { cfg.n_threads.to_string() }
         );
         println!(
-            "{:<5} {:>8} {:<5} {:>9} {:>9} {:>10} {:>10} {:>10} {:>10} {:>7} {:>8}",
+            "{:<5} {:>8} {:<5} {:>9} {:>9} {:>10} {:>10} {:>10} {:>10} {:>7} {:>8} {:>13}",
             "type",
             "n_tokens",
             "cache",
@@ -221,14 +221,15 @@ pub fn run(opts: &Options) -> Result<ExitCode, String> {
             "scatter",
             "total",
             "host%",
-            "GFLOPS"
+            "GFLOPS",
+            "npu_modelled"
         );
         for r in &rows {
             let s = r.m.stages;
             let host = us(s.route + s.quant + s.scatter);
             let flops = 2.0 * (N * K * N_USED * r.n_tokens) as f64;
             println!(
-                "{:<5} {:>8} {:<5} {:>9.1} {:>9.1} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>6.1}% {:>8.1} {:>14.1}",
+                "{:<5} {:>8} {:<5} {:>9.1} {:>9.1} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>6.1}% {:>8.1} {:>13.1}",
                 r.ty.name(),
                 r.n_tokens,
                 if r.warm { "warm" } else { "cold" },
