@@ -355,6 +355,58 @@ pub struct Engine {
     counters: Counters,
     /// Cooperative calls still waiting for some of their threads.
     joining: Mutex<Vec<Arc<Call>>>,
+    /// A and C device buffers of finished calls, reused so that a call does not pay for fresh
+    /// zeroed pages (allocation showed up as the largest host cost of a 512-token call).
+    spare_a: Mutex<Vec<Buffer<i8>>>,
+    spare_c: Mutex<Vec<Buffer<i32>>>,
+}
+
+/// Spare buffers kept per kind, and their total bytes.
+const SPARE_COUNT: usize = 256;
+const SPARE_BYTES: usize = 128 << 20;
+/// Buffer lengths are rounded up to this many elements, so that spares fit later requests.
+const SPARE_GRAIN: usize = 16 << 10;
+
+/// The smallest spare holding at least `len` elements, or a new buffer.
+fn take_spare<T: crate::npu::Elem>(
+    device: &Device,
+    spares: &Mutex<Vec<Buffer<T>>>,
+    len: usize,
+) -> Result<Buffer<T>, Error> {
+    let mut pool = lock(spares);
+    let best = pool
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| b.len() >= len)
+        .min_by_key(|(_, b)| b.len())
+        .map(|(i, _)| i);
+    match best {
+        Some(i) => Ok(pool.swap_remove(i)),
+        None => {
+            drop(pool);
+            Ok(device.alloc::<T>(
+                len.div_ceil(SPARE_GRAIN) * SPARE_GRAIN,
+                flags::CPU_FILLED,
+                0,
+            )?)
+        }
+    }
+}
+
+/// Keeps `b` for reuse within the count and byte limits (dropping the smallest spares first).
+fn give_spare<T: crate::npu::Elem>(spares: &Mutex<Vec<Buffer<T>>>, b: Buffer<T>) {
+    let mut pool = lock(spares);
+    pool.push(b);
+    let bytes = |p: &Vec<Buffer<T>>| p.iter().map(|b| b.len() * size_of::<T>()).sum::<usize>();
+    while pool.len() > SPARE_COUNT || bytes(&pool) > SPARE_BYTES {
+        let smallest = pool
+            .iter()
+            .enumerate()
+            .min_by_key(|(_, b)| b.len())
+            .map(|(i, _)| i)
+            .expect("not empty");
+        pool.swap_remove(smallest);
+    }
 }
 
 impl Engine {
@@ -375,6 +427,8 @@ impl Engine {
             tiles,
             counters: Counters::default(),
             joining: Mutex::new(Vec::new()),
+            spare_a: Mutex::new(Vec::new()),
+            spare_c: Mutex::new(Vec::new()),
         })
     }
 
@@ -436,7 +490,9 @@ impl Engine {
             return Err(e.clone());
         }
         crate::pool::global().run(nth, |ith, _| self.phase2(&call, io, ith));
-        self.end(&call)
+        let r = self.end(&call);
+        self.recycle(call);
+        r
     }
 
     /// Runs a planned call cooperatively: every one of `nth` threads calls this with the same
@@ -474,10 +530,26 @@ impl Engine {
             call.fail(caught(p));
         }
         barrier();
-        if ith == 0 {
+        let r = if ith == 0 {
             self.end(&call)
         } else {
             call.result()
+        };
+        // The last thread out owns the call and returns its buffers.
+        if let Some(call) = Arc::into_inner(call) {
+            self.recycle(call);
+        }
+        r
+    }
+
+    /// Returns a finished call's A buffers to the spares.
+    fn recycle(&self, call: Call) {
+        if let Some((_, prepared)) = call.items.into_inner() {
+            for slot in prepared {
+                if let Some(Ok(p)) = slot.into_inner() {
+                    give_spare(&self.spare_a, p.a);
+                }
+            }
         }
     }
 
@@ -590,7 +662,7 @@ impl Engine {
         let kp = self.tiles.pad(p.k);
         let rows = call.routing().rows_of(g);
         let m = rows.len();
-        let mut a = self.device.alloc::<i8>(m * kp, flags::CPU_FILLED, 0)?;
+        let mut a = take_spare(&self.device, &self.spare_a, m * kp)?;
         let mut row_scales = Vec::with_capacity(m);
         {
             let a_native = a.as_mut_slice();
@@ -688,46 +760,45 @@ impl Engine {
         let kp = self.tiles.pad(p.k);
         let (m, nc) = (g.len, item.n1 - item.n0);
         let b_offset = self.tiles.b_len(kp, item.n0);
-        let c_host;
-        let mut c_dev;
-        let c: &[i32] = if call.plan.on_cpu {
+        let rows = call.routing().rows_of(g);
+        if call.plan.on_cpu {
             let shape = crate::gemm::Shape { m, kp, np: nc };
             let b = &prep.expert.b.as_slice()[b_offset..b_offset + self.tiles.b_len(kp, nc)];
-            let mut out = try_vec(self.tiles.c_len(m, nc), 0i32, "GEMM output")?;
-            crate::gemm::gemm(&self.tiles, shape, prep.a.as_slice(), b, &mut out);
+            let mut c = try_vec(self.tiles.c_len(m, nc), 0i32, "GEMM output")?;
+            crate::gemm::gemm(&self.tiles, shape, prep.a.as_slice(), b, &mut c);
             bump(&self.counters.cpu_gemms, 1);
-            c_host = out;
-            &c_host
-        } else {
-            c_dev = self
-                .device
-                .alloc::<i32>(self.tiles.c_len(m, nc), flags::CPU_FILLED, 0)?;
-            let mm = MatMul {
-                m,
-                k: kp,
-                n: nc,
-                a: &prep.a,
-                a_offset: 0,
-                b: &prep.expert.b,
-                b_offset,
-                c_offset: 0,
-                scaled: None,
-            };
-            // K == Kp here, since 512 is a multiple of the padding.
-            let in_stream_envelope = p.k.is_multiple_of(512) && p.k <= 4096;
-            let sub = if in_stream_envelope {
-                self.device.prepare_stream_i8(vec![mm], &mut c_dev)?
-            } else {
-                self.device.prepare_i8(mm, &mut c_dev)?
-            };
-            sub.run_share(0, 1);
-            sub.finish()?;
-            c_dev.sync_from_device()?;
-            c_dev.as_slice()
+            call.clock.add(GEMM, t);
+            let t = Instant::now();
+            self.scatter(p, rows, prep, item, &c, io.dst);
+            call.clock.add(SCATTER, t);
+            return Ok(());
+        }
+        let mut c = take_spare(&self.device, &self.spare_c, self.tiles.c_len(m, nc))?;
+        let mm = MatMul {
+            m,
+            k: kp,
+            n: nc,
+            a: &prep.a,
+            a_offset: 0,
+            b: &prep.expert.b,
+            b_offset,
+            c_offset: 0,
+            scaled: None,
         };
+        // K == Kp here, since 512 is a multiple of the padding.
+        let in_stream_envelope = p.k.is_multiple_of(512) && p.k <= 4096;
+        let sub = if in_stream_envelope {
+            self.device.prepare_stream_i8(vec![mm], &mut c)?
+        } else {
+            self.device.prepare_i8(mm, &mut c)?
+        };
+        sub.run_share(0, 1);
+        sub.finish()?;
+        c.sync_from_device()?;
         call.clock.add(GEMM, t);
         let t = Instant::now();
-        self.scatter(p, call.routing().rows_of(g), prep, item, c, io.dst);
+        self.scatter(p, rows, prep, item, c.as_slice(), io.dst);
+        give_spare(&self.spare_c, c);
         call.clock.add(SCATTER, t);
         Ok(())
     }
