@@ -12,7 +12,9 @@ fn main() {
     let config = cbindgen::Config::from_file(crate_dir.join("cbindgen.toml"))
         .expect("cbindgen.toml is valid");
     let header = match cbindgen::Builder::new()
-        .with_crate(&crate_dir)
+        // Only the C ABI module: the rest of the crate has public consts and #[repr(C)] types
+        // (driver structs, block formats) that are no part of the C API.
+        .with_src(crate_dir.join("src").join("ffi.rs"))
         .with_config(config)
         .generate()
     {
