@@ -361,6 +361,11 @@ pub struct Engine {
     spare_c: Mutex<Vec<Buffer<i32>>>,
 }
 
+/// The RK3588's A and C tile widths, fixed so that row pieces and output quads are
+/// constant-sized (inlined copies, vectorized conversion); [`Engine::new`] checks the device's.
+const A_K: usize = 16;
+const C_N: usize = 4;
+
 /// Spare buffers kept per kind, and their total bytes.
 const SPARE_COUNT: usize = 256;
 const SPARE_BYTES: usize = 128 << 20;
@@ -414,7 +419,7 @@ impl Engine {
         let device = Device::open(config.backend)?;
         device.set_core_mask(CoreMask(config.core_mask));
         let tiles = device.tiles();
-        if tiles.b_n % tiles.c_n != 0 || tiles.b_k != 32 {
+        if tiles.a_k != A_K || tiles.c_n != C_N || tiles.b_n % C_N != 0 || tiles.b_k != 32 {
             return Err(Error::new(
                 ErrorKind::DeviceError,
                 format!("unsupported tile sizes {tiles:?}"),
@@ -664,20 +669,22 @@ impl Engine {
         let m = rows.len();
         let mut a = take_spare(&self.device, &self.spare_a, m * kp)?;
         let mut row_scales = Vec::with_capacity(m);
-        {
-            let a_native = a.as_mut_slice();
-            let ak = self.tiles.a_k;
-            for (mi, row) in rows.iter().enumerate() {
-                let r = p.act_row(row.token as usize, row.slot as usize);
-                let share = call.quant[r / call.chunk]
-                    .get()
-                    .expect("phase 1 quantized every share");
-                let src = &share.q[(r - share.first) * kp..(r - share.first + 1) * kp];
-                row_scales.push(share.scales[r - share.first]);
-                for (kb, piece) in src.chunks_exact(ak).enumerate() {
-                    let at = kb * m * ak + mi * ak;
-                    a_native[at..at + ak].copy_from_slice(piece);
-                }
+        let mut src = Vec::with_capacity(m);
+        for row in rows {
+            let r = p.act_row(row.token as usize, row.slot as usize);
+            let share = call.quant[r / call.chunk]
+                .get()
+                .expect("phase 1 quantized every share");
+            src.push(&share.q[(r - share.first) * kp..(r - share.first + 1) * kp]);
+            row_scales.push(share.scales[r - share.first]);
+        }
+        // Native A is [K/16][M][16]: filled in that order, the writes are one sequential stream
+        // and each row is read 16 bytes at a time (m rows of 16-byte pieces stay in cache).
+        let blocks = a.as_mut_slice()[..m * kp].chunks_exact_mut(m * A_K);
+        for (kb, block) in blocks.enumerate() {
+            let k0 = kb * A_K;
+            for (piece, row) in block.chunks_exact_mut(A_K).zip(&src) {
+                piece.copy_from_slice(&row[k0..k0 + A_K]);
             }
         }
         a.sync_to_device()?;
@@ -804,6 +811,11 @@ impl Engine {
     }
 
     /// `dst[n, slot, token] = C[m][n] · (row_scale[m] · chan[n])` for the item's channels.
+    ///
+    /// Native C is [N/4][M][4]: the 4 rows of a block hold one 64-byte run per tile, so a block's
+    /// tiles (one line each) are read from memory once, for its first row, and from L1 for the
+    /// other three; every `dst` row is produced whole in `out` (fixed-size quads, vectorized) and
+    /// then written front to back.
     fn scatter(
         &self,
         p: &Problem,
@@ -814,21 +826,22 @@ impl Engine {
         dst: &[AtomicU32],
     ) {
         let m = rows.len();
-        let cn = self.tiles.c_n;
-        let n_end = item.n1.min(p.n);
-        let chan = &prep.expert.chan[item.n0..n_end];
-        let mut out = vec![0f32; n_end - item.n0];
+        let width = item.n1.min(p.n) - item.n0;
+        let chan = &prep.expert.chan[item.n0..item.n1];
+        let mut out = vec![0f32; item.n1 - item.n0];
+        let (chan_quads, _) = chan.as_chunks::<C_N>();
+        let (c_quads, _) = c.as_chunks::<C_N>();
         for (mi, row) in rows.iter().enumerate() {
             let rs = prep.row_scales[mi];
-            // Native C keeps 4 channels of one row together: [N/4][M][4].
-            for (t, quad) in out.chunks_mut(cn).enumerate() {
-                let at = (t * m + mi) * cn;
-                for (j, y) in quad.iter_mut().enumerate() {
-                    *y = c[at + j] as f32 * (rs * chan[t * cn + j]);
+            let (out_quads, _) = out.as_chunks_mut::<C_N>();
+            for (t, (y, s)) in out_quads.iter_mut().zip(chan_quads).enumerate() {
+                let q = &c_quads[t * m + mi];
+                for j in 0..C_N {
+                    y[j] = q[j] as f32 * (rs * s[j]);
                 }
             }
             let base = p.dst_offset(row.token as usize, row.slot as usize) + item.n0;
-            for (d, y) in dst[base..base + out.len()].iter().zip(&out) {
+            for (d, y) in dst[base..base + width].iter().zip(&out) {
                 d.store(y.to_bits(), Ordering::Relaxed);
             }
         }

@@ -14,17 +14,14 @@
 /// even, in the default rounding mode; unlike `round_ties_even` it vectorizes on every target.
 const RTE_MAGIC: f32 = 12_582_912.0;
 
+/// `rte(v)` clamped to ±127, as an i8. The clamp comes first (the same result, since ±127 are
+/// integers) and the integer is then read from the low mantissa bits of `v + 1.5·2²³`: no
+/// float-to-int conversion, whose saturating `as` semantics kept this loop scalar.
 #[inline]
-fn round_ties_even_small(v: f32) -> f32 {
-    (v + RTE_MAGIC) - RTE_MAGIC
-}
-
-/// An integral `r` clamped to ±127, by compare-and-select so the loop vectorizes.
-#[inline]
-fn to_i8(r: f32) -> i8 {
-    let r = if r > 127.0 { 127.0 } else { r };
-    let r = if r < -127.0 { -127.0 } else { r };
-    r as i32 as i8
+fn to_i8(v: f32) -> i8 {
+    let v = if v > 127.0 { 127.0 } else { v };
+    let v = if v < -127.0 { -127.0 } else { v };
+    ((v + RTE_MAGIC).to_bits() as i32 - RTE_MAGIC.to_bits() as i32) as i8
 }
 
 /// Quantizes `x` into `out[..x.len()]` and returns the row scale; `out[x.len()..]` (K padding)
@@ -67,12 +64,12 @@ pub fn quantize_row(x: &[f32], out: &mut [i8]) -> f32 {
     let inv = 127.0 / amax;
     if inv.is_finite() {
         for (q, &v) in body.iter_mut().zip(x) {
-            *q = to_i8(round_ties_even_small(v * inv));
+            *q = to_i8(v * inv);
         }
     } else {
         let inv = 127.0 / amax as f64;
         for (q, &v) in body.iter_mut().zip(x) {
-            *q = to_i8(round_ties_even_small((v as f64 * inv) as f32));
+            *q = to_i8((v as f64 * inv) as f32);
         }
     }
     amax / 127.0
@@ -83,16 +80,28 @@ mod tests {
     use super::*;
 
     #[test]
-    fn magic_rounding_equals_round_ties_even_in_range() {
-        let mut v = -130.0f32;
-        while v <= 130.0 {
-            assert_eq!(round_ties_even_small(v), v.round_ties_even(), "{v}");
-            v += 0.125;
+    fn to_i8_is_round_ties_even_then_clamp() {
+        let reference = |v: f32| v.round_ties_even().clamp(-127.0, 127.0) as i8;
+        let mut v = -140.0f32;
+        while v <= 140.0 {
+            assert_eq!(to_i8(v), reference(v), "{v}");
+            v += 0.0625;
         }
         for v in [
-            0.5f32, 1.5, 2.5, -0.5, -2.5, 126.5, -126.5, 0.49999997, 1e-30,
+            0.5f32,
+            -0.5,
+            126.5,
+            -126.5,
+            127.49,
+            -127.5,
+            127.000_01,
+            1e-30,
+            -1e-30,
+            0.499_999_97,
+            1e6,
+            -1e6,
         ] {
-            assert_eq!(round_ties_even_small(v), v.round_ties_even(), "{v}");
+            assert_eq!(to_i8(v), reference(v), "{v}");
         }
     }
 
