@@ -4,6 +4,7 @@ use super::cache::{fingerprint, name_hash, Cache, Expert, Key, Lookup, Verify};
 use super::desc::{validate, Problem, TensorDesc};
 use super::quantize::quantize_row;
 use super::route::{Group, Routing};
+use super::scatter::{scale_row, QUAD};
 use super::{Error, ErrorKind};
 use crate::inflate::{inflate_expert, ExpertWeights, InflateError};
 use crate::layout::Tiles;
@@ -361,10 +362,9 @@ pub struct Engine {
     spare_c: Mutex<Vec<Buffer<i32>>>,
 }
 
-/// The RK3588's A and C tile widths, fixed so that row pieces and output quads are
-/// constant-sized (inlined copies, vectorized conversion); [`Engine::new`] checks the device's.
+/// The RK3588's A tile width, fixed so that row pieces are constant-sized (inlined copies);
+/// [`Engine::new`] checks the device's, and its C quad against [`QUAD`].
 const A_K: usize = 16;
-const C_N: usize = 4;
 
 /// Spare buffers kept per kind, and their total bytes.
 const SPARE_COUNT: usize = 256;
@@ -419,7 +419,7 @@ impl Engine {
         let device = Device::open(config.backend)?;
         device.set_core_mask(CoreMask(config.core_mask));
         let tiles = device.tiles();
-        if tiles.a_k != A_K || tiles.c_n != C_N || tiles.b_n % C_N != 0 || tiles.b_k != 32 {
+        if tiles.a_k != A_K || tiles.c_n != QUAD || tiles.b_n % QUAD != 0 || tiles.b_k != 32 {
             return Err(Error::new(
                 ErrorKind::DeviceError,
                 format!("unsupported tile sizes {tiles:?}"),
@@ -810,12 +810,12 @@ impl Engine {
         Ok(())
     }
 
-    /// `dst[n, slot, token] = C[m][n] · (row_scale[m] · chan[n])` for the item's channels.
+    /// `dst[n, slot, token] = C[m][n] · (row_scale[m] · chan[n])` for the item's channels
+    /// ([`scale_row`] per row).
     ///
     /// Native C is [N/4][M][4]: the 4 rows of a block hold one 64-byte run per tile, so a block's
     /// tiles (one line each) are read from memory once, for its first row, and from L1 for the
-    /// other three; every `dst` row is produced whole in `out` (fixed-size quads, vectorized) and
-    /// then written front to back.
+    /// other three, while every `dst` row is written front to back.
     fn scatter(
         &self,
         p: &Problem,
@@ -825,25 +825,15 @@ impl Engine {
         c: &[i32],
         dst: &[AtomicU32],
     ) {
+        let isa = crate::isa::selected();
         let m = rows.len();
         let width = item.n1.min(p.n) - item.n0;
-        let chan = &prep.expert.chan[item.n0..item.n1];
-        let mut out = vec![0f32; item.n1 - item.n0];
-        let (chan_quads, _) = chan.as_chunks::<C_N>();
-        let (c_quads, _) = c.as_chunks::<C_N>();
+        let (chan, _) = prep.expert.chan[item.n0..item.n1].as_chunks::<QUAD>();
+        let (c, _) = c.as_chunks::<QUAD>();
         for (mi, row) in rows.iter().enumerate() {
-            let rs = prep.row_scales[mi];
-            let (out_quads, _) = out.as_chunks_mut::<C_N>();
-            for (t, (y, s)) in out_quads.iter_mut().zip(chan_quads).enumerate() {
-                let q = &c_quads[t * m + mi];
-                for j in 0..C_N {
-                    y[j] = q[j] as f32 * (rs * s[j]);
-                }
-            }
             let base = p.dst_offset(row.token as usize, row.slot as usize) + item.n0;
-            for (d, y) in dst[base..base + width].iter().zip(&out) {
-                d.store(y.to_bits(), Ordering::Relaxed);
-            }
+            let out = &dst[base..base + width];
+            scale_row(isa, c, mi, m, prep.row_scales[mi], chan, out);
         }
     }
 

@@ -18,6 +18,7 @@ pub mod desc;
 mod engine;
 pub mod quantize;
 pub mod route;
+mod scatter;
 
 pub use engine::{Config, Engine, Inputs, SmallBatch, Stages, Stats};
 
