@@ -4,7 +4,7 @@ use super::cache::{fingerprint, name_hash, Cache, Expert, Key, Lookup, Verify};
 use super::desc::{validate, Problem, TensorDesc};
 use super::quantize::quantize_row;
 use super::route::{Group, Routing};
-use super::scatter::{scale_row, QUAD};
+use super::scatter::{publish, scale_row, QUAD};
 use super::{Error, ErrorKind};
 use crate::inflate::{inflate_expert, ExpertWeights, InflateError};
 use crate::layout::Tiles;
@@ -835,6 +835,7 @@ impl Engine {
             let out = &dst[base..base + width];
             scale_row(isa, c, mi, m, prep.row_scales[mi], chan, out);
         }
+        publish(isa);
     }
 
     pub fn stats(&self) -> Stats {

@@ -7,8 +7,8 @@
 //! writes with streaming stores when the row is 16-byte aligned: `dst` (3.1 M floats at 512
 //! tokens of the A3B gate case) is written once and not read back by this call, so fetching its
 //! lines into the cache first (what ordinary stores do) only costs memory traffic. A store fence
-//! ends every row, so the row is visible to other threads like ordinary stores before the call's
-//! barrier. Other targets run the scalar path (relaxed atomic stores, plain stores there).
+//! ([`publish`]) ends each work item's rows, so they are visible to other threads like ordinary
+//! stores before the call's barrier. Other targets run the scalar path (relaxed atomic stores, plain stores there).
 
 use crate::isa::Isa;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -18,7 +18,8 @@ pub const QUAD: usize = 4;
 
 /// Writes `dst[4t + j] = quads[first + t·stride][j] as f32 · (row_scale · chan[t][j])` for every
 /// `4t + j < dst.len()`. `chan` must hold `dst.len().div_ceil(4)` quads and `quads` the
-/// strided ones (panics otherwise, like slice indexing).
+/// strided ones (panics otherwise, like slice indexing). Call [`publish`] after the last row,
+/// before anything lets other threads read `dst`.
 pub fn scale_row(
     isa: Isa,
     quads: &[[i32; QUAD]],
@@ -34,6 +35,18 @@ pub fn scale_row(
     }
     let _ = isa;
     scale_row_scalar(quads, first, stride, row_scale, chan, dst);
+}
+
+/// Orders the rows written by [`scale_row`] on this thread before any later store (the barrier
+/// that publishes them): streaming stores are weakly ordered. One fence per run of rows, not per
+/// row, so the rows' write-backs overlap.
+pub fn publish(isa: Isa) {
+    #[cfg(target_arch = "x86_64")]
+    if isa != Isa::Scalar {
+        // SAFETY: SSE is part of the x86-64 baseline.
+        unsafe { std::arch::x86_64::_mm_sfence() };
+    }
+    let _ = isa;
 }
 
 /// The reference path.
@@ -93,9 +106,6 @@ mod x86 {
                     _mm_storeu_ps(out.add(QUAD * t), y);
                 }
             }
-            // Streaming stores are weakly ordered: fence them before anything that publishes
-            // the row (the caller's barrier).
-            _mm_sfence();
         }
         if whole * QUAD < dst.len() {
             super::scale_row_scalar(
@@ -175,6 +185,7 @@ mod tests {
                     .map(|_| AtomicU32::new(0xdead_beef))
                     .collect();
                 scale_row(isa, &quads, first, m, rs, &chan, &dst[at..at + width]);
+                publish(isa);
                 dst.iter()
                     .map(|d| d.load(Ordering::Relaxed))
                     .collect::<Vec<u32>>()
