@@ -20,3 +20,5 @@ pub mod layout;
 pub mod moe;
 pub mod npu;
 pub mod quant;
+#[doc(hidden)]
+pub mod testutil;

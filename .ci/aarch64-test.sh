@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Runs the whole Rust test suite for aarch64 under qemu-user: once as a Cortex-A76 (RK3588's big core,
+# with the dot-product extension) and once as a Cortex-A72 (no dotprod: the fallback kernels).
+# Uses Debian's rustc-web (rustup cannot fetch other targets here); see .ci/setup.sh.
+# Timings under qemu mean nothing; this checks results only.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH=/usr/bin:$PATH
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR_ARM:-target-arm}
+export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
+export CC_aarch64_unknown_linux_gnu=aarch64-linux-gnu-gcc
+cpus=${*:-cortex-a76 cortex-a72}
+for cpu in $cpus; do
+    echo "== aarch64 tests under qemu -cpu $cpu =="
+    CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64-static -cpu $cpu" \
+        cargo test --release --target aarch64-unknown-linux-gnu
+done
