@@ -2,7 +2,7 @@
 # Build the ork-moe-patched llama.cpp pinned by PyPI's llama-cpp-python==0.3.36 sdist
 # (vendor/llama.cpp = ggml-org/llama.cpp@0c1e57098, ggml 0.25.3).
 #
-# Everything lands outside the clone, keyed by the hash of the patch series and of this script, so a fresh
+# Everything lands outside the clone, keyed by the hash of the patch series and build flags, so a fresh
 # clone on the same machine (CI) reuses it:  ${ORK_CACHE:-$HOME/.cache/ork-moe}/llama.cpp-<hash>/{src,build}
 # Idempotent: a second run only re-checks; an interrupted run resumes. The last stdout line is the build
 # directory (binaries in <it>/bin).
@@ -46,7 +46,8 @@ need_tools
 shopt -s nullglob
 patches=("$here"/*.patch)
 ((${#patches[@]})) || die "no patches in $here"
-key=$(cat "${patches[@]}" "$here/build.sh" | sha256sum | cut -c1-12)
+# The key covers what changes the binaries: the sdist, the patches and the cmake flags.
+key=$( (cat "${patches[@]}"; echo "$sdist_sha256 ${cmake_flags[*]}") | sha256sum | cut -c1-12)
 root=$cache/llama.cpp-$key
 src=$root/src
 build=$root/build
