@@ -9,9 +9,12 @@ fn main() {
     println!("cargo:rerun-if-changed=src/ffi.rs");
     println!("cargo:rerun-if-changed=cbindgen.toml");
     let crate_dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets it"));
-    let config = cbindgen::Config::from_file(crate_dir.join("cbindgen.toml")).expect("cbindgen.toml is valid");
+    let config = cbindgen::Config::from_file(crate_dir.join("cbindgen.toml"))
+        .expect("cbindgen.toml is valid");
     let header = match cbindgen::Builder::new()
-        .with_crate(&crate_dir)
+        // Only the C ABI module: the rest of the crate has public consts and #[repr(C)] types
+        // (driver structs, block formats) that are no part of the C API.
+        .with_src(crate_dir.join("src").join("ffi.rs"))
         .with_config(config)
         .generate()
     {

@@ -6,49 +6,190 @@
 #include <stddef.h>
 #include <stdint.h>
 
-// Weights per block of the 32-wide formats.
-#define QK32 32
+// Version of this ABI; bumped on incompatible changes.
+#define ORK_ABI_VERSION 1
 
-// Weights per super-block of the k-quants.
-#define QK_K 256
+// `ork_config.backend` values.
+#define ORK_BACKEND_AUTO 0
 
-// Bytes of packed 6-bit scales/mins in a Q4_K super-block.
-#define K_SCALE_SIZE 12
+#define ORK_BACKEND_EMU 1
 
-// The GGML tensor types this crate understands, with ggml's numbering (`enum ggml_type`).
-enum GgmlType
-#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
-  : int32_t
-#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
- {
-  F32 = 0,
-  F16 = 1,
-  Q4_0 = 2,
-  Q4_1 = 3,
-  Q5_0 = 6,
-  Q8_0 = 8,
-  Q4_K = 12,
-  Q6_K = 14,
-};
-#ifndef __cplusplus
-#if __STDC_VERSION__ >= 202311L
-typedef enum GgmlType GgmlType;
-#else
-typedef int32_t GgmlType;
-#endif // __STDC_VERSION__ >= 202311L
+#define ORK_BACKEND_RKNN 2
+
+#define ORK_BACKEND_CPU 3
+
+// `ork_config.min_rows_mode`: calls below `min_rows` rows per expert are declined
+// (`ORK_NOT_HANDLED`) ...
+#define ORK_MIN_ROWS_DECLINE 0
+
+// ... or run on the CPU int8 kernels.
+#define ORK_MIN_ROWS_CPU 1
+
+// `ork_config.cache_verify`: a cache hit re-hashes 17 sampled blocks of the expert ...
+#define ORK_CACHE_VERIFY_SAMPLED 0
+
+// ... or all of its bytes.
+#define ORK_CACHE_VERIFY_FULL 1
+
+// Opaque context.
+typedef struct ork_ctx ork_ctx;
+
+// Context configuration. Fill it with `ork_config_default`, then change fields.
+typedef struct ork_config {
+  // `sizeof(ork_config)`: fields past it take `ork_config_default` values, so the struct can grow.
+  uint32_t struct_size;
+  // `ORK_BACKEND_*`.
+  int32_t backend;
+  // NPU cores bitmask (1..7).
+  uint32_t core_mask;
+  // Expert cache budget in bytes.
+  uint64_t cache_bytes;
+  // Average rows per used expert below which a call goes to `min_rows_mode`.
+  uint32_t min_rows;
+  // Threads of `ork_mul_mat_id`'s own pool (0 = all cores).
+  uint32_t n_threads;
+  // `ORK_MIN_ROWS_*`.
+  uint32_t min_rows_mode;
+  // `ORK_CACHE_VERIFY_*`.
+  uint32_t cache_verify;
+} ork_config;
+
+// Result of every fallible call.
+typedef uint32_t ork_result;
+
+// A tensor as ggml describes it (flat: no ggml types).
+typedef struct ork_tensor {
+  // `enum ggml_type` numbering (F32 0, Q4_0 2, Q4_1 3, Q5_0 6, Q8_0 8, Q4_K 12, Q6_K 14, I32 26).
+  int32_t type;
+  // Elements per dimension, ggml order.
+  int64_t ne[4];
+  // Strides in bytes, ggml order.
+  size_t nb[4];
+  void *data;
+  // Optional (NULL ok), e.g. "blk.0.ffn_gate_exps.weight": part of the expert cache key.
+  const char *name;
+} ork_tensor;
+
+// The caller's threads for `ork_mul_mat_id_mt`.
+typedef struct ork_threads {
+  int32_t ith;
+  int32_t nth;
+  // A full barrier across the `nth` threads (ggml_barrier); may be NULL only when `nth == 1`.
+  void (*barrier)(void *arg);
+  void *barrier_arg;
+  // Optional shared scratch; unused by this version (per-call state lives in the context).
+  void *scratch;
+  size_t scratch_size;
+} ork_threads;
+
+// Counters since `ork_ctx_new`.
+typedef struct ork_stats {
+  uint64_t calls;
+  uint64_t handled;
+  uint64_t declined;
+  uint64_t rows;
+  uint64_t experts_inflated;
+  uint64_t cache_hits;
+  uint64_t cache_misses;
+  uint64_t cache_evictions;
+  // Bytes of native int8 B written by inflation.
+  uint64_t bytes_inflated;
+  uint64_t submits_run_i8;
+  uint64_t submits_stream;
+  uint64_t submits_chain;
+  // GEMMs of small batches run on the CPU (`ORK_MIN_ROWS_CPU`).
+  uint64_t cpu_gemms;
+  // Cost model of the RK3588 (emulator), not a measurement.
+  double modelled_npu_us;
+  // `ORK_BACKEND_*` of the backend in use.
+  int32_t backend;
+} ork_stats;
+
+// Done: `dst` holds the result.
+#define ORK_OK 0
+
+// Valid but not taken (weight type, layout, small batch): run your own path. `dst` untouched.
+#define ORK_NOT_HANDLED 1
+
+// Inconsistent descriptors or data (NULL, shapes, ids out of range). `dst` untouched, except for
+// NaN/Inf weight scales, which are only seen while inflating (then `dst` may be partly written).
+#define ORK_INVALID_ARGUMENT 2
+
+// The device failed; `dst` may be partly written.
+#define ORK_DEVICE_ERROR 3
+
+// Out of memory (host or NPU IOMMU domain); `dst` may be partly written.
+#define ORK_OUT_OF_MEMORY 4
+
+// A bug: a panic was caught at the boundary.
+#define ORK_INTERNAL_ERROR 5
+
+#ifdef __cplusplus
+extern "C" {
 #endif // __cplusplus
 
-// A kernel path. Later variants of one architecture include the earlier ones' features.
-typedef struct Isa Isa;
+// Fills `out` with the defaults, then the environment's overrides (`ORK_BACKEND`,
+// `ORK_CORE_MASK`, `ORK_CACHE_MB`, `ORK_MIN_ROWS`, `ORK_MIN_ROWS_MODE`, `ORK_THREADS`,
+// `ORK_CACHE_VERIFY`). NULL is ignored.
+void ork_config_default(struct ork_config *out);
 
-// Tile sizes of the native layouts.
-typedef struct Tiles Tiles;
+// Creates a context. `cfg` NULL means `ork_config_default`. Returns NULL on failure (see
+// `ork_last_error`). Free it with `ork_ctx_free`.
+struct ork_ctx *ork_ctx_new(const struct ork_config *cfg);
 
+// Frees a context (NULL is a no-op). No call may be running on it.
+void ork_ctx_free(struct ork_ctx *ctx);
 
+// Metadata-only check (no tensor data read): `ORK_OK` if the call would be handled,
+// `ORK_NOT_HANDLED` if the caller must run its own path, `ORK_INVALID_ARGUMENT` for inconsistent
+// descriptors. Same answer on every thread.
+ork_result ork_mul_mat_id_check(const struct ork_ctx *ctx,
+                                const struct ork_tensor *as_,
+                                const struct ork_tensor *b,
+                                const struct ork_tensor *ids,
+                                const struct ork_tensor *dst);
 
+// Whether weights of this ggml type can ever be handled (a load-time decision). 1 or 0.
+int32_t ork_supports_type(int32_t ggml_type);
 
+// `dst[:, slot, token] = as[:, :, ids[slot, token]]^T · b[:, slot % b.ne[1], token]`, on the
+// library's own thread pool. Single caller.
+ork_result ork_mul_mat_id(struct ork_ctx *ctx,
+                          const struct ork_tensor *as_,
+                          const struct ork_tensor *b,
+                          const struct ork_tensor *ids,
+                          const struct ork_tensor *dst);
 
-// Every quantized type that expert weights may come in and that [`crate::inflate`] handles.
-#define GgmlType_QUANTIZED { Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K, }
+// Cooperative form: ALL `th->nth` threads call it with identical tensors. Phase 1 (routing,
+// activation quantization) is split by `th->ith`, then `th->barrier`, then phase 2 hands
+// experts out through an atomic counter, then `th->barrier` once more so that every thread
+// returns the same code. Accept / decline depends on metadata only.
+ork_result ork_mul_mat_id_mt(struct ork_ctx *ctx,
+                             const struct ork_tensor *as_,
+                             const struct ork_tensor *b,
+                             const struct ork_tensor *ids,
+                             const struct ork_tensor *dst,
+                             const struct ork_threads *th);
+
+// Message of the last failed call on this thread ("" if none). Valid until the next failing
+// call on this thread.
+const char *ork_last_error(void);
+
+// The library version, e.g. "0.1.0" (static string).
+const char *ork_version(void);
+
+// `ORK_ABI_VERSION` of the library actually loaded.
+uint32_t ork_abi_version(void);
+
+// Copies the context's counters into `out`.
+ork_result ork_ctx_stats(const struct ork_ctx *ctx, struct ork_stats *out);
+
+// Test helper: dequantizes one row of `k` weights of `ggml_type` (any type the library knows,
+// F32/F16 included) from `src` to f32 `dst`, exactly as ggml's `dequantize_row_*` does.
+ork_result ork_dequantize_row(int32_t ggml_type, const void *src, float *dst, int64_t k);
+
+#ifdef __cplusplus
+}  // extern "C"
+#endif  // __cplusplus
 
 #endif  /* ORK_MOE_H */

@@ -36,10 +36,19 @@ impl Isa {
     }
 
     pub fn from_name(s: &str) -> Option<Isa> {
-        Isa::ALL.into_iter().find(|i| i.name().eq_ignore_ascii_case(s.trim()))
+        Isa::ALL
+            .into_iter()
+            .find(|i| i.name().eq_ignore_ascii_case(s.trim()))
     }
 
-    pub const ALL: [Isa; 6] = [Isa::Scalar, Isa::Ssse3, Isa::Avx2, Isa::Avx512, Isa::Neon, Isa::NeonDot];
+    pub const ALL: [Isa; 6] = [
+        Isa::Scalar,
+        Isa::Ssse3,
+        Isa::Avx2,
+        Isa::Avx512,
+        Isa::Neon,
+        Isa::NeonDot,
+    ];
 
     /// Whether this CPU can run the path.
     pub fn is_available(self) -> bool {
@@ -87,7 +96,11 @@ static SELECTED: Lazy<Isa> = Lazy::new(|| {
         Ok(v) if !v.trim().is_empty() => match Isa::from_name(&v) {
             Some(isa) if isa.is_available() => isa,
             Some(isa) => {
-                log::warn!("ORK_SIMD={} is not available on this CPU; using {}", isa.name(), best.name());
+                log::warn!(
+                    "ORK_SIMD={} is not available on this CPU; using {}",
+                    isa.name(),
+                    best.name()
+                );
                 best
             }
             None => {

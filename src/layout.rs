@@ -28,7 +28,13 @@ pub struct Tiles {
 
 impl Tiles {
     /// What the RK3588 runtime reports for INT8_MM_INT8_TO_INT32.
-    pub const RK3588: Tiles = Tiles { a_k: 16, b_n: 32, b_k: 32, c_n: 4, align: 32 };
+    pub const RK3588: Tiles = Tiles {
+        a_k: 16,
+        b_n: 32,
+        b_k: 32,
+        c_n: 4,
+        align: 32,
+    };
 
     /// `x` rounded up to the padding multiple.
     pub fn pad(&self, x: usize) -> usize {
@@ -59,7 +65,10 @@ impl Tiles {
     /// Index of B element (output channel `n`, depth `k`) for padded depth `kp`.
     #[inline]
     pub fn b_index(&self, kp: usize, n: usize, k: usize) -> usize {
-        (n / self.b_n) * self.b_n * kp + (k / self.b_k) * self.b_n * self.b_k + (n % self.b_n) * self.b_k + k % self.b_k
+        (n / self.b_n) * self.b_n * kp
+            + (k / self.b_k) * self.b_n * self.b_k
+            + (n % self.b_n) * self.b_k
+            + k % self.b_k
     }
 
     /// Index of C element (row `m`, channel `n`) for `rows` rows in total.
@@ -138,7 +147,9 @@ mod tests {
     use super::*;
 
     fn pattern(len: usize, seed: u32) -> Vec<i8> {
-        (0..len as u32).map(|i| (i.wrapping_mul(2654435761).wrapping_add(seed) >> 13) as i8).collect()
+        (0..len as u32)
+            .map(|i| (i.wrapping_mul(2654435761).wrapping_add(seed) >> 13) as i8)
+            .collect()
     }
 
     #[test]
@@ -156,7 +167,13 @@ mod tests {
     #[test]
     fn round_trips_with_padding() {
         let t = Tiles::RK3588;
-        for &(m, n, k) in &[(1, 32, 32), (3, 40, 50), (17, 64, 768), (5, 1, 1), (129, 33, 2048)] {
+        for &(m, n, k) in &[
+            (1, 32, 32),
+            (3, 40, 50),
+            (17, 64, 768),
+            (5, 1, 1),
+            (129, 33, 2048),
+        ] {
             let (kp, np) = (t.pad(k), t.pad(n));
             let a = pattern(m * k, 1);
             let mut an = vec![7i8; t.a_len(m, kp)];
@@ -164,7 +181,10 @@ mod tests {
             let mut back = vec![0i8; m * k];
             t.unpack_a(&an, m, k, &mut back);
             assert_eq!(a, back);
-            assert_eq!(an.iter().filter(|&&x| x != 0).count(), a.iter().filter(|&&x| x != 0).count());
+            assert_eq!(
+                an.iter().filter(|&&x| x != 0).count(),
+                a.iter().filter(|&&x| x != 0).count()
+            );
 
             let w = pattern(n * k, 2);
             let mut bn = vec![7i8; t.b_len(kp, np)];
@@ -172,7 +192,10 @@ mod tests {
             let mut back = vec![0i8; n * k];
             t.unpack_b(&bn, n, k, &mut back);
             assert_eq!(w, back);
-            assert_eq!(bn.iter().filter(|&&x| x != 0).count(), w.iter().filter(|&&x| x != 0).count());
+            assert_eq!(
+                bn.iter().filter(|&&x| x != 0).count(),
+                w.iter().filter(|&&x| x != 0).count()
+            );
 
             let c: Vec<i32> = (0..(m * n) as i32).collect();
             let mut cn = vec![-1i32; t.c_len(m, np)];
@@ -194,7 +217,13 @@ mod tests {
 
     #[test]
     fn other_tile_sizes_round_trip() {
-        let t = Tiles { a_k: 8, b_n: 16, b_k: 64, c_n: 8, align: 64 };
+        let t = Tiles {
+            a_k: 8,
+            b_n: 16,
+            b_k: 64,
+            c_n: 8,
+            align: 64,
+        };
         let (n, k) = (20, 70);
         let w = pattern(n * k, 3);
         let mut bn = vec![0i8; t.b_len(t.pad(k), t.pad(n))];

@@ -10,7 +10,8 @@
 //! - [`moe`]: the `MUL_MAT_ID` engine;
 //! - [`ffi`]: the C ABI.
 //!
-//! [`isa`] (instruction-set detection) sits beside the bottom layers and is shared by the kernels.
+//! [`isa`] (instruction-set detection) and [`pool`] (the one worker pool) sit beside the bottom
+//! layers and are shared by the kernels and the devices.
 
 pub mod ffi;
 pub mod gemm;
@@ -19,6 +20,7 @@ pub mod isa;
 pub mod layout;
 pub mod moe;
 pub mod npu;
+pub mod pool;
 pub mod quant;
 #[doc(hidden)]
 pub mod testutil;

@@ -17,7 +17,12 @@ fn dequantize_matches_ggml_bit_for_bit() {
             .map(|b| u32::from_le_bytes(b.try_into().unwrap()))
             .collect();
         let n_blocks = blocks.len() / ty.block_bytes();
-        assert_eq!(n_blocks * ty.block_elems(), expected.len(), "{}: vector files disagree", ty.name());
+        assert_eq!(
+            n_blocks * ty.block_elems(),
+            expected.len(),
+            "{}: vector files disagree",
+            ty.name()
+        );
         assert!(n_blocks >= 30, "{}: too few vectors", ty.name());
         let mut out = vec![0f32; expected.len()];
         dequantize_row(ty, &blocks, &mut out).unwrap();

@@ -1,1 +1,354 @@
-//! TODO
+//! Quantized expert weights straight into the NPU's native int8 B layout, plus one f32 scale per
+//! output channel, without materializing f32 weights.
+//!
+//! # The method (the definition every kernel reproduces bit for bit)
+//!
+//! Row `n` (one output channel) gets a scale `s_n` computed from its block scales alone, such that
+//! every value the row's blocks can encode maps into `[-127, 127]`. Then each stored quant becomes
+//! one int8 `q8` with `w ≈ s_n · q8`. The per-row work ([`params`]) is shared scalar code; only the
+//! per-block work differs between the scalar reference ([`scalar`]) and the SIMD kernels.
+//!
+//! Notation: `fl(x)` is an IEEE-754 binary32 operation rounded to nearest-even (no fused
+//! multiply-add), `rne(x)` rounds to the nearest integer, ties to even, and `sat8` clamps to
+//! `[-128, 127]`. `w(q)` is the f32 value ggml's `dequantize_row_*` gives code `q`.
+//!
+//! **Table types** (Q4_0, Q4_1, Q5_0, Q4_K): every (sub-)block `j` of 32 weights is `w(q) =
+//! fl(fl(c(q)·a_j) + b_j)` with a small integer code `c(q)` (`q-8`, `q`, `q-16`, `q`), the block's
+//! scale `a_j` and offset `b_j` (0, Q4_1's `m`, 0, Q4_K's `-fl(dmin·m_j)`); this is exactly ggml's
+//! value. `M_n` is the largest `|w(q)|` any code of any block of the row could take (the largest of
+//! `|w(q_min)|`, `|w(q_max)|` over the blocks, since `w` is monotonic in `q`), `s_n = fl(M_n/127)`,
+//! `inv_n = fl(127/M_n)`, and each (sub-)block gets the table
+//! `lut_j[q] = sat8(rne(fl(w(q)·inv_n)))` (16 entries, 32 for Q5_0); each quant is one lookup.
+//! Because `|fl(w·inv_n)| ≤ 127·(1+2⁻²³)² < 127.5`, the table holds values in `[-127, 127]`.
+//!
+//! **Rescale types** (Q8_0, Q6_K): `w = fl(e_j·c)` with an integer code `c` (Q8_0: `q`, `e_j = d`;
+//! Q6_K: `q-32`, `e_j = fl(d·sc_j)` per sub-block of 16). With `E_n = max_j |e_j|`:
+//! - Q8_0: `s_n = E_n`, multiplier `m_j = clamp(rne(fl(e_j·fl(32768/E_n))), ±32767)`,
+//!   `q8 = sat8((q·m_j + 2¹⁴) >> 15)`;
+//! - Q6_K: `s_n = fl(32·E_n/127)`, `m_j = clamp(rne(fl(e_j·fl(32512/E_n))), ±32767)`,
+//!   `q8 = sat8((4·(q-32)·m_j + 2¹⁴) >> 15)` (`32512 = 127·2⁸`, so `4·32·m_j/2¹⁵ ≤ 127`);
+//!
+//! with `>>` the arithmetic shift: exactly what `pmulhrsw` and `sqrdmulh` compute on 16-bit lanes.
+//!
+//! **Special rows.** A row whose scales are all zero (`M_n = 0` or `E_n = 0`) gets `s_n = 0` and
+//! all-zero weights. A NaN or infinite fp16 scale is an error, [`InflateError::NonFiniteScale`]. Padding channels
+//! (`n..pad(n)`) get zero weights and scale 0, padding depth (`k..pad(k)`) zero weights.
+//! Subnormal fp16 scales are ordinary finite values (f16→f32 is exact).
+//!
+//! The error bound that follows is derived and measured in `docs/ACCURACY.md`.
+//!
+//! Layout fact the kernels exploit: with 32-deep B tiles, 32 consecutive weights of one row
+//! starting at a multiple of 32 are one contiguous 32-byte run of native B, and every
+//! (sub-)block of the table types is exactly such a run.
+
+#[cfg(target_arch = "aarch64")]
+mod neon;
+mod params;
+mod scalar;
+mod via_f32;
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+pub use via_f32::inflate_expert_via_f32;
+
+use crate::isa::{self, Isa};
+use crate::layout::Tiles;
+use crate::quant::{GgmlType, QuantError};
+use params::RowParams;
+
+/// One expert's quantized weight matrix as ggml stores it: `n` rows (output channels) of `k`
+/// weights of type `ty`, row `i` starting at byte `i * row_stride` of `data`.
+#[derive(Clone, Copy, Debug)]
+pub struct ExpertWeights<'a> {
+    pub ty: GgmlType,
+    pub data: &'a [u8],
+    pub row_stride: usize,
+    pub n: usize,
+    pub k: usize,
+}
+
+/// Why an expert could not be inflated. On error the outputs may be partly written.
+#[derive(Clone, Debug, PartialEq)]
+pub enum InflateError {
+    /// Not a quantized type this module handles (F32, F16).
+    UnsupportedType(GgmlType),
+    /// `k` is not a whole number of blocks.
+    Quant(QuantError),
+    /// `row_stride` is smaller than one row's bytes.
+    StrideTooSmall { row_stride: usize, row_bytes: usize },
+    /// `data` ends before the last row does.
+    SourceTooShort { needed: usize, got: usize },
+    /// An output buffer is too small for the padded shape.
+    OutputTooShort {
+        buffer: &'static str,
+        needed: usize,
+        got: usize,
+    },
+    /// The kernels need 32-deep B tiles and padding to a multiple of the tile sizes.
+    UnsupportedTiles(Tiles),
+    /// A block scale is NaN or infinite (row, block index within the row).
+    NonFiniteScale { row: usize, block: usize },
+    /// The requested kernel path cannot run on this CPU.
+    IsaUnavailable(Isa),
+}
+
+impl std::fmt::Display for InflateError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            InflateError::UnsupportedType(t) => write!(f, "cannot inflate {} weights", t.name()),
+            InflateError::Quant(e) => e.fmt(f),
+            InflateError::StrideTooSmall {
+                row_stride,
+                row_bytes,
+            } => {
+                write!(
+                    f,
+                    "row stride {row_stride} is smaller than a row ({row_bytes} bytes)"
+                )
+            }
+            InflateError::SourceTooShort { needed, got } => {
+                write!(f, "weights need {needed} bytes, got {got}")
+            }
+            InflateError::OutputTooShort {
+                buffer,
+                needed,
+                got,
+            } => {
+                write!(f, "{buffer} needs {needed} elements, got {got}")
+            }
+            InflateError::UnsupportedTiles(t) => write!(f, "unsupported tile sizes {t:?}"),
+            InflateError::NonFiniteScale { row, block } => {
+                write!(f, "row {row}, block {block}: NaN or infinite scale")
+            }
+            InflateError::IsaUnavailable(i) => {
+                write!(f, "kernel path {} unavailable here", i.name())
+            }
+        }
+    }
+}
+
+impl std::error::Error for InflateError {}
+
+/// Inflates `w` into native B (`b_native`, at least `tiles.b_len(pad(k), pad(n))` long) and the
+/// channel scales (`chan_scales`, at least `pad(n)` long), on the kernel path [`isa::selected`].
+/// Dequantized weight `(n, k)` ≈ `chan_scales[n] · b_native[tiles.b_index(pad(k), n, k)]`.
+pub fn inflate_expert(
+    w: &ExpertWeights,
+    tiles: &Tiles,
+    b_native: &mut [i8],
+    chan_scales: &mut [f32],
+) -> Result<(), InflateError> {
+    inflate_expert_with(isa::selected(), w, tiles, b_native, chan_scales)
+}
+
+/// [`inflate_expert`] on an explicit kernel path (tests and benchmarks compare them).
+/// Paths without a kernel of their own for `w.ty` use the best lower one of the same
+/// architecture; every path gives the same bits.
+pub fn inflate_expert_with(
+    isa: Isa,
+    w: &ExpertWeights,
+    tiles: &Tiles,
+    b_native: &mut [i8],
+    chan_scales: &mut [f32],
+) -> Result<(), InflateError> {
+    if !isa.is_available() {
+        return Err(InflateError::IsaUnavailable(isa));
+    }
+    let shape = check(w, tiles, b_native.len(), chan_scales.len())?;
+    let kernel = tile_kernel(isa, w.ty);
+    let mut params: Vec<RowParams> = (0..tiles.b_n.min(w.n))
+        .map(|_| RowParams::new(w.ty, w.k))
+        .collect();
+    let mut rows: Vec<&[u8]> = Vec::with_capacity(tiles.b_n);
+    for (t, tile_out) in b_native[..tiles.b_len(shape.kp, shape.np)]
+        .chunks_exact_mut(tiles.b_n * shape.kp)
+        .enumerate()
+    {
+        let first = t * tiles.b_n;
+        rows.clear();
+        for (row, p) in (first..w.n.min(first + tiles.b_n)).zip(&mut params) {
+            let bytes = w.row(row, shape.row_bytes);
+            chan_scales[row] = p
+                .prepare(bytes)
+                .map_err(|block| InflateError::NonFiniteScale { row, block })?;
+            rows.push(bytes);
+        }
+        let mut tile = Tile {
+            out: tile_out,
+            b_n: tiles.b_n,
+        };
+        kernel(&rows, &params[..rows.len()], &mut tile, w.k / RUN);
+        tile.zero_padding(rows.len(), w.k / RUN);
+    }
+    chan_scales[w.n..shape.np].fill(0.0);
+    Ok(())
+}
+
+impl ExpertWeights<'_> {
+    fn row(&self, row: usize, row_bytes: usize) -> &[u8] {
+        &self.data[row * self.row_stride..row * self.row_stride + row_bytes]
+    }
+}
+
+/// Weights per contiguous run of native B (the B tile depth the kernels require).
+const RUN: usize = 32;
+
+/// Padded sizes and strides of a validated call.
+struct Shape {
+    kp: usize,
+    np: usize,
+    row_bytes: usize,
+}
+
+fn check(
+    w: &ExpertWeights,
+    tiles: &Tiles,
+    b_len: usize,
+    scales_len: usize,
+) -> Result<Shape, InflateError> {
+    if !GgmlType::QUANTIZED.contains(&w.ty) {
+        return Err(InflateError::UnsupportedType(w.ty));
+    }
+    let row_bytes =
+        w.ty.row_bytes(w.k)
+            .ok_or(InflateError::Quant(QuantError::RowNotWholeBlocks {
+                ty: w.ty,
+                k: w.k,
+            }))?;
+    if tiles.b_k != RUN
+        || tiles.b_n == 0
+        || !tiles.align.is_multiple_of(tiles.b_k)
+        || !tiles.align.is_multiple_of(tiles.b_n)
+    {
+        return Err(InflateError::UnsupportedTiles(*tiles));
+    }
+    if w.n > 1 && w.row_stride < row_bytes {
+        return Err(InflateError::StrideTooSmall {
+            row_stride: w.row_stride,
+            row_bytes,
+        });
+    }
+    let needed = if w.n == 0 {
+        0
+    } else {
+        (w.n - 1) * w.row_stride + row_bytes
+    };
+    if w.data.len() < needed {
+        return Err(InflateError::SourceTooShort {
+            needed,
+            got: w.data.len(),
+        });
+    }
+    let (kp, np) = (tiles.pad(w.k), tiles.pad(w.n));
+    if b_len < tiles.b_len(kp, np) {
+        return Err(InflateError::OutputTooShort {
+            buffer: "b_native",
+            needed: tiles.b_len(kp, np),
+            got: b_len,
+        });
+    }
+    if scales_len < np {
+        return Err(InflateError::OutputTooShort {
+            buffer: "chan_scales",
+            needed: np,
+            got: scales_len,
+        });
+    }
+    Ok(Shape { kp, np, row_bytes })
+}
+
+/// One N-tile of native B: `b_n` rows (output channels) × the padded depth, run by run.
+struct Tile<'a> {
+    out: &'a mut [i8],
+    b_n: usize,
+}
+
+impl Tile<'_> {
+    /// Run `r` (weights `32r..32r+32`) of the tile's row `j`; consecutive `j` are adjacent.
+    #[inline(always)]
+    fn run(&mut self, r: usize, j: usize) -> &mut [i8; RUN] {
+        let at = (r * self.b_n + j) * RUN;
+        (&mut self.out[at..at + RUN])
+            .try_into()
+            .expect("a run is 32 bytes")
+    }
+
+    /// Runs `r` and `r + 1` of the tile's row `j`.
+    #[inline(always)]
+    fn run_pair(&mut self, r: usize, j: usize) -> (&mut [i8; RUN], &mut [i8; RUN]) {
+        let at = (r * self.b_n + j) * RUN;
+        let (even, odd) = self.out[at..at + self.b_n * RUN + RUN].split_at_mut(self.b_n * RUN);
+        let even = (&mut even[..RUN]).try_into().expect("a run is 32 bytes");
+        (
+            even,
+            (&mut odd[..RUN]).try_into().expect("a run is 32 bytes"),
+        )
+    }
+
+    fn runs(&self) -> usize {
+        self.out.len() / (self.b_n * RUN)
+    }
+
+    /// Zeroes what the rows did not fill: depth padding of `rows` rows, and padding rows.
+    fn zero_padding(&mut self, rows: usize, runs_filled: usize) {
+        for r in 0..self.runs() {
+            let from = if r < runs_filled { rows } else { 0 };
+            let at = r * self.b_n * RUN;
+            self.out[at + from * RUN..at + self.b_n * RUN].fill(0);
+        }
+    }
+}
+
+/// Calls `convert(row bytes, row params, r, destination)` for runs `0..runs` of every row of a
+/// tile, in native B's order so the writes stream through memory.
+#[inline(always)]
+fn for_each_run(
+    rows: &[&[u8]],
+    params: &[RowParams],
+    tile: &mut Tile,
+    runs: usize,
+    mut convert: impl FnMut(&[u8], &RowParams, usize, &mut [i8; RUN]),
+) {
+    for r in 0..runs {
+        for (j, (row, p)) in rows.iter().zip(params).enumerate() {
+            convert(row, p, r, tile.run(r, j));
+        }
+    }
+}
+
+/// Like [`for_each_run`] for Q4_K, whose runs come in pairs from the same 32 bytes (low and
+/// high nibbles): `convert(row bytes, row params, r, run r, run r + 1)` for even `r`.
+#[inline(always)]
+fn for_each_run_pair(
+    rows: &[&[u8]],
+    params: &[RowParams],
+    tile: &mut Tile,
+    runs: usize,
+    mut convert: impl FnMut(&[u8], &RowParams, usize, &mut [i8; RUN], &mut [i8; RUN]),
+) {
+    for r in (0..runs).step_by(2) {
+        for (j, (row, p)) in rows.iter().zip(params).enumerate() {
+            let (even, odd) = tile.run_pair(r, j);
+            convert(row, p, r, even, odd);
+        }
+    }
+}
+
+/// Fills runs `0..runs` of a tile's rows (`rows[j]` with its prepared `params[j]`).
+type TileKernel = fn(&[&[u8]], &[RowParams], &mut Tile, usize);
+
+fn tile_kernel(isa: Isa, ty: GgmlType) -> TileKernel {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(k) = x86::tile_kernel(isa, ty) {
+        return k;
+    }
+    #[cfg(target_arch = "aarch64")]
+    if let Some(k) = neon::tile_kernel(isa, ty) {
+        return k;
+    }
+    let _ = isa;
+    scalar::tile_kernel(ty)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,1 +1,71 @@
-//! TODO
+//! The `MUL_MAT_ID` engine: routed-expert matmuls on the NPU device.
+//!
+//! One call, `dst[:, slot, token] = as[:, :, ids[slot, token]]ᵀ · b[:, slot % b.ne[1], token]`:
+//! 1. [`desc::validate`] checks the descriptors (metadata only) and the small-batch policy decides
+//!    whether the call is taken ([`Engine::check`]);
+//! 2. phase 1, split over the caller's threads: [`route::Routing`] groups the rows by expert (and
+//!    checks every id before anything is written), [`quantize`] turns each activation row into int8
+//!    with one scale, once per call;
+//! 3. phase 2, experts (or N-slices of a big one) handed out through an atomic counter: the expert's
+//!    int8 weights come from the [`cache`] or are inflated now, its rows are gathered into the native
+//!    A layout, the GEMM runs on the device (`run_stream_i8` inside the stream envelope, else
+//!    `run_i8`), and int32 results become f32 (`C · row scale · channel scale`) written to `dst`.
+//!
+//! See docs/ENGINE.md for the design reasoning.
+
+pub mod cache;
+pub mod desc;
+mod engine;
+pub mod quantize;
+pub mod route;
+
+pub use engine::{Config, Engine, Inputs, SmallBatch, Stages, Stats};
+
+/// Why a call was not done. The C boundary maps each kind to its result code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// Valid, but not taken here: the caller runs its own path. `dst` is untouched.
+    NotHandled,
+    /// Inconsistent descriptors or data (ids out of range). `dst` is untouched.
+    InvalidArgument,
+    /// The device failed; `dst` may be partly written.
+    DeviceError,
+    /// A buffer could not be allocated; `dst` may be partly written.
+    OutOfMemory,
+    /// A bug (a caught panic); `dst` may be partly written.
+    Internal,
+}
+
+/// An error with a message for `ork_last_error`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Error {
+    pub kind: ErrorKind,
+    pub message: String,
+}
+
+impl Error {
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Error {
+        Error {
+            kind,
+            message: message.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}: {}", self.kind, self.message)
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl From<crate::npu::Error> for Error {
+    fn from(e: crate::npu::Error) -> Error {
+        let kind = match e {
+            crate::npu::Error::OutOfMemory { .. } => ErrorKind::OutOfMemory,
+            _ => ErrorKind::DeviceError,
+        };
+        Error::new(kind, format!("device: {e}"))
+    }
+}

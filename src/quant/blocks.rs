@@ -125,7 +125,10 @@ impl Block for BlockQ4_0 {
     const BYTES: usize = 18;
 
     fn read(b: &[u8]) -> Self {
-        BlockQ4_0 { d: arr(b, 0), qs: arr(b, 2) }
+        BlockQ4_0 {
+            d: arr(b, 0),
+            qs: arr(b, 2),
+        }
     }
     fn write(&self, out: &mut [u8]) {
         out[..2].copy_from_slice(&self.d);
@@ -148,7 +151,11 @@ impl Block for BlockQ4_1 {
     const BYTES: usize = 20;
 
     fn read(b: &[u8]) -> Self {
-        BlockQ4_1 { d: arr(b, 0), m: arr(b, 2), qs: arr(b, 4) }
+        BlockQ4_1 {
+            d: arr(b, 0),
+            m: arr(b, 2),
+            qs: arr(b, 4),
+        }
     }
     fn write(&self, out: &mut [u8]) {
         out[..2].copy_from_slice(&self.d);
@@ -173,7 +180,11 @@ impl Block for BlockQ5_0 {
     const BYTES: usize = 22;
 
     fn read(b: &[u8]) -> Self {
-        BlockQ5_0 { d: arr(b, 0), qh: arr(b, 2), qs: arr(b, 6) }
+        BlockQ5_0 {
+            d: arr(b, 0),
+            qh: arr(b, 2),
+            qs: arr(b, 6),
+        }
     }
     fn write(&self, out: &mut [u8]) {
         out[..2].copy_from_slice(&self.d);
@@ -200,7 +211,10 @@ impl Block for BlockQ8_0 {
     const BYTES: usize = 34;
 
     fn read(b: &[u8]) -> Self {
-        BlockQ8_0 { d: arr(b, 0), qs: arr_i8(b, 2) }
+        BlockQ8_0 {
+            d: arr(b, 0),
+            qs: arr_i8(b, 2),
+        }
     }
     fn write(&self, out: &mut [u8]) {
         out[..2].copy_from_slice(&self.d);
@@ -222,7 +236,12 @@ impl Block for BlockQ4K {
     const BYTES: usize = 144;
 
     fn read(b: &[u8]) -> Self {
-        BlockQ4K { d: arr(b, 0), dmin: arr(b, 2), scales: arr(b, 4), qs: arr(b, 16) }
+        BlockQ4K {
+            d: arr(b, 0),
+            dmin: arr(b, 2),
+            scales: arr(b, 4),
+            qs: arr(b, 16),
+        }
     }
     fn write(&self, out: &mut [u8]) {
         out[..2].copy_from_slice(&self.d);
@@ -254,7 +273,12 @@ impl Block for BlockQ6K {
     const BYTES: usize = 210;
 
     fn read(b: &[u8]) -> Self {
-        BlockQ6K { ql: arr(b, 0), qh: arr(b, 128), scales: arr_i8(b, 192), d: arr(b, 208) }
+        BlockQ6K {
+            ql: arr(b, 0),
+            qh: arr(b, 128),
+            scales: arr_i8(b, 192),
+            d: arr(b, 208),
+        }
     }
     fn write(&self, out: &mut [u8]) {
         out[..128].copy_from_slice(&self.ql);

@@ -41,9 +41,14 @@ pub fn dequantize_row(ty: GgmlType, bytes: &[u8], out: &mut [f32]) -> Result<(),
 
 /// Checks that `n_bytes` holds exactly a row of `k` weights of `ty`; returns the block count.
 pub fn check_row(ty: GgmlType, n_bytes: usize, k: usize) -> Result<usize, QuantError> {
-    let expected = ty.row_bytes(k).ok_or(QuantError::RowNotWholeBlocks { ty, k })?;
+    let expected = ty
+        .row_bytes(k)
+        .ok_or(QuantError::RowNotWholeBlocks { ty, k })?;
     if n_bytes != expected {
-        return Err(QuantError::WrongByteLength { expected, got: n_bytes });
+        return Err(QuantError::WrongByteLength {
+            expected,
+            got: n_bytes,
+        });
     }
     Ok(k / ty.block_elems())
 }
@@ -58,10 +63,16 @@ mod tests {
         let mut qs = [0u8; 16];
         qs[0] = 0xf0; // weight 0 = 0 - 8, weight 16 = 15 - 8
         qs[1] = 0x98;
-        let blk = BlockQ4_0 { d: f32_to_f16(0.5).to_le_bytes(), qs };
+        let blk = BlockQ4_0 {
+            d: f32_to_f16(0.5).to_le_bytes(),
+            qs,
+        };
         let mut y = [0f32; 32];
         blk.dequantize(&mut y);
-        assert_eq!((y[0], y[16], y[1], y[17], y[2]), (-4.0, 3.5, 0.0, 0.5, -4.0));
+        assert_eq!(
+            (y[0], y[16], y[1], y[17], y[2]),
+            (-4.0, 3.5, 0.0, 0.5, -4.0)
+        );
     }
 
     #[test]
@@ -79,11 +90,17 @@ mod tests {
         let mut out = [0f32; 40];
         assert_eq!(
             dequantize_row(GgmlType::Q4_0, &[0u8; 18], &mut out),
-            Err(QuantError::RowNotWholeBlocks { ty: GgmlType::Q4_0, k: 40 })
+            Err(QuantError::RowNotWholeBlocks {
+                ty: GgmlType::Q4_0,
+                k: 40
+            })
         );
         assert_eq!(
             dequantize_row(GgmlType::Q4_0, &[0u8; 17], &mut out[..32]),
-            Err(QuantError::WrongByteLength { expected: 18, got: 17 })
+            Err(QuantError::WrongByteLength {
+                expected: 18,
+                got: 17
+            })
         );
     }
 }

@@ -32,7 +32,13 @@ pub fn f32_to_f16(x: f32) -> u16 {
     let exp = ((bits >> 23) & 0xff) as i32;
     let mant = bits & 0x007f_ffff;
     if exp == 0xff {
-        return sign | 0x7c00 | if mant != 0 { 0x0200 | (mant >> 13) as u16 } else { 0 };
+        return sign
+            | 0x7c00
+            | if mant != 0 {
+                0x0200 | (mant >> 13) as u16
+            } else {
+                0
+            };
     }
     let e = exp - 127 + 15;
     if e >= 0x1f {

@@ -106,7 +106,8 @@ impl GgmlType {
 
     /// Bytes of one row of `k` weights, or `None` when `k` is not a whole number of blocks.
     pub fn row_bytes(self, k: usize) -> Option<usize> {
-        (k % self.block_elems() == 0).then(|| k / self.block_elems() * self.block_bytes())
+        k.is_multiple_of(self.block_elems())
+            .then(|| k / self.block_elems() * self.block_bytes())
     }
 }
 

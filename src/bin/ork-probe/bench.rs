@@ -43,7 +43,11 @@ pub fn time<F: FnMut()>(warmup: usize, repeats: usize, mut f: F) -> Timing {
         })
         .collect();
     t.sort_by(f64::total_cmp);
-    Timing { median: t[t.len() / 2], min: t[0], max: t[t.len() - 1] }
+    Timing {
+        median: t[t.len() / 2],
+        min: t[0],
+        max: t[t.len() - 1],
+    }
 }
 
 /// Formats one JSON value for the `--json` outputs (no external JSON crate needed for flat rows).

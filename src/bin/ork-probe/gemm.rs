@@ -1,8 +1,221 @@
-//! `ork-probe gemm`: filled in by the gemm work.
+//! `ork-probe gemm`: the NPU backend (`ORK_BACKEND`) against the CPU int8 GEMM on one thread and
+//! on all of them, at the A3B expert shapes, checked bit for bit against the reference.
+//!
+//! The NPU primitive is the one the engine would use: a stream (of this one GEMM) inside the
+//! stream envelope (K % 512 == 0, K <= 4096), `run_i8` otherwise. Times are medians of wall
+//! time per GEMM; on the emulator the table adds the cost model's RK3588 time, which is
+//! modelled, not measured (the JSON carries measured fields only).
 
-use super::bench::Options;
+use super::bench::{print_json, time, Json, Options};
+use ork_moe::gemm::{self, Shape};
+use ork_moe::layout::Tiles;
+use ork_moe::npu::{emu, flags, Buffer, Device, MatMul, Primitive, Report};
 use std::process::ExitCode;
 
-pub fn run(_opts: &Options) -> Result<ExitCode, String> {
-    Err("the gemm benchmark is not built yet".into())
+/// (K, N) of the A3B expert GEMMs: gate/up and down of two model sizes.
+const SHAPES: [(usize, usize); 4] = [(2048, 768), (768, 2048), (4096, 1408), (1408, 4096)];
+const ROWS: [usize; 5] = [8, 16, 32, 64, 128];
+const WARMUP: usize = 1;
+const REPEATS: usize = 5;
+
+struct Row {
+    k: usize,
+    n: usize,
+    m: usize,
+    primitive: Primitive,
+    npu_us: f64,
+    /// Fastest and slowest NPU run.
+    npu_spread_us: (f64, f64),
+    modelled_us: Option<f64>,
+    cpu1_us: f64,
+    cpun_us: f64,
+    bit_exact: bool,
+}
+
+fn pseudo_random(len: usize, seed: u32) -> Vec<i8> {
+    (0..len as u32)
+        .map(|i| {
+            (i.wrapping_mul(2654435761)
+                .wrapping_add(seed)
+                .rotate_left(13)
+                >> 7) as i8
+        })
+        .collect()
+}
+
+/// A, B and C of one GEMM.
+type Operands = (Buffer<i8>, Buffer<i8>, Buffer<i32>);
+
+/// Buffers of one GEMM on `dev`, filled and synced.
+fn upload(dev: &Device, a: &[i8], b: &[i8], c_len: usize) -> Result<Operands, String> {
+    let e = |e: ork_moe::npu::Error| e.to_string();
+    let mut ab = dev.alloc::<i8>(a.len(), flags::CPU_FILLED, 0).map_err(e)?;
+    ab.write(0, a).map_err(e)?;
+    ab.sync_to_device().map_err(e)?;
+    let mut bb = dev.alloc::<i8>(b.len(), flags::CPU_FILLED, 0).map_err(e)?;
+    bb.write(0, b).map_err(e)?;
+    bb.sync_to_device().map_err(e)?;
+    let cb = dev.alloc::<i32>(c_len, flags::CPU_FILLED, 0).map_err(e)?;
+    Ok((ab, bb, cb))
+}
+
+/// One submit of `primitive` plus the sync that makes C visible to the CPU.
+fn submit(
+    dev: &Device,
+    primitive: Primitive,
+    mm: MatMul,
+    c: &mut Buffer<i32>,
+) -> Result<Report, String> {
+    let report = match primitive {
+        Primitive::StreamI8 => dev.run_stream_i8(vec![mm], c),
+        _ => dev.run_i8(mm, c),
+    }
+    .map_err(|e| e.to_string())?;
+    c.sync_from_device().map_err(|e| e.to_string())?;
+    Ok(report)
+}
+
+fn measure(npu: &Device, cpu: &Device, k: usize, n: usize, m: usize) -> Result<Row, String> {
+    let t = npu.tiles();
+    let shape = Shape {
+        m,
+        kp: t.pad(k),
+        np: t.pad(n),
+    };
+    let a = pseudo_random(t.a_len(m, shape.kp), (k + m) as u32);
+    let b = pseudo_random(t.b_len(shape.kp, shape.np), n as u32);
+    let mut expected = vec![0i32; t.c_len(m, shape.np)];
+    gemm::reference(&t, shape, &a, &b, &mut expected);
+
+    let in_stream = k % emu::STREAM_K_MULTIPLE == 0 && k <= emu::STREAM_MAX_K;
+    let primitive = if in_stream {
+        Primitive::StreamI8
+    } else {
+        Primitive::RunI8
+    };
+    let matmul = |a, b| MatMul {
+        m,
+        k: shape.kp,
+        n: shape.np,
+        a,
+        a_offset: 0,
+        b,
+        b_offset: 0,
+        c_offset: 0,
+        scaled: None,
+    };
+
+    let (na, nb, mut nc) = upload(npu, &a, &b, expected.len())?;
+    let report = submit(npu, primitive, matmul(&na, &nb), &mut nc)?;
+    let bit_exact = nc.as_slice() == &expected[..];
+    let mut failure = None;
+    let npu_t = time(WARMUP, REPEATS, || {
+        if let Err(e) = submit(npu, primitive, matmul(&na, &nb), &mut nc) {
+            failure.get_or_insert(e);
+        }
+    });
+    if let Some(e) = failure {
+        return Err(e);
+    }
+
+    let mut c1 = vec![0i32; expected.len()];
+    let kernel = ork_moe::npu::cpu_kernel();
+    let cpu1_t = time(WARMUP, REPEATS, || {
+        kernel(&Tiles::RK3588, shape, &a, &b, &mut c1)
+    });
+
+    let (ca, cb, mut cc) = upload(cpu, &a, &b, expected.len())?;
+    let cpun_t = time(WARMUP, REPEATS, || {
+        if let Err(e) = cpu.run_i8(matmul(&ca, &cb), &mut cc) {
+            failure.get_or_insert(e.to_string());
+        }
+    });
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    let cpu_exact = c1 == expected && cc.as_slice() == &expected[..];
+    Ok(Row {
+        k,
+        n,
+        m,
+        primitive,
+        npu_us: npu_t.median * 1e6,
+        npu_spread_us: (npu_t.min * 1e6, npu_t.max * 1e6),
+        modelled_us: report.modelled_us,
+        cpu1_us: cpu1_t.median * 1e6,
+        cpun_us: cpun_t.median * 1e6,
+        bit_exact: bit_exact && cpu_exact,
+    })
+}
+
+pub fn run(opts: &Options) -> Result<ExitCode, String> {
+    let npu = Device::from_env().map_err(|e| e.to_string())?;
+    let cpu = Device::cpu();
+    let backend = npu.backend().name();
+    let mut rows = Vec::new();
+    for &(k, n) in &SHAPES {
+        for &m in &ROWS {
+            rows.push(measure(&npu, &cpu, k, n, m)?);
+        }
+    }
+    if opts.json {
+        let json: Vec<Vec<(&str, Json)>> = rows
+            .iter()
+            .map(|r| {
+                vec![
+                    ("backend", Json::Str(backend)),
+                    ("k", Json::Int(r.k as i64)),
+                    ("n", Json::Int(r.n as i64)),
+                    ("m", Json::Int(r.m as i64)),
+                    ("primitive", Json::Str(r.primitive.name())),
+                    ("npu_us", Json::Num(r.npu_us)),
+                    ("cpu1_us", Json::Num(r.cpu1_us)),
+                    ("cpun_us", Json::Num(r.cpun_us)),
+                    ("bit_exact", Json::Bool(r.bit_exact)),
+                ]
+            })
+            .collect();
+        print_json(&json);
+    } else {
+        println!(
+            "backend {backend}; CPU kernel threads: 1 and {}; times are medians of {REPEATS} runs (µs)",
+            ork_moe::pool::global().threads()
+        );
+        println!(
+            "{:>5} {:>5} {:>4}  {:<9} {:>10} {:>19} {:>16} {:>10} {:>10}  bit_exact",
+            "k",
+            "n",
+            "m",
+            "primitive",
+            "npu_us",
+            "npu_min-max",
+            "rk3588_modelled",
+            "cpu1_us",
+            "cpun_us"
+        );
+        for r in &rows {
+            let modelled = r
+                .modelled_us
+                .map_or("-".to_string(), |u| format!("{u:.1} (model)"));
+            println!(
+                "{:>5} {:>5} {:>4}  {:<9} {:>10.1} {:>19} {:>16} {:>10.1} {:>10.1}  {}",
+                r.k,
+                r.n,
+                r.m,
+                r.primitive.name(),
+                r.npu_us,
+                format!("{:.1}-{:.1}", r.npu_spread_us.0, r.npu_spread_us.1),
+                modelled,
+                r.cpu1_us,
+                r.cpun_us,
+                r.bit_exact
+            );
+        }
+    }
+    let all_exact = rows.iter().all(|r| r.bit_exact);
+    Ok(if all_exact {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }

@@ -1,8 +1,133 @@
-//! `ork-probe inflate`: filled in by the inflate work.
+//! `ork-probe inflate`: one expert's weight materialization, single thread, per A3B expert shape
+//! and weight type: the direct inflate, the legacy via-f32 path, and memcpy of the same output
+//! size as the ceiling. GB/s count output bytes (native B int8).
 
-use super::bench::Options;
+use super::bench::{print_json, time, Json, Options};
+use ork_moe::inflate::{inflate_expert, inflate_expert_via_f32, ExpertWeights};
+use ork_moe::isa;
+use ork_moe::layout::Tiles;
+use ork_moe::quant::GgmlType;
+use ork_moe::testutil::Rng;
+use std::hint::black_box;
 use std::process::ExitCode;
 
-pub fn run(_opts: &Options) -> Result<ExitCode, String> {
-    Err("the inflate benchmark is not built yet".into())
+/// (K, N) of Qwen3-A3B's gate/up and down projections and of the wider A3B variants.
+const SHAPES: [(usize, usize); 4] = [(2048, 768), (768, 2048), (4096, 1408), (1408, 4096)];
+const WARMUP: usize = 3;
+const REPEATS: usize = 15;
+/// The via-f32 path is an order of magnitude slower; fewer repeats keep the run short.
+const REPEATS_VIA_F32: usize = 5;
+
+struct Row {
+    ty: GgmlType,
+    k: usize,
+    n: usize,
+    direct_gbps: f64,
+    via_f32_gbps: f64,
+    memcpy_gbps: f64,
+    /// The direct inflate's fastest and slowest repeat, in microseconds (how noisy the run was).
+    direct_us_range: (f64, f64),
+}
+
+pub fn run(opts: &Options) -> Result<ExitCode, String> {
+    let tiles = Tiles::RK3588;
+    let mut rows = Vec::new();
+    for (k, n) in SHAPES {
+        for ty in GgmlType::QUANTIZED
+            .into_iter()
+            .filter(|t| k % t.block_elems() == 0)
+        {
+            rows.push(
+                measure(&tiles, ty, k, n).map_err(|e| format!("{} k={k} n={n}: {e}", ty.name()))?,
+            );
+        }
+    }
+    if opts.json {
+        let json: Vec<Vec<(&str, Json)>> = rows
+            .iter()
+            .map(|r| {
+                vec![
+                    ("type", Json::Str(r.ty.name())),
+                    ("k", Json::Int(r.k as i64)),
+                    ("n", Json::Int(r.n as i64)),
+                    ("direct_gbps", Json::Num(r.direct_gbps)),
+                    ("via_f32_gbps", Json::Num(r.via_f32_gbps)),
+                    ("speedup", Json::Num(r.direct_gbps / r.via_f32_gbps)),
+                    ("memcpy_gbps", Json::Num(r.memcpy_gbps)),
+                ]
+            })
+            .collect();
+        print_json(&json);
+    } else {
+        println!(
+            "inflate, 1 thread, kernel path {}, GB/s of native int8 B written (median of {REPEATS})",
+            isa::selected().name()
+        );
+        println!(
+            "{:<6} {:>5} {:>5} {:>11} {:>12} {:>8} {:>11} {:>14} {:>18}",
+            "type",
+            "k",
+            "n",
+            "direct_gbps",
+            "via_f32_gbps",
+            "speedup",
+            "memcpy_gbps",
+            "direct/memcpy",
+            "direct_us min-max"
+        );
+        for r in &rows {
+            println!(
+                "{:<6} {:>5} {:>5} {:>11.2} {:>12.2} {:>7.1}x {:>11.2} {:>13.0}% {:>18}",
+                r.ty.name(),
+                r.k,
+                r.n,
+                r.direct_gbps,
+                r.via_f32_gbps,
+                r.direct_gbps / r.via_f32_gbps,
+                r.memcpy_gbps,
+                100.0 * r.direct_gbps / r.memcpy_gbps,
+                format!("{:.0}-{:.0}", r.direct_us_range.0, r.direct_us_range.1)
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn measure(tiles: &Tiles, ty: GgmlType, k: usize, n: usize) -> Result<Row, String> {
+    let data = Rng::new((k * 31 + n) as u64).blocks(ty, n * k / ty.block_elems(), 0.05);
+    let w = ExpertWeights {
+        ty,
+        data: &data,
+        row_stride: ty.row_bytes(k).ok_or("k not whole blocks")?,
+        n,
+        k,
+    };
+    let out_len = tiles.b_len(tiles.pad(k), tiles.pad(n));
+    let mut b = vec![0i8; out_len];
+    let mut scales = vec![0f32; tiles.pad(n)];
+    let gbps = |seconds: f64| out_len as f64 / seconds / 1e9;
+
+    inflate_expert(&w, tiles, &mut b, &mut scales).map_err(|e| e.to_string())?;
+    let direct = time(WARMUP, REPEATS, || {
+        inflate_expert(black_box(&w), tiles, &mut b, &mut scales).expect("checked above");
+        black_box(&b);
+    });
+    let via = time(1, REPEATS_VIA_F32, || {
+        inflate_expert_via_f32(black_box(&w), tiles, &mut b, &mut scales).expect("checked above");
+        black_box(&b);
+    });
+    let src = vec![1i8; out_len];
+    let copy = time(WARMUP, REPEATS, || {
+        b.copy_from_slice(black_box(&src));
+        black_box(&b);
+    });
+    Ok(Row {
+        ty,
+        k,
+        n,
+        direct_gbps: gbps(direct.median),
+        via_f32_gbps: gbps(via.median),
+        memcpy_gbps: gbps(copy.median),
+        direct_us_range: (direct.min * 1e6, direct.max * 1e6),
+    })
 }

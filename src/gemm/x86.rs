@@ -1,0 +1,271 @@
+//! x86-64 int8 GEMM kernels on the RK3588 tiling (A `[K/16][M][16]`, B `[N/32][K/32][32n][32k]`,
+//! C `[N/4][M][4]`).
+//!
+//! Both kernels keep, per (row, channel) pair, a vector of partial sums across k (each lane a few
+//! consecutive k), because B stores every channel's k contiguously; the lanes are summed once per
+//! output, after the whole depth. A register block covers several rows × several channels so each
+//! load feeds several multiplies. Operands are first repacked into panels ([`super::pack`]).
+//!
+//! Exactness:
+//! - AVX-512 VNNI: `vpdpbusd` multiplies unsigned by signed bytes and adds four products into an
+//!   int32 lane without saturation. B is biased to `b + 128` (0..=255) while it is packed, so the
+//!   sum is `Σ a·b + 128·Σ a`; the second term, one number per row, is subtracted. Everything is
+//!   exact modulo 2^32, and the true result fits in int32.
+//! - AVX2: `vpmaddubsw` saturates pairs of products to int16 (255·127·2 > 32767), so it is not
+//!   used. Both operands are sign-extended to int16 (while packed) and multiplied with `vpmaddwd`,
+//!   which adds two products (each |p| ≤ 2^14) into an int32 lane: exact, at the same 32 products
+//!   per cycle.
+
+use super::pack::{a_panels, aligned, b_group};
+use super::Shape;
+use std::arch::x86_64::*;
+use std::cell::RefCell;
+
+thread_local! {
+    /// Per-thread scratch for repacked operands, kept between calls to avoid allocations per GEMM.
+    static A_BYTES: RefCell<Vec<i8>> = const { RefCell::new(Vec::new()) };
+    static B_BYTES: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    static ROW_CORR: RefCell<Vec<i32>> = const { RefCell::new(Vec::new()) };
+    static A_WORDS: RefCell<Vec<i16>> = const { RefCell::new(Vec::new()) };
+    static B_WORDS: RefCell<Vec<i16>> = const { RefCell::new(Vec::new()) };
+}
+
+// ---------------------------------------------------------------- AVX-512 VNNI
+
+/// Rows per AVX-512 register block (× 8 channels): 16 accumulators, 4 B and 1 A register of 32.
+const VNNI_ROWS: usize = 4;
+/// Channels per AVX-512 register block and packed B group.
+const VNNI_GROUP: usize = 8;
+
+/// `128·Σ_k a[r][k]` for every row: what the +128 bias on B adds to row `r`.
+#[inline(always)]
+fn bias_per_row(m: usize, kp: usize, a: &[i8], out: &mut [i32]) {
+    out.fill(0);
+    for chunk in a[..m * kp].chunks_exact(16 * m) {
+        for (sum, row) in out.iter_mut().zip(chunk.chunks_exact(16)) {
+            *sum += 128 * row.iter().map(|&x| x as i32).sum::<i32>();
+        }
+    }
+}
+
+pub(super) fn gemm_vnni(shape: Shape, a: &[i8], b: &[i8], c: &mut [i32]) {
+    let Shape { m, kp, .. } = shape;
+    A_BYTES.with_borrow_mut(|ap| {
+        B_BYTES.with_borrow_mut(|bg| {
+            ROW_CORR.with_borrow_mut(|corr| {
+                let (ap, bg) = (aligned(ap, m * kp), aligned(bg, kp * VNNI_GROUP));
+                // SAFETY: the caller checked that this CPU has AVX-512 F/BW/VNNI (`Isa::Avx512`)
+                // and that `a`, `b` and `c` fit `shape`; the scratch slices are sized for it.
+                unsafe { vnni_all(shape, a, b, c, ap, bg, aligned(corr, m)) }
+            })
+        })
+    });
+}
+
+/// Packs and multiplies. The packers are inlined here so that they, too, use wide vectors.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+unsafe fn vnni_all(
+    shape: Shape,
+    a: &[i8],
+    b: &[i8],
+    c: &mut [i32],
+    ap: &mut [i8],
+    bg: &mut [u8],
+    corr: &mut [i32],
+) {
+    let Shape { m, kp, np } = shape;
+    a_panels(m, kp, a, VNNI_ROWS, 32, ap, |x| x);
+    bias_per_row(m, kp, a, corr);
+    for n0 in (0..np).step_by(VNNI_GROUP) {
+        b_group(kp, b, n0, VNNI_GROUP, 32, bg, |x| (x as u8) ^ 0x80);
+        vnni_group(shape, ap, bg, corr, n0, c);
+    }
+}
+
+/// Channels `n0..n0+8` of C from the A panels and the packed B group.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+unsafe fn vnni_group(
+    shape: Shape,
+    ap: &[i8],
+    bg: &[u8],
+    row_corr: &[i32],
+    n0: usize,
+    c: &mut [i32],
+) {
+    let Shape { m, kp, .. } = shape;
+    let kbs = kp / 32;
+    // Replicates row i's correction over its 4 channel slots.
+    let spread = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    let mut r0 = 0;
+    while r0 < m {
+        let rows = (m - r0).min(VNNI_ROWS);
+        let panel = ap.as_ptr().add(r0 * kp);
+        let quads = match rows {
+            1 => vnni_block::<1>(panel, bg.as_ptr(), kbs),
+            2 => vnni_block::<2>(panel, bg.as_ptr(), kbs),
+            3 => vnni_block::<3>(panel, bg.as_ptr(), kbs),
+            _ => vnni_block::<VNNI_ROWS>(panel, bg.as_ptr(), kbs),
+        };
+        let mask: __mmask16 = ((1u32 << (4 * rows)) - 1) as __mmask16;
+        let corr = _mm512_permutexvar_epi32(
+            spread,
+            _mm512_maskz_loadu_epi32(mask, row_corr.as_ptr().add(r0)),
+        );
+        for (q, &quad) in quads.iter().enumerate() {
+            let out = c.as_mut_ptr().add(((n0 / 4 + q) * m + r0) * 4);
+            _mm512_mask_storeu_epi32(out, mask, _mm512_sub_epi32(quad, corr));
+        }
+        r0 += rows;
+    }
+}
+
+/// `R` (≤ 4) rows of A (a panel) × a packed biased B group (8 channels) over `kbs` k-blocks. Returns the two
+/// channel quads, each as `[row 0: ch 0..4 | row 1 | row 2 | row 3]` (rows ≥ `R` are zero).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+unsafe fn vnni_block<const R: usize>(panel: *const i8, bp: *const u8, kbs: usize) -> [__m512i; 2] {
+    let mut acc = [[_mm512_setzero_si512(); 4]; R];
+    for kb in 0..kbs {
+        let bk = bp.add(kb * VNNI_GROUP * 32);
+        // Each load: 2 channels × 32 k; lanes 0..8 channel 2p, lanes 8..16 channel 2p+1.
+        let bv: [__m512i; 4] = std::array::from_fn(|p| _mm512_loadu_si512(bk.add(p * 64).cast()));
+        for (r, acc_r) in acc.iter_mut().enumerate() {
+            let a32 = _mm256_loadu_si256(panel.add((kb * R + r) * 32).cast());
+            let av = _mm512_broadcast_i64x4(a32);
+            for p in 0..4 {
+                acc_r[p] = _mm512_dpbusd_epi32(acc_r[p], bv[p], av);
+            }
+        }
+    }
+    std::array::from_fn(|q| {
+        // Per row: 128-bit block j = the 4 partial sums of channel j of the quad.
+        let per_row: [__m512i; 4] = std::array::from_fn(|r| {
+            if r < R {
+                let (lo, hi) = (acc[r][2 * q], acc[r][2 * q + 1]);
+                _mm512_add_epi32(
+                    _mm512_shuffle_i32x4::<0b10_00_10_00>(lo, hi),
+                    _mm512_shuffle_i32x4::<0b11_01_11_01>(lo, hi),
+                )
+            } else {
+                _mm512_setzero_si512()
+            }
+        });
+        transpose_sum(per_row)
+    })
+}
+
+/// Given 4 rows whose 128-bit block j holds 4 partial sums of channel j, returns
+/// `[row 0: ch 0..4 | row 1 | row 2 | row 3]`.
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn transpose_sum(s: [__m512i; 4]) -> __m512i {
+    let t01 = _mm512_add_epi32(
+        _mm512_unpacklo_epi32(s[0], s[1]),
+        _mm512_unpackhi_epi32(s[0], s[1]),
+    );
+    let t23 = _mm512_add_epi32(
+        _mm512_unpacklo_epi32(s[2], s[3]),
+        _mm512_unpackhi_epi32(s[2], s[3]),
+    );
+    // Block j: [row 0, row 1, row 2, row 3] of channel j.
+    let v = _mm512_add_epi32(
+        _mm512_unpacklo_epi64(t01, t23),
+        _mm512_unpackhi_epi64(t01, t23),
+    );
+    let idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    _mm512_permutexvar_epi32(idx, v)
+}
+
+// ---------------------------------------------------------------- AVX2
+
+/// Rows per AVX2 register block (× 4 channels): 8 accumulators, 4 B and 2 A registers of 16.
+const AVX2_ROWS: usize = 2;
+/// Channels per AVX2 register block and packed B group.
+const AVX2_GROUP: usize = 4;
+
+pub(super) fn gemm_avx2(shape: Shape, a: &[i8], b: &[i8], c: &mut [i32]) {
+    let Shape { m, kp, .. } = shape;
+    A_WORDS.with_borrow_mut(|aw| {
+        B_WORDS.with_borrow_mut(|bw| {
+            // SAFETY: the caller checked that this CPU has AVX2 (`Isa::Avx2`) and that `a`, `b`
+            // and `c` fit `shape`; the scratch slices are sized for it.
+            unsafe {
+                avx2_all(
+                    shape,
+                    a,
+                    b,
+                    c,
+                    aligned(aw, m * kp),
+                    aligned(bw, kp * AVX2_GROUP),
+                )
+            }
+        })
+    });
+}
+
+/// Packs and multiplies. The packers are inlined here so that they, too, use wide vectors.
+#[target_feature(enable = "avx2")]
+unsafe fn avx2_all(
+    shape: Shape,
+    a: &[i8],
+    b: &[i8],
+    c: &mut [i32],
+    aw: &mut [i16],
+    bw: &mut [i16],
+) {
+    let Shape { m, kp, np } = shape;
+    a_panels(m, kp, a, AVX2_ROWS, 16, aw, i16::from);
+    for n0 in (0..np).step_by(AVX2_GROUP) {
+        b_group(kp, b, n0, AVX2_GROUP, 16, bw, i16::from);
+        avx2_group(shape, aw, bw, n0, c);
+    }
+}
+
+/// Channels `n0..n0+4` of C from the int16 A panels and the packed int16 B group.
+#[target_feature(enable = "avx2")]
+unsafe fn avx2_group(shape: Shape, aw: &[i16], bw: &[i16], n0: usize, c: &mut [i32]) {
+    let Shape { m, kp, .. } = shape;
+    let mut r0 = 0;
+    while r0 < m {
+        let rows = (m - r0).min(AVX2_ROWS);
+        let panel = aw.as_ptr().add(r0 * kp);
+        let out = c.as_mut_ptr().add((n0 / 4 * m + r0) * 4);
+        match rows {
+            1 => avx2_block::<1>(panel, bw.as_ptr(), kp / 16, out),
+            _ => avx2_block::<AVX2_ROWS>(panel, bw.as_ptr(), kp / 16, out),
+        }
+        r0 += rows;
+    }
+}
+
+/// `R` rows of int16 A (a panel) × 4 channels of packed int16 B over `k16s` chunks of 16 k;
+/// stores the `R` × 4 results.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn avx2_block<const R: usize>(
+    panel: *const i16,
+    bw: *const i16,
+    k16s: usize,
+    out: *mut i32,
+) {
+    let mut acc = [[_mm256_setzero_si256(); AVX2_GROUP]; R];
+    for kk in 0..k16s {
+        let bk = bw.add(kk * AVX2_GROUP * 16);
+        let bv: [__m256i; AVX2_GROUP] =
+            std::array::from_fn(|j| _mm256_loadu_si256(bk.add(j * 16).cast()));
+        for (r, acc_r) in acc.iter_mut().enumerate() {
+            let av = _mm256_loadu_si256(panel.add((kk * R + r) * 16).cast());
+            for j in 0..AVX2_GROUP {
+                acc_r[j] = _mm256_add_epi32(acc_r[j], _mm256_madd_epi16(av, bv[j]));
+            }
+        }
+    }
+    for (r, acc_r) in acc.iter().enumerate() {
+        let h = _mm256_hadd_epi32(
+            _mm256_hadd_epi32(acc_r[0], acc_r[1]),
+            _mm256_hadd_epi32(acc_r[2], acc_r[3]),
+        );
+        let sum = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256::<1>(h));
+        _mm_storeu_si128(out.add(r * 4).cast(), sum);
+    }
+}

@@ -1,0 +1,96 @@
+//! Hand-checked cases of the method; the exhaustive comparisons live in `tests/inflate*.rs`.
+
+use super::*;
+use crate::quant::fp16::f32_to_f16;
+
+fn inflate_one_row(ty: GgmlType, row: &[u8], k: usize) -> (Vec<i8>, f32) {
+    let t = Tiles::RK3588;
+    let w = ExpertWeights {
+        ty,
+        data: row,
+        row_stride: row.len(),
+        n: 1,
+        k,
+    };
+    let mut b = vec![99i8; t.b_len(t.pad(k), 32)];
+    let mut s = vec![9f32; 32];
+    inflate_expert_with(Isa::Scalar, &w, &t, &mut b, &mut s).unwrap();
+    assert!(
+        s[1..].iter().all(|&x| x == 0.0),
+        "padding channels have scale 0"
+    );
+    let kp = t.pad(k);
+    assert!(
+        (1..32).all(|n| (0..kp).all(|c| b[t.b_index(kp, n, c)] == 0)),
+        "padding channels are zero"
+    );
+    ((0..k).map(|c| b[t.b_index(kp, 0, c)]).collect(), s[0])
+}
+
+#[test]
+fn q4_0_block_maps_codes_through_its_table() {
+    // Two blocks: d = 1 (the row maximum) and d = -0.5.
+    let mut row = Vec::new();
+    for d in [1.0f32, -0.5] {
+        row.extend(f32_to_f16(d).to_le_bytes());
+        row.extend((0..16u8).map(|j| j | ((15 - j) << 4)));
+    }
+    let (q, s) = inflate_one_row(GgmlType::Q4_0, &row, 64);
+    assert_eq!(s, 8.0 / 127.0);
+    // Block 0: code c maps to rne(c·127/8); block 1: rne(-c·127/16).
+    for j in 0..16 {
+        let c0 = j as f32 - 8.0;
+        let c1 = 7.0 - j as f32;
+        assert_eq!(q[j], (c0 * 127.0 / 8.0).round_ties_even() as i8);
+        assert_eq!(q[j + 16], (c1 * 127.0 / 8.0).round_ties_even() as i8);
+        assert_eq!(q[32 + j], (-c0 * 127.0 / 16.0).round_ties_even() as i8);
+    }
+    assert_eq!((q[0], q[16]), (-127, 111));
+}
+
+#[test]
+fn q8_0_maximal_block_is_copied_exactly() {
+    let mut row = Vec::new();
+    for d in [0.25f32, 0.125] {
+        row.extend(f32_to_f16(d).to_le_bytes());
+        row.extend((0..32).map(|j| (j as i8 * 8 - 127) as u8));
+    }
+    let (q, s) = inflate_one_row(GgmlType::Q8_0, &row, 64);
+    assert_eq!(s, 0.25);
+    for j in 0..32 {
+        let orig = j as i32 * 8 - 127;
+        assert_eq!(q[j] as i32, orig);
+        // Half the scale: orig/2 rounded half up.
+        assert_eq!(q[32 + j] as i32, (orig + 1).div_euclid(2));
+    }
+}
+
+#[test]
+fn zero_row_gives_zero_scale_and_weights_and_nan_is_an_error() {
+    for ty in GgmlType::QUANTIZED {
+        let k = ty.block_elems();
+        let row = vec![0u8; ty.row_bytes(k).unwrap()];
+        let (q, s) = inflate_one_row(ty, &row, k);
+        assert_eq!(s, 0.0, "{ty:?}");
+        assert!(q.iter().all(|&x| x == 0), "{ty:?}");
+
+        let mut bad = vec![0u8; ty.row_bytes(2 * k).unwrap()];
+        let at = ty.block_bytes() + crate::testutil::half_offsets(ty)[0];
+        bad[at..at + 2].copy_from_slice(&0x7e00u16.to_le_bytes());
+        let w = ExpertWeights {
+            ty,
+            data: &bad,
+            row_stride: bad.len(),
+            n: 1,
+            k: 2 * k,
+        };
+        let t = Tiles::RK3588;
+        let mut b = vec![0i8; t.b_len(t.pad(2 * k), 32)];
+        let mut s = vec![0f32; 32];
+        assert_eq!(
+            inflate_expert_with(Isa::Scalar, &w, &t, &mut b, &mut s),
+            Err(InflateError::NonFiniteScale { row: 0, block: 1 }),
+            "{ty:?}"
+        );
+    }
+}

@@ -1,0 +1,321 @@
+//! The expert cache: inflated experts (native int8 B in a device buffer + channel scales), kept
+//! under a byte budget and evicted least-recently-used first.
+//!
+//! # Keying, and why stale tiles are not served
+//! An entry is found by [`Key`]: the address of the expert's first weight byte, the weight type,
+//! K, N, the row stride and a hash of the tensor's name. A hit also needs the entry's
+//! [`Fingerprint`] to match the expert's current bytes, so memory reused for other weights (a
+//! model unloaded and another loaded at the same address, same shape and name) is detected and
+//! re-inflated rather than served from stale tiles.
+//!
+//! The fingerprint is a trade-off, chosen by [`Verify`]:
+//! - `Sampled` (default): a 64-bit hash of 17 blocks spread over the expert (first block, 15 spread
+//!   over the rows and columns, last block), a few KiB per lookup. Any reload of different weights
+//!   changes the sampled blocks' scales with near certainty; what it can miss is an in-place edit
+//!   that touches only unsampled blocks (e.g. patching a handful of rows).
+//! - `Full`: a hash of every byte of the expert: sound against any edit, but it reads the whole
+//!   quantized expert on every hit (for Q4_0 2048×768, 864 KiB), a cost comparable to a good part of
+//!   inflating it.
+
+use crate::npu::Buffer;
+use crate::quant::GgmlType;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// How much of an expert's bytes a cache hit re-checks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verify {
+    Sampled,
+    Full,
+}
+
+/// Identity of one expert's weights.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Key {
+    pub addr: usize,
+    pub ty: GgmlType,
+    pub k: usize,
+    pub n: usize,
+    pub row_stride: usize,
+    pub name_hash: u64,
+}
+
+/// Hash of (some of) an expert's bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Fingerprint(u64);
+
+/// A 64-bit FNV-1a variant working on 8-byte words (tail bytes one by one); not cryptographic,
+/// only a change detector.
+pub fn hash_bytes(mut h: u64, bytes: &[u8]) -> u64 {
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    let mut words = bytes.chunks_exact(8);
+    for w in &mut words {
+        h = (h ^ u64::from_le_bytes(w.try_into().expect("8 bytes"))).wrapping_mul(PRIME);
+        h ^= h >> 29;
+    }
+    for &b in words.remainder() {
+        h = (h ^ b as u64).wrapping_mul(PRIME);
+    }
+    h
+}
+
+const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+
+/// Hash of a tensor name (0 for none).
+pub fn name_hash(name: Option<&str>) -> u64 {
+    name.map_or(0, |s| hash_bytes(FNV_OFFSET, s.as_bytes()))
+}
+
+/// Fingerprint of an expert whose `n` rows of `row_bytes` start every `row_stride` bytes of `w`.
+pub fn fingerprint(
+    w: &[u8],
+    n: usize,
+    row_bytes: usize,
+    row_stride: usize,
+    block_bytes: usize,
+    verify: Verify,
+) -> Fingerprint {
+    let mut h = FNV_OFFSET;
+    let row = |r: usize| &w[r * row_stride..r * row_stride + row_bytes];
+    match verify {
+        Verify::Full => {
+            for r in 0..n {
+                h = hash_bytes(h, row(r));
+            }
+        }
+        Verify::Sampled => {
+            const SPREAD: usize = 15;
+            let blocks = row_bytes / block_bytes;
+            let block = |r: usize, i: usize| &row(r)[i * block_bytes..(i + 1) * block_bytes];
+            h = hash_bytes(h, block(0, 0));
+            for s in 0..SPREAD {
+                let r = (s * n + n / 2) / SPREAD;
+                h = hash_bytes(h, block(r.min(n - 1), (s * 7 + 3) % blocks));
+            }
+            h = hash_bytes(h, block(n - 1, blocks - 1));
+        }
+    }
+    Fingerprint(h)
+}
+
+/// One inflated expert: native B (`kp × np`, synced to the device) and one scale per channel
+/// (`np` long; padding channels 0).
+pub struct Expert {
+    pub b: Buffer<i8>,
+    pub chan: Vec<f32>,
+}
+
+impl Expert {
+    /// Bytes the entry holds against the budget.
+    pub fn bytes(&self) -> u64 {
+        (self.b.len() + 4 * self.chan.len()) as u64
+    }
+}
+
+struct Slot {
+    expert: Arc<Expert>,
+    fingerprint: Fingerprint,
+    last_used: u64,
+}
+
+/// What a lookup found.
+pub enum Lookup {
+    Hit(Arc<Expert>),
+    /// Not present, or present with other bytes (then the stale entry is already dropped).
+    Miss,
+}
+
+/// Cache counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CacheStats {
+    pub hits: u64,
+    pub misses: u64,
+    pub evictions: u64,
+    /// Bytes held now.
+    pub bytes: u64,
+}
+
+struct Inner {
+    map: HashMap<Key, Slot>,
+    tick: u64,
+    stats: CacheStats,
+}
+
+/// The cache. Entries are shared (`Arc`): one evicted while a call still uses it is freed when
+/// that call drops it, so memory may exceed the budget by the experts of the calls in flight.
+pub struct Cache {
+    budget: u64,
+    inner: Mutex<Inner>,
+}
+
+impl Cache {
+    pub fn new(budget: u64) -> Cache {
+        Cache {
+            budget,
+            inner: Mutex::new(Inner {
+                map: HashMap::new(),
+                tick: 0,
+                stats: CacheStats::default(),
+            }),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // Nothing panics while holding the lock with the map half-updated; a poisoned lock is usable.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn lookup(&self, key: &Key, fingerprint: Fingerprint) -> Lookup {
+        let mut g = self.lock();
+        g.tick += 1;
+        let tick = g.tick;
+        match g.map.get_mut(key) {
+            Some(slot) if slot.fingerprint == fingerprint => {
+                slot.last_used = tick;
+                let e = Arc::clone(&slot.expert);
+                g.stats.hits += 1;
+                Lookup::Hit(e)
+            }
+            Some(_) => {
+                let stale = g.map.remove(key).expect("present");
+                g.stats.bytes -= stale.expert.bytes();
+                g.stats.evictions += 1;
+                g.stats.misses += 1;
+                Lookup::Miss
+            }
+            None => {
+                g.stats.misses += 1;
+                Lookup::Miss
+            }
+        }
+    }
+
+    /// Stores `expert` under `key`, evicting least-recently-used entries to stay within the budget.
+    /// An expert larger than the whole budget is not stored.
+    pub fn insert(&self, key: Key, fingerprint: Fingerprint, expert: Arc<Expert>) {
+        let size = expert.bytes();
+        if size > self.budget {
+            return;
+        }
+        let mut g = self.lock();
+        g.tick += 1;
+        let tick = g.tick;
+        if let Some(old) = g.map.remove(&key) {
+            g.stats.bytes -= old.expert.bytes();
+        }
+        while g.stats.bytes + size > self.budget {
+            let Some(victim) = g
+                .map
+                .iter()
+                .min_by_key(|(_, s)| s.last_used)
+                .map(|(k, _)| *k)
+            else {
+                break;
+            };
+            let old = g.map.remove(&victim).expect("present");
+            g.stats.bytes -= old.expert.bytes();
+            g.stats.evictions += 1;
+        }
+        g.stats.bytes += size;
+        g.map.insert(
+            key,
+            Slot {
+                expert,
+                fingerprint,
+                last_used: tick,
+            },
+        );
+    }
+
+    pub fn stats(&self) -> CacheStats {
+        self.lock().stats
+    }
+
+    /// Entries held now.
+    pub fn len(&self) -> usize {
+        self.lock().map.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::npu::{flags, Device};
+
+    fn expert(dev: &Device, len: usize) -> Arc<Expert> {
+        Arc::new(Expert {
+            b: dev.alloc::<i8>(len, flags::CPU_FILLED, 0).unwrap(),
+            chan: vec![1.0; 32],
+        })
+    }
+
+    fn key(addr: usize) -> Key {
+        Key {
+            addr,
+            ty: GgmlType::Q4_0,
+            k: 32,
+            n: 32,
+            row_stride: 18,
+            name_hash: name_hash(Some("w")),
+        }
+    }
+
+    #[test]
+    fn lru_eviction_under_budget() {
+        let dev = Device::cpu();
+        let per = 1024 + 128;
+        let cache = Cache::new(3 * per as u64);
+        let fp = Fingerprint(1);
+        for a in 0..3 {
+            cache.insert(key(a), fp, expert(&dev, 1024));
+        }
+        assert!(matches!(cache.lookup(&key(0), fp), Lookup::Hit(_))); // 0 is now the most recent
+        cache.insert(key(3), fp, expert(&dev, 1024)); // evicts 1
+        assert!(matches!(cache.lookup(&key(1), fp), Lookup::Miss));
+        for a in [0, 2, 3] {
+            assert!(matches!(cache.lookup(&key(a), fp), Lookup::Hit(_)), "{a}");
+        }
+        let s = cache.stats();
+        assert_eq!(
+            (s.hits, s.misses, s.evictions, s.bytes),
+            (4, 1, 1, 3 * per as u64)
+        );
+        cache.insert(key(9), fp, expert(&dev, 4 * per)); // larger than the budget: not stored
+        assert_eq!(cache.len(), 3);
+    }
+
+    #[test]
+    fn changed_bytes_are_a_miss() {
+        let dev = Device::cpu();
+        let cache = Cache::new(1 << 20);
+        let (n, row) = (64usize, 8 * 18usize);
+        let mut w: Vec<u8> = (0..n * row).map(|i| (i * 31 % 251) as u8).collect();
+        for verify in [Verify::Sampled, Verify::Full] {
+            let fp = fingerprint(&w, n, row, row, 18, verify);
+            cache.insert(key(7), fp, expert(&dev, 64));
+            assert!(matches!(
+                cache.lookup(&key(7), fingerprint(&w, n, row, row, 18, verify)),
+                Lookup::Hit(_)
+            ));
+            w[0] ^= 1; // the first block is always sampled
+            assert!(matches!(
+                cache.lookup(&key(7), fingerprint(&w, n, row, row, 18, verify)),
+                Lookup::Miss
+            ));
+            w[0] ^= 1;
+        }
+        // Only the full hash sees an edit in a block the sample skips.
+        let fp = fingerprint(&w, n, row, row, 18, Verify::Sampled);
+        let mut edited = w.clone();
+        edited[row + 18] ^= 0x10; // row 1, block 1
+        assert_eq!(fingerprint(&edited, n, row, row, 18, Verify::Sampled), fp);
+        assert_ne!(
+            fingerprint(&edited, n, row, row, 18, Verify::Full),
+            fingerprint(&w, n, row, row, 18, Verify::Full)
+        );
+    }
+}

@@ -1,0 +1,459 @@
+//! The emulated RK3588 NPU: the default backend wherever no NPU answers.
+//!
+//! It refuses what the board refuses and shows what the board would show:
+//! - native layouts only; K and N multiples of 32; `run_i8` up to K = 10240; chain and stream only
+//!   inside `K % 512 == 0 && K <= 4096` ([`Error::Envelope`] otherwise);
+//! - IOMMU: 8 domains of 32-bit IOVA, [`DOMAIN_BYTES`] usable each (sizes are accounted, memory is
+//!   only touched when used); a full domain fails buffer creation, a submit mixing domains is
+//!   rejected (the board faults and soft-resets the NPU);
+//! - CACHEABLE buffers have a CPU view and a device view: a submit reads the device view, so CPU
+//!   writes not synced to the device are read stale, and results stay invisible to the CPU until
+//!   synced from the device. With `strict` a stale input is an error ([`Error::NotSynced`]),
+//!   otherwise a warning;
+//! - 3 cores: the submit is planned first as data (tasks: N-tile range, row range, core; rows per
+//!   task capped by the CBUF rule), then executed on the CPU int8 GEMM, exact int32;
+//! - a cost model of the board ([`CostModel`]) gives each submit a *modelled* time.
+//!
+//! `ORK_EMU_DUMP=dir` writes every submit's A, B and C (device views) to files for diffing.
+
+mod cost;
+
+pub use cost::CostModel;
+
+use super::exec::{self, Execution, GemmView, Task};
+use super::{Backend, BackendKind, Error, Job, Primitive, Report, Result, Storage, Submit};
+use crate::layout::Tiles;
+use std::any::Any;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// IOMMU domains of the RK3588 NPU.
+pub const DOMAINS: u32 = 8;
+/// Usable bytes of one domain's 32-bit IOVA space (about 3.9 GiB: the runtime keeps the rest).
+pub const DOMAIN_BYTES: u64 = (4 << 30) - (96 << 20);
+/// IOVA pages: every buffer takes whole pages of its domain.
+pub const PAGE: u64 = 4096;
+/// Largest K of one `run_i8` (runtime 2.3.2).
+pub const RUN_MAX_K: usize = 10240;
+/// Chain and stream: the full-K reduction schedule is right only for K a multiple of this...
+pub const STREAM_K_MULTIPLE: usize = 512;
+/// ...and up to this K.
+pub const STREAM_MAX_K: usize = 4096;
+/// Elements of A one task may hold in the convolution buffer: caps the rows per task at
+/// `CBUF_ELEMS / K` (at least one).
+pub const CBUF_ELEMS: usize = 32768;
+/// Widest N slice of one task.
+pub const TASK_MAX_N: usize = 8192;
+
+/// Emulator settings.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    pub cost: CostModel,
+    /// Stale (CPU-written, unsynced) input is an error rather than a warning.
+    pub strict: bool,
+    /// Folder to dump each submit's buffers into.
+    pub dump: Option<PathBuf>,
+    /// Usable bytes per IOMMU domain.
+    pub domain_bytes: u64,
+    /// CPU threads executing a submit on the crate's pool.
+    pub threads: usize,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            cost: CostModel::default(),
+            strict: false,
+            dump: None,
+            domain_bytes: DOMAIN_BYTES,
+            threads: exec::cpu_threads(),
+        }
+    }
+}
+
+impl Config {
+    /// Defaults, overridden by `ORK_EMU_STRICT=1`, `ORK_EMU_DUMP=dir` and the cost-model variables
+    /// ([`CostModel::from_env`]).
+    pub fn from_env() -> Config {
+        let strict = std::env::var("ORK_EMU_STRICT")
+            .is_ok_and(|v| v == "1" || v.eq_ignore_ascii_case("true"));
+        let dump = std::env::var_os("ORK_EMU_DUMP")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from);
+        Config {
+            cost: CostModel::from_env(),
+            strict,
+            dump,
+            ..Config::default()
+        }
+    }
+}
+
+/// Bytes in use per IOMMU domain.
+struct Domains {
+    used: Mutex<[u64; DOMAINS as usize]>,
+    capacity: u64,
+}
+
+impl Domains {
+    fn reserve(&self, domain: u32, bytes: u64) -> Result<u64> {
+        if domain >= DOMAINS {
+            return Err(Error::InvalidArgument(format!(
+                "IOMMU domain {domain}: the NPU has {DOMAINS}"
+            )));
+        }
+        let pages = bytes.div_ceil(PAGE).max(1) * PAGE;
+        let mut used = self.used.lock().unwrap_or_else(|e| e.into_inner());
+        let free = self.capacity - used[domain as usize];
+        if pages > free {
+            return Err(Error::OutOfMemory {
+                domain,
+                requested: pages,
+                available: free,
+            });
+        }
+        used[domain as usize] += pages;
+        Ok(pages)
+    }
+
+    fn release(&self, domain: u32, pages: u64) {
+        self.used.lock().unwrap_or_else(|e| e.into_inner())[domain as usize] -= pages;
+    }
+}
+
+/// An emulated buffer: the CPU's view and, for CACHEABLE buffers, the device's own view.
+pub struct EmuStorage<T> {
+    cpu: Vec<T>,
+    /// What the NPU sees of a cacheable buffer (None: non-cacheable, the NPU sees `cpu`).
+    dev: Option<Vec<T>>,
+    /// The CPU wrote since the last sync to the device.
+    cpu_dirty: bool,
+    /// The device wrote since the last sync from the device.
+    dev_newer: bool,
+    domain: u32,
+    pages: u64,
+    domains: Arc<Domains>,
+}
+
+impl<T: Copy + Default + Send + Sync + 'static> EmuStorage<T> {
+    /// What the NPU reads.
+    fn device_view(&self) -> &[T] {
+        self.dev.as_deref().unwrap_or(&self.cpu)
+    }
+}
+
+impl<T> Drop for EmuStorage<T> {
+    fn drop(&mut self) {
+        self.domains.release(self.domain, self.pages);
+    }
+}
+
+impl<T: Copy + Default + Send + Sync + 'static> Storage<T> for EmuStorage<T> {
+    fn cpu(&self) -> &[T] {
+        if self.dev_newer {
+            // Debug level: polling a buffer before syncing is legitimate, if pointless.
+            log::debug!("emu: CPU reads a cacheable buffer the NPU wrote, without sync_from_device");
+        }
+        &self.cpu
+    }
+
+    fn cpu_mut(&mut self) -> &mut [T] {
+        self.cpu_dirty = self.dev.is_some();
+        &mut self.cpu
+    }
+
+    fn sync_to_device(&mut self) -> Result<()> {
+        if let Some(dev) = &mut self.dev {
+            dev.copy_from_slice(&self.cpu);
+        }
+        self.cpu_dirty = false;
+        Ok(())
+    }
+
+    fn sync_from_device(&mut self) -> Result<()> {
+        if let Some(dev) = &self.dev {
+            self.cpu.copy_from_slice(dev);
+        }
+        self.dev_newer = false;
+        Ok(())
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
+    }
+}
+
+/// The emulator backend.
+pub struct Emu {
+    config: Config,
+    domains: Arc<Domains>,
+    submits: AtomicU64,
+}
+
+impl Emu {
+    pub fn new(config: Config) -> Emu {
+        let domains = Arc::new(Domains {
+            used: Mutex::new([0; DOMAINS as usize]),
+            capacity: config.domain_bytes,
+        });
+        Emu {
+            config,
+            domains,
+            submits: AtomicU64::new(0),
+        }
+    }
+
+    fn alloc<T: Copy + Default + Send + Sync + 'static>(
+        &self,
+        len: usize,
+        flags: u32,
+        domain: u32,
+    ) -> Result<EmuStorage<T>> {
+        let bytes = (len as u64).saturating_mul(std::mem::size_of::<T>() as u64);
+        let pages = self.domains.reserve(domain, bytes)?;
+        // Zeroed vectors come from calloc/mmap: pages are only backed once touched, so a full
+        // domain can be modelled without 4 GiB of RAM.
+        let cacheable = flags & super::flags::CACHEABLE != 0;
+        Ok(EmuStorage {
+            cpu: vec![T::default(); len],
+            dev: cacheable.then(|| vec![T::default(); len]),
+            cpu_dirty: false,
+            dev_newer: false,
+            domain,
+            pages,
+            domains: Arc::clone(&self.domains),
+        })
+    }
+
+    /// Rejects what the board cannot run.
+    fn check_envelope(primitive: Primitive, k: usize) -> Result<()> {
+        let reason = match primitive {
+            Primitive::RunI8 if k > RUN_MAX_K => format!("K={k} > {RUN_MAX_K}"),
+            Primitive::ChainI8 | Primitive::StreamI8
+                if k % STREAM_K_MULTIPLE != 0 || k > STREAM_MAX_K =>
+            {
+                format!("K={k} needs K % {STREAM_K_MULTIPLE} == 0 and K <= {STREAM_MAX_K}")
+            }
+            _ => return Ok(()),
+        };
+        Err(Error::Envelope { primitive, reason })
+    }
+
+    /// The tasks of a submit: `run_i8` over the core count the cost model likes best, stream
+    /// with each GEMM over all enabled cores, chain on its one core.
+    fn plan(
+        &self,
+        tiles: &Tiles,
+        primitive: Primitive,
+        shapes: &[(usize, usize, usize)],
+        cores: &[usize],
+    ) -> Vec<Task> {
+        let plan_over = |cores: &[usize]| -> Vec<Task> {
+            let mut tasks = Vec::new();
+            for (g, &(m, k, n)) in shapes.iter().enumerate() {
+                let m_max = (CBUF_ELEMS / k).max(1);
+                for (core, n0, n1) in exec::split_channels(tiles, 0, n, cores) {
+                    tasks.extend(exec::tasks_for(g, core, m, (n0, n1), TASK_MAX_N, m_max));
+                }
+            }
+            tasks
+        };
+        match primitive {
+            Primitive::ChainI8 => plan_over(&cores[..1]),
+            Primitive::StreamI8 => plan_over(cores),
+            // The auto-tuner: fewer cores save per-task costs on small GEMMs.
+            Primitive::RunI8 => (1..=cores.len())
+                .map(|c| plan_over(&cores[..c]))
+                .min_by(|a, b| {
+                    let t = |p: &Vec<Task>| self.config.cost.submit_us(&self.cost_input(shapes, p));
+                    t(a).total_cmp(&t(b))
+                })
+                .unwrap_or_default(),
+        }
+    }
+
+    fn cost_input(&self, shapes: &[(usize, usize, usize)], tasks: &[Task]) -> Vec<cost::TaskCost> {
+        tasks
+            .iter()
+            .map(|t| {
+                let k = shapes[t.gemm].1;
+                let (rows, ch) = (t.rows() as u64, t.channels() as u64);
+                cost::TaskCost {
+                    core: t.core,
+                    macs: rows * ch * k as u64,
+                    bytes: rows * k as u64 + ch * k as u64 + rows * ch * 4,
+                }
+            })
+            .collect()
+    }
+}
+
+fn emu_storage<T: 'static>(s: &dyn Storage<T>) -> Result<&EmuStorage<T>> {
+    s.as_any()
+        .downcast_ref()
+        .ok_or_else(|| Error::InvalidArgument("buffer of another backend".into()))
+}
+
+impl Backend for Emu {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Emu
+    }
+
+    fn tiles(&self) -> Tiles {
+        Tiles::RK3588
+    }
+
+    fn alloc_i8(&self, len: usize, flags: u32, domain: u32) -> Result<Box<dyn Storage<i8>>> {
+        Ok(Box::new(self.alloc::<i8>(len, flags, domain)?))
+    }
+
+    fn alloc_i32(&self, len: usize, flags: u32, domain: u32) -> Result<Box<dyn Storage<i32>>> {
+        Ok(Box::new(self.alloc::<i32>(len, flags, domain)?))
+    }
+
+    fn threads(&self) -> usize {
+        self.config.threads
+    }
+
+    fn prepare<'a>(&'a self, submit: Submit<'a>) -> Result<Box<dyn Job + 'a>> {
+        let Submit {
+            primitive,
+            mut gemms,
+            c,
+            cores,
+            tiles,
+        } = submit;
+        let domain = c.domain();
+        for g in &gemms {
+            Emu::check_envelope(primitive, g.k)?;
+            for found in [g.a.domain(), g.b.domain()] {
+                if found != domain {
+                    return Err(Error::DomainMismatch {
+                        expected: domain,
+                        found,
+                    });
+                }
+            }
+        }
+        let mut views = Vec::with_capacity(gemms.len());
+        for g in &gemms {
+            let (a, b) = (emu_storage(g.a.storage())?, emu_storage(g.b.storage())?);
+            for (name, s) in [("A", a), ("B", b)] {
+                if s.cpu_dirty {
+                    if self.config.strict {
+                        return Err(Error::NotSynced { operand: name });
+                    }
+                    log::warn!("emu: {name} was written by the CPU and not synced: the NPU reads stale data");
+                }
+            }
+            views.push(GemmView {
+                m: g.m,
+                k: g.k,
+                n: g.n,
+                a: &a.device_view()[g.a_offset..g.a_offset + g.m * g.k],
+                b: &b.device_view()[g.b_offset..g.b_offset + g.k * g.n],
+                chan: g.scaled.as_ref().map(|s| s.chan),
+                rows: g.scaled.as_ref().and_then(|s| s.rows),
+            });
+        }
+        let shapes: Vec<_> = gemms.iter().map(|g| (g.m, g.k, g.n)).collect();
+        let tasks = self.plan(&tiles, primitive, &shapes, &cores.cores());
+        let costs = self.cost_input(&shapes, &tasks);
+        let mut report = Report {
+            modelled_us: Some(self.config.cost.submit_us(&costs)),
+            ..Report::default()
+        };
+        for t in &costs {
+            report.tasks_per_core[t.core] += 1;
+            report.bytes += t.bytes;
+            report.macs += t.macs;
+        }
+        let c_offsets: Vec<usize> = gemms.iter().map(|g| g.c_offset).collect();
+        let outs = exec::take_outs(&mut gemms);
+        let c_store: &'a mut EmuStorage<i32> = c
+            .storage_mut()
+            .as_any_mut()
+            .downcast_mut()
+            .ok_or_else(|| Error::InvalidArgument("buffer of another backend".into()))?;
+        c_store.dev_newer = c_store.dev.is_some();
+        let c_dev: &'a mut [i32] = match &mut c_store.dev {
+            Some(d) => d,
+            None => &mut c_store.cpu,
+        };
+        let unit_channels = unit_channels(&tiles, &shapes, self.config.threads);
+        let dump = self
+            .config
+            .dump
+            .clone()
+            .map(|dir| (dir, self.submits.fetch_add(1, Ordering::Relaxed)));
+        let dump_inputs: Vec<(Vec<i8>, Vec<i8>)> = match dump {
+            Some(_) => views.iter().map(|v| (v.a.to_vec(), v.b.to_vec())).collect(),
+            None => Vec::new(),
+        };
+        let exec = Execution::new(tiles, views, &tasks, c_dev, &c_offsets, outs, unit_channels);
+        Ok(Box::new(EmuJob {
+            exec,
+            report,
+            dump,
+            dump_inputs,
+            gemms: shapes.len(),
+        }))
+    }
+}
+
+/// Work-unit width: enough units for every thread, whole N-tiles, no narrower than one tile.
+fn unit_channels(tiles: &Tiles, shapes: &[(usize, usize, usize)], threads: usize) -> usize {
+    let total: usize = shapes.iter().map(|s| s.2).sum();
+    let want = total.div_ceil(threads.max(1) * 2);
+    want.div_ceil(tiles.b_n).max(1) * tiles.b_n
+}
+
+struct EmuJob<'a> {
+    exec: Execution<'a>,
+    report: Report,
+    dump: Option<(PathBuf, u64)>,
+    dump_inputs: Vec<(Vec<i8>, Vec<i8>)>,
+    gemms: usize,
+}
+
+impl Job for EmuJob<'_> {
+    fn run_share(&self, _ith: usize, _nth: usize) {
+        self.exec.run();
+    }
+
+    fn finish(self: Box<Self>) -> Result<Report> {
+        if let Some((dir, seq)) = &self.dump {
+            dump(
+                dir,
+                *seq,
+                &self.dump_inputs,
+                (0..self.gemms).map(|g| self.exec.result(g)),
+            )
+            .map_err(|e| Error::Device(format!("ORK_EMU_DUMP to {}: {e}", dir.display())))?;
+        }
+        Ok(self.report)
+    }
+}
+
+/// Writes `submit-<seq>-g<i>-{a,b,c}.bin` (native layouts, little-endian) into `dir`.
+fn dump(
+    dir: &std::path::Path,
+    seq: u64,
+    inputs: &[(Vec<i8>, Vec<i8>)],
+    results: impl Iterator<Item = Vec<i32>>,
+) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    for (g, ((a, b), c)) in inputs.iter().zip(results).enumerate() {
+        let bytes = |v: &[i8]| v.iter().map(|&x| x as u8).collect::<Vec<u8>>();
+        std::fs::write(dir.join(format!("submit-{seq}-g{g}-a.bin")), bytes(a))?;
+        std::fs::write(dir.join(format!("submit-{seq}-g{g}-b.bin")), bytes(b))?;
+        let c: Vec<u8> = c.iter().flat_map(|x| x.to_le_bytes()).collect();
+        std::fs::write(dir.join(format!("submit-{seq}-g{g}-c.bin")), c)?;
+    }
+    Ok(())
+}

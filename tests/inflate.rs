@@ -1,0 +1,394 @@
+//! The direct inflate: every kernel path equals the scalar reference bit for bit, the per-element
+//! error bound of docs/ACCURACY.md holds, and bad input gives errors, not garbage.
+
+use ork_moe::inflate::{inflate_expert_via_f32, inflate_expert_with, ExpertWeights, InflateError};
+use ork_moe::isa::Isa;
+use ork_moe::layout::Tiles;
+use ork_moe::quant::{dequantize_row, GgmlType};
+use ork_moe::testutil::{half_offsets, Rng};
+
+const T: Tiles = Tiles::RK3588;
+/// Written past the end of the outputs to catch out-of-bounds writes.
+const SENTINEL: i8 = 0x5a;
+const SENTINEL_LEN: usize = 64;
+
+struct Inflated {
+    b: Vec<i8>,
+    scales: Vec<f32>,
+}
+
+fn inflate(isa: Option<Isa>, w: &ExpertWeights) -> Result<Inflated, InflateError> {
+    let (kp, np) = (T.pad(w.k), T.pad(w.n));
+    let mut b = vec![SENTINEL; T.b_len(kp, np) + SENTINEL_LEN];
+    let mut scales = vec![f32::NAN; np + 1];
+    match isa {
+        Some(isa) => inflate_expert_with(isa, w, &T, &mut b, &mut scales)?,
+        None => inflate_expert_via_f32(w, &T, &mut b, &mut scales)?,
+    }
+    assert!(
+        b[T.b_len(kp, np)..].iter().all(|&x| x == SENTINEL),
+        "wrote past native B"
+    );
+    assert!(scales[np].is_nan(), "wrote past the channel scales");
+    b.truncate(T.b_len(kp, np));
+    scales.truncate(np);
+    Ok(Inflated { b, scales })
+}
+
+/// `n` rows of `k` weights in random blocks (scales of both signs). Q8_0's quant -128, which
+/// ggml's quantizer never emits and which saturates under a negative scale (docs/ACCURACY.md),
+/// is left out so the error bound applies to every weight.
+fn random_expert(ty: GgmlType, n: usize, k: usize, rng: &mut Rng) -> Vec<u8> {
+    let mut data = rng.blocks(ty, n * k / ty.block_elems(), 0.05);
+    if ty == GgmlType::Q8_0 {
+        for blk in data.chunks_exact_mut(34) {
+            blk[2..]
+                .iter_mut()
+                .filter(|q| **q == 0x80)
+                .for_each(|q| *q = 0x81);
+        }
+    }
+    data
+}
+
+/// Shapes with odd channel counts (padding) and several blocks per row; modest for qemu.
+fn shapes(ty: GgmlType) -> [(usize, usize); 3] {
+    let be = ty.block_elems();
+    [(1, be), (33, 3 * be), (70, 2 * be)]
+}
+
+fn assert_all_paths_equal(ty: GgmlType, w: &ExpertWeights, what: &str) {
+    let reference = inflate(Some(Isa::Scalar), w).expect("scalar inflate");
+    for isa in Isa::available() {
+        let got = inflate(Some(isa), w).expect("inflate");
+        let scale_bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(
+            scale_bits(&got.scales),
+            scale_bits(&reference.scales),
+            "{ty:?} {isa:?} {what}: scales"
+        );
+        if let Some(i) = (0..got.b.len()).find(|&i| got.b[i] != reference.b[i]) {
+            panic!(
+                "{ty:?} {isa:?} {what} n={} k={}: native B differs first at {i}: {} vs scalar {}",
+                w.n, w.k, got.b[i], reference.b[i]
+            );
+        }
+    }
+}
+
+#[test]
+fn every_path_matches_scalar_on_random_experts() {
+    println!("paths: {:?}", Isa::available());
+    let mut rng = Rng::new(1);
+    for ty in GgmlType::QUANTIZED {
+        for (n, k) in shapes(ty) {
+            let data = random_expert(ty, n, k, &mut rng);
+            let w = ExpertWeights {
+                ty,
+                data: &data,
+                row_stride: ty.row_bytes(k).unwrap(),
+                n,
+                k,
+            };
+            assert_all_paths_equal(ty, &w, "random");
+        }
+    }
+}
+
+/// fp16 scale values that stress the method: zeros of both signs, subnormals, the extremes.
+const SPECIAL_HALVES: [u16; 12] = [
+    0x0000, 0x8000, 0x0001, 0x8001, 0x03ff, 0x83ff, 0x0400, 0x7bff, 0xfbff, 0x3c00, 0xbc00, 0x1400,
+];
+
+/// Random bytes everywhere (all codes, Q8_0's -128, Q6_K scales of both signs), special fp16
+/// scales in most blocks, some all-zero rows, and rows whose blocks span huge dynamic ranges.
+fn adversarial_expert(ty: GgmlType, n: usize, k: usize, rng: &mut Rng) -> Vec<u8> {
+    let row_bytes = ty.row_bytes(k).unwrap();
+    let mut data = vec![0u8; n * row_bytes];
+    rng.fill_bytes(&mut data);
+    for (r, row) in data.chunks_exact_mut(row_bytes).enumerate() {
+        if r % 7 == 3 {
+            row.fill(0);
+            continue;
+        }
+        for blk in row.chunks_exact_mut(ty.block_bytes()) {
+            for &at in half_offsets(ty) {
+                let h = match rng.below(4) {
+                    0 => (rng.next_u64() as u16) & 0xfbff, // any finite half
+                    _ => SPECIAL_HALVES[rng.below(SPECIAL_HALVES.len())],
+                };
+                blk[at..at + 2].copy_from_slice(&h.to_le_bytes());
+            }
+        }
+    }
+    data
+}
+
+#[test]
+fn every_path_matches_scalar_on_adversarial_blocks() {
+    let mut rng = Rng::new(2);
+    for ty in GgmlType::QUANTIZED {
+        for (n, k) in shapes(ty) {
+            for round in 0..4 {
+                let data = adversarial_expert(ty, n, k, &mut rng);
+                let w = ExpertWeights {
+                    ty,
+                    data: &data,
+                    row_stride: ty.row_bytes(k).unwrap(),
+                    n,
+                    k,
+                };
+                assert_all_paths_equal(ty, &w, &format!("adversarial round {round}"));
+            }
+        }
+    }
+}
+
+#[test]
+fn rows_with_a_stride_and_unaligned_start_inflate_like_packed_rows() {
+    let mut rng = Rng::new(3);
+    for ty in GgmlType::QUANTIZED {
+        let (n, k) = (5, 2 * ty.block_elems());
+        let packed = random_expert(ty, n, k, &mut rng);
+        let rb = ty.row_bytes(k).unwrap();
+        let stride = rb + 7;
+        let mut strided = vec![0xeeu8; 1 + n * stride];
+        for r in 0..n {
+            strided[1 + r * stride..1 + r * stride + rb]
+                .copy_from_slice(&packed[r * rb..(r + 1) * rb]);
+        }
+        let a = inflate(
+            Some(Isa::best()),
+            &ExpertWeights {
+                ty,
+                data: &packed,
+                row_stride: rb,
+                n,
+                k,
+            },
+        )
+        .unwrap();
+        let w = ExpertWeights {
+            ty,
+            data: &strided[1..],
+            row_stride: stride,
+            n,
+            k,
+        };
+        let b = inflate(Some(Isa::best()), &w).unwrap();
+        assert_eq!(a.b, b.b, "{ty:?}");
+        assert_eq!(a.scales, b.scales, "{ty:?}");
+    }
+}
+
+/// The per-element bound of docs/ACCURACY.md, as a multiple of `s_n`.
+fn bound_in_steps(ty: GgmlType) -> f64 {
+    match ty {
+        GgmlType::Q8_0 => 0.5 + 2f64.powi(-7),
+        GgmlType::Q6_K => 0.5 + 2f64.powi(-8),
+        _ => 0.5 + 2f64.powi(-13),
+    }
+}
+
+/// Largest error in steps and the NMSE of `s_n·q8` against ggml's f32 dequantization.
+fn error_stats(w: &ExpertWeights, out: &Inflated) -> (f64, f64) {
+    let kp = T.pad(w.k);
+    let rb = w.ty.row_bytes(w.k).unwrap();
+    let mut f = vec![0f32; w.k];
+    let (mut worst, mut err2, mut sig2) = (0f64, 0f64, 0f64);
+    for n in 0..w.n {
+        dequantize_row(
+            w.ty,
+            &w.data[n * w.row_stride..n * w.row_stride + rb],
+            &mut f,
+        )
+        .unwrap();
+        let s = out.scales[n] as f64;
+        for (c, &x) in f.iter().enumerate() {
+            let e = x as f64 - s * out.b[T.b_index(kp, n, c)] as f64;
+            err2 += e * e;
+            sig2 += x as f64 * x as f64;
+            if s > 0.0 {
+                worst = worst.max(e.abs() / s);
+            } else {
+                assert_eq!(e, 0.0, "a zero scale must come with all-zero weights");
+            }
+        }
+    }
+    (worst, err2 / sig2)
+}
+
+#[test]
+fn error_bound_holds_and_nmse_is_small_for_every_type() {
+    let mut rng = Rng::new(4);
+    for ty in GgmlType::QUANTIZED {
+        let (n, k) = (64, 4 * ty.block_elems().max(256));
+        let data = random_expert(ty, n, k, &mut rng);
+        let w = ExpertWeights {
+            ty,
+            data: &data,
+            row_stride: ty.row_bytes(k).unwrap(),
+            n,
+            k,
+        };
+        let direct = inflate(Some(Isa::best()), &w).unwrap();
+        let via = inflate(None, &w).unwrap();
+        let (worst, nmse) = error_stats(&w, &direct);
+        let (via_worst, via_nmse) = error_stats(&w, &via);
+        println!(
+            "{:5} direct: max err {worst:.4} s_n, NMSE {nmse:.3e}   via f32: max err {via_worst:.4} s, NMSE {via_nmse:.3e}",
+            ty.name()
+        );
+        assert!(
+            worst <= bound_in_steps(ty),
+            "{ty:?}: error {worst} steps exceeds the bound"
+        );
+        assert!(
+            via_worst <= 0.5 + 1e-4,
+            "{ty:?}: via-f32 error {via_worst} steps"
+        );
+        // Both paths round to the nearest of 255 levels; the direct one loses a little range.
+        assert!(
+            nmse < 1e-3 && via_nmse < 1e-3,
+            "{ty:?}: NMSE {nmse} / {via_nmse}"
+        );
+    }
+}
+
+#[test]
+fn error_bound_holds_on_adversarial_scales() {
+    let mut rng = Rng::new(5);
+    for ty in GgmlType::QUANTIZED {
+        let (n, k) = (48, 2 * ty.block_elems());
+        let mut data = adversarial_expert(ty, n, k, &mut rng);
+        if ty == GgmlType::Q8_0 {
+            // -128 with a negative scale is the documented saturating case; leave it out here.
+            for blk in data.chunks_exact_mut(34) {
+                blk[2..]
+                    .iter_mut()
+                    .filter(|q| **q == 0x80)
+                    .for_each(|q| *q = 0x81);
+            }
+        }
+        let w = ExpertWeights {
+            ty,
+            data: &data,
+            row_stride: ty.row_bytes(k).unwrap(),
+            n,
+            k,
+        };
+        let (worst, _) = error_stats(&w, &inflate(Some(Isa::best()), &w).unwrap());
+        assert!(
+            worst <= bound_in_steps(ty),
+            "{ty:?}: error {worst} steps exceeds the bound"
+        );
+    }
+}
+
+#[test]
+fn bad_input_is_an_error_value() {
+    let ty = GgmlType::Q4_0;
+    let data = random_expert(ty, 4, 64, &mut Rng::new(6));
+    let w = ExpertWeights {
+        ty,
+        data: &data,
+        row_stride: 36,
+        n: 4,
+        k: 64,
+    };
+    let mut b = vec![0i8; T.b_len(64, 32)];
+    let mut s = vec![0f32; 32];
+    let isa = Isa::Scalar;
+    assert_eq!(inflate_expert_with(isa, &w, &T, &mut b, &mut s), Ok(()));
+    let too_long = ExpertWeights { n: 5, ..w };
+    assert_eq!(
+        inflate_expert_with(isa, &too_long, &T, &mut b, &mut s),
+        Err(InflateError::SourceTooShort {
+            needed: 180,
+            got: 144
+        })
+    );
+    let not_blocks = ExpertWeights { k: 48, ..w };
+    assert!(matches!(
+        inflate_expert_with(isa, &not_blocks, &T, &mut b, &mut s),
+        Err(InflateError::Quant(_))
+    ));
+    let f16 = ExpertWeights {
+        ty: GgmlType::F16,
+        ..w
+    };
+    assert_eq!(
+        inflate_expert_with(isa, &f16, &T, &mut b, &mut s),
+        Err(InflateError::UnsupportedType(GgmlType::F16))
+    );
+    assert_eq!(
+        inflate_expert_with(isa, &w, &T, &mut b[..100], &mut s),
+        Err(InflateError::OutputTooShort {
+            buffer: "b_native",
+            needed: 2048,
+            got: 100
+        })
+    );
+    assert_eq!(
+        inflate_expert_with(isa, &w, &T, &mut b, &mut s[..31]),
+        Err(InflateError::OutputTooShort {
+            buffer: "chan_scales",
+            needed: 32,
+            got: 31
+        })
+    );
+    let odd_tiles = Tiles { b_k: 16, ..T };
+    assert_eq!(
+        inflate_expert_with(isa, &w, &odd_tiles, &mut b, &mut s),
+        Err(InflateError::UnsupportedTiles(odd_tiles))
+    );
+    let mut nan = data.clone();
+    nan[2 * 36 + 18..2 * 36 + 20].copy_from_slice(&0xfc00u16.to_le_bytes()); // -inf, row 2 block 1
+    let w_nan = ExpertWeights { data: &nan, ..w };
+    assert_eq!(
+        inflate_expert_with(isa, &w_nan, &T, &mut b, &mut s),
+        Err(InflateError::NonFiniteScale { row: 2, block: 1 })
+    );
+    assert_eq!(
+        inflate_expert_via_f32(&w_nan, &T, &mut b, &mut s),
+        Err(InflateError::NonFiniteScale { row: 2, block: 0 })
+    );
+    if let Some(missing) = Isa::ALL.into_iter().find(|i| !i.is_available()) {
+        assert_eq!(
+            inflate_expert_with(missing, &w, &T, &mut b, &mut s),
+            Err(InflateError::IsaUnavailable(missing))
+        );
+    }
+}
+
+#[test]
+fn wider_tiles_and_padding_depth_are_honoured() {
+    // b_n = 64, align = 64: K = 32 pads to 64 and N = 3 to 64.
+    let t = Tiles {
+        b_n: 64,
+        align: 64,
+        ..T
+    };
+    let ty = GgmlType::Q8_0;
+    let data = random_expert(ty, 3, 32, &mut Rng::new(7));
+    let w = ExpertWeights {
+        ty,
+        data: &data,
+        row_stride: 34,
+        n: 3,
+        k: 32,
+    };
+    let mut b = vec![SENTINEL; t.b_len(64, 64)];
+    let mut s = vec![f32::NAN; 64];
+    let base = inflate(Some(Isa::Scalar), &w).unwrap();
+    let mut rows = vec![0i8; 3 * 32];
+    T.unpack_b(&base.b, 3, 32, &mut rows);
+    let mut expect = vec![0i8; t.b_len(64, 64)];
+    t.pack_b(&rows, 3, 32, &mut expect);
+    for isa in Isa::available() {
+        inflate_expert_with(isa, &w, &t, &mut b, &mut s).unwrap();
+        assert_eq!(b, expect, "{isa:?}");
+        assert_eq!(s[..3], base.scales[..3]);
+        assert!(s[3..].iter().all(|&x| x == 0.0));
+    }
+}
