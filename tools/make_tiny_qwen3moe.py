@@ -146,7 +146,8 @@ def main():
     def norm(n):
         return (1.0 + 0.1 * rng.standard_normal(n, dtype=np.float32)).astype(np.float32)
 
-    w.add_tensor("token_embd.weight", rng.standard_normal((n_vocab, h), dtype=np.float32).astype(np.float16))
+    # tied output: logits = normed hidden (norm ~sqrt(h)) . embedding rows; keep their spread a few units
+    w.add_tensor("token_embd.weight", (0.05 * rng.standard_normal((n_vocab, h), dtype=np.float32)).astype(np.float16))
     w.add_tensor("output_norm.weight", norm(h))
     for i in range(args.layers):
         p = f"blk.{i}."
@@ -158,7 +159,7 @@ def main():
         w.add_tensor(p + "attn_q_norm.weight", norm(hd))
         w.add_tensor(p + "attn_k_norm.weight", norm(hd))
         w.add_tensor(p + "ffn_norm.weight", norm(h))
-        w.add_tensor(p + "ffn_gate_inp.weight", rng.standard_normal((e, h), dtype=np.float32) / np.sqrt(h))
+        w.add_tensor(p + "ffn_gate_inp.weight", (rng.standard_normal((e, h), dtype=np.float32) / np.sqrt(h)).astype(np.float32))
         w.add_tensor(p + "ffn_gate_exps.weight", weight(e, f, h, fan_in=h))
         w.add_tensor(p + "ffn_up_exps.weight", weight(e, f, h, fan_in=h))
         w.add_tensor(p + "ffn_down_exps.weight", weight(e, h, f, fan_in=f))
