@@ -46,11 +46,13 @@ need_tools
 shopt -s nullglob
 patches=("$here"/*.patch)
 ((${#patches[@]})) || die "no patches in $here"
-# The key covers what changes the binaries: the sdist, the patches and the cmake flags.
-key=$( (cat "${patches[@]}"; echo "$sdist_sha256 ${cmake_flags[*]}") | sha256sum | cut -c1-12)
+# The tree and build are keyed by the sdist and the cmake flags; a changed patch series is swapped in
+# place (reverse the applied one, apply the new one) so ninja rebuilds only the files it touches.
+key=$(echo "$sdist_sha256 ${cmake_flags[*]}" | sha256sum | cut -c1-12)
 root=$cache/llama.cpp-$key
 src=$root/src
 build=$root/build
+applied=$root/applied.patch
 mkdir -p "$cache/sdist" "$root"
 
 # One builder per key at a time (CI and a developer may share the cache).
@@ -66,19 +68,28 @@ if [[ ! -f $sdist ]] || ! echo "$sdist_sha256  $sdist" | sha256sum -c --status; 
     echo "$sdist_sha256  $sdist" | sha256sum -c --status || die "$sdist: sha256 mismatch"
 fi
 
-if [[ ! -f $src/.ork-patched ]]; then
-    log "extracting and patching into $src"
-    rm -rf "$src" "$build" "$root/tmp"
+if [[ -f $src/.ork-extracted && -f $applied ]] && ! cat "${patches[@]}" | cmp -s - "$applied"; then
+    log "patch series changed: reverting the applied one"
+    patch -d "$src" -p1 -R --quiet <"$applied" >&2 && rm "$applied" || rm -f "$src/.ork-extracted"
+fi
+if [[ ! -f $src/.ork-extracted ]]; then
+    log "extracting vendor/llama.cpp into $src"
+    rm -rf "$src" "$build" "$root/tmp" "$applied"
     mkdir -p "$root/tmp"
     tar -xzf "$sdist" -C "$root/tmp" "llama_cpp_python-$sdist_version/vendor/llama.cpp" ||
         die "cannot extract vendor/llama.cpp from $sdist"
     mv "$root/tmp/llama_cpp_python-$sdist_version/vendor/llama.cpp" "$src"
     rm -rf "$root/tmp"
     rm -f "$src/.git" # a dangling gitlink in the sdist; without it cmake reports the commit as unknown
+    touch "$src/.ork-extracted"
+fi
+if [[ ! -f $applied ]]; then
     for p in "${patches[@]}"; do
-        patch -d "$src" -p1 --forward --quiet <"$p" >&2 || die "patch $(basename "$p") does not apply"
+        log "applying $(basename "$p")"
+        patch -d "$src" -p1 --forward --quiet <"$p" >&2 ||
+            { rm -f "$src/.ork-extracted"; die "patch $(basename "$p") does not apply"; }
     done
-    touch "$src/.ork-patched"
+    cat "${patches[@]}" >"$applied"
 fi
 
 if [[ ! -f $build/build.ninja ]]; then

@@ -88,8 +88,8 @@ step "discovery"
 probe() { # $1 = log name, rest = env assignments; a 1-token run is enough to resolve and call the plugin
     local name=$1
     shift
-    env "$@" ORK_MOE_STATS=1 "$bin/llama-completion" -m "$models/Q4_0.gguf" -p "The quick brown fox" -n 1 \
-        -no-cnv --temp 0 -t "$threads" </dev/null >"$out/$name.log" 2>&1
+    env "$@" ORK_MOE_STATS=1 ORK_MIN_ROWS=0 "$bin/llama-completion" -m "$models/Q4_0.gguf" -p "The quick brown fox" -n 1 \
+        -no-cnv --temp 0 -t "$threads" -v </dev/null >"$out/$name.log" 2>&1
 }
 probe disc-preload LD_PRELOAD="$lib"
 probe disc-plugin ORK_MOE_PLUGIN="$lib"
@@ -99,7 +99,7 @@ grep -q 'ork-moe: plugin active (symbol in process)' "$out/disc-preload.log" && 
 grep -q "ork-moe: plugin active ($lib)" "$out/disc-plugin.log" && [[ $(handled "$out/disc-plugin.log") -gt 0 ]] &&
     pass "ORK_MOE_PLUGIN: $(grep '^ork-moe stats' "$out/disc-plugin.log")" || fail "ORK_MOE_PLUGIN discovery"
 ! grep -q '^ork-moe' "$out/disc-off.log" && pass "ORK_MOE=0 disables it" || fail "ORK_MOE=0 did not disable"
-repack() { sed -n 's/.*CPU_REPACK model buffer size = *\([0-9.]*\) MiB.*/\1/p' "$1" | head -1; }
+repack() { sed -n 's/.*- CPU_REPACK *| *\([0-9]*\) = .*/\1/p' "$1" | head -1; }
 echo "CPU_REPACK buffer, Q4_0 model: plain $(repack "$out/disc-off.log") MiB, plugin $(repack "$out/disc-plugin.log") MiB"
 
 step "greedy generation and KL divergence"
