@@ -123,7 +123,7 @@ for q in Q4_0 Q4_K_M; do
         "$out/gen-$q-plugin.txt") of $(wc -c <"$out/gen-$q-plain.txt") bytes; $(grep '^ork-moe stats' "$out/gen-$q-plugin.log")"
     cmp -s "$out/gen-$q-plain.txt" "$out/gen-$q-plugin.txt" || echo "  (texts differ: diff $out/gen-$q-plain.txt $out/gen-$q-plugin.txt)"
 
-    ppl=("$bin/llama-perplexity" -m "$model" -f "$models/text.txt" -c 128 --chunks 8 -b 128 -t 2)
+    ppl=("$bin/llama-perplexity" -m "$model" -f "$models/text.txt" -c 128 --chunks 4 -b 128 -t 2)
     "${without_plugin[@]}" "${ppl[@]}" --kl-divergence-base "$out/kld-$q.base" >"$out/ppl-$q-plain.log" 2>&1 ||
         fail "$q: perplexity (plain)"
     "${with_plugin[@]}" "${ppl[@]}" --kl-divergence-base "$out/kld-$q.base" --kl-divergence \
@@ -158,7 +158,7 @@ if [[ ${ORK_E2E_BENCH:-1} != 0 ]]; then
     for q in Q4_0 Q4_K_M; do
         for mode in plain plugin; do
             if [[ $mode == plain ]]; then run=("${without_plugin[@]}"); else run=("${with_plugin[@]}"); fi
-            "${run[@]}" "$bin/llama-bench" -m "$models/$q.gguf" -p 512 -n 128 -t "$threads" -r 2 -o md \
+            "${run[@]}" "$bin/llama-bench" -m "$models/$q.gguf" -p 512 -n 128 -t "$threads" -r 1 -o md \
                 >"$out/bench-$q-$mode.log" 2>&1 || fail "llama-bench $q $mode"
             echo "$q $mode:"
             grep -E '^\| .*(pp512|tg128)' "$out/bench-$q-$mode.log" || true
