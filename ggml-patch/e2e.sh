@@ -128,7 +128,9 @@ for q in Q4_0 Q4_K_M; do
         fail "$q: perplexity (plain)"
     "${with_plugin[@]}" "${ppl[@]}" --kl-divergence-base "$out/kld-$q.base" --kl-divergence \
         >"$out/ppl-$q-plugin.log" 2>&1 || fail "$q: perplexity --kl-divergence (plugin)"
-    echo "$q vs plain: $(grep -E 'Mean +KLD|Maximum KLD|Same top p' "$out/ppl-$q-plugin.log" | tr -s ' ' | paste -sd ';')"
+    # the last chunk row holds the running means: PPL, ln(PPL ratio), KLD, delta-p RMS, same top token
+    echo "$q vs plain (chunk, PPL, ln ratio, KLD, dp RMS, same top): $(grep -E '^ +[0-9]+ +[0-9.]+ ±' \
+        "$out/ppl-$q-plugin.log" | tail -1 | tr -s ' ')"
     echo "$q plugin: $(grep '^ork-moe stats' "$out/ppl-$q-plugin.log")"
     [[ $(handled "$out/ppl-$q-plugin.log") -gt 0 ]] || fail "$q: plugin handled nothing in llama-perplexity"
 done
