@@ -1,0 +1,176 @@
+#!/usr/bin/env bash
+# End-to-end check of libork_moe inside the patched llama.cpp (run by .ci/run).
+#
+#   ggml-patch/e2e.sh [path/to/libork_moe.so]      (or ORK_MOE_LIB=...; default target/release/libork_moe.so)
+#
+# 1. builds the patched llama.cpp (build.sh, cached) and the tiny qwen3moe models (cached);
+# 2. test-backend-ops -b CPU -o MUL_MAT_ID with the plugin: every case passes, and the plugin's own counters
+#    show it handled the q4_0, q4_K and q6_K cases (all of them with ORK_MIN_ROWS=0);
+# 3. discovery: LD_PRELOAD and ORK_MOE_PLUGIN both activate it, ORK_MOE=0 disables it; the routed experts
+#    stay out of the CPU_REPACK buffer when the plugin is active;
+# 4. per model (Q4_0, Q4_K_M): 32 greedy tokens with and without the plugin (token agreement), and
+#    llama-perplexity --kl-divergence of the plugin run against the plain run (2 threads);
+# 5. llama-bench pp512/tg128 with and without the plugin, same threads.
+# Logs: ggml-patch/work/e2e/ (git-ignored). Env: ORK_CACHE, ORK_E2E_BENCH=0 skips step 5,
+# ORK_E2E_THREADS (default nproc), ORK_E2E_TBO_ALL=0 skips the all-types run, ORK_E2E_TBO_TYPES (q4_0 q4_K q6_K),
+# ORK_LLAMA_BUILD (use this llama.cpp build dir instead of build.sh's).
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/.." && pwd)
+cache=${ORK_CACHE:-$HOME/.cache/ork-moe}
+lib=${1:-${ORK_MOE_LIB:-$repo/target/release/libork_moe.so}}
+threads=${ORK_E2E_THREADS:-$(nproc)}
+out=$here/work/e2e
+failures=0
+
+die() { echo "e2e.sh: error: $*" >&2; exit 1; }
+step() { echo; echo "== $*"; }
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+pass() { echo "ok: $*"; }
+
+[[ -f $lib ]] || die "plugin library not found: $lib (cargo build --release, or pass its path)"
+lib=$(cd "$(dirname "$lib")" && pwd)/$(basename "$lib")
+rm -rf "$out"
+mkdir -p "$out"
+
+step "build (ggml-patch/build.sh)"
+t0=$SECONDS
+build=${ORK_LLAMA_BUILD:-$("$here/build.sh" | tail -1)}
+bin=$build/bin
+echo "build dir: $build ($((SECONDS - t0)) s)"
+
+step "tiny qwen3moe models"
+models=$cache/tiny-qwen3moe-$(sha256sum <"$repo/tools/make_tiny_qwen3moe.py" | cut -c1-12)
+if [[ ! -f $models/done ]]; then
+    rm -rf "$models"
+    mkdir -p "$models"
+    python3 "$repo/tools/make_tiny_qwen3moe.py" "$models/f16.gguf" --text-out "$models/text.txt"
+    for q in Q4_0 Q4_K_M; do
+        "$bin/llama-quantize" "$models/f16.gguf" "$models/$q.gguf" "$q" >"$models/quantize-$q.log" 2>&1 ||
+            { tail -20 "$models/quantize-$q.log"; die "llama-quantize $q failed"; }
+    done
+    rm "$models/f16.gguf"
+    touch "$models/done"
+fi
+ls -l "$models"/*.gguf
+grep -h "ffn_down_exps" "$models/quantize-Q4_K_M.log" | head -2 || true
+
+# Plugin run environment: ORK_MOE_PLUGIN (dlopen) unless a caller passes another discovery.
+with_plugin=(env ORK_MOE_PLUGIN="$lib" ORK_MOE_STATS=1)
+without_plugin=(env ORK_MOE=0)
+
+handled() { sed -n 's/^ork-moe stats: .* handled \([0-9]*\) .*/\1/p' "$1" | tail -1; }
+
+step "test-backend-ops -b CPU -o MUL_MAT_ID (plugin active)"
+t0=$SECONDS
+if [[ ${ORK_E2E_TBO_ALL:-1} == 0 ]]; then
+    echo "skipped (ORK_E2E_TBO_ALL=0)" >"$out/tbo-all.log"
+elif "${with_plugin[@]}" "$bin/test-backend-ops" test -b CPU -o MUL_MAT_ID >"$out/tbo-all.log" 2>&1; then
+    pass "$(grep -E '[0-9]+/[0-9]+ tests passed' "$out/tbo-all.log" | tail -1 | xargs) ($((SECONDS - t0)) s)"
+else
+    grep -E 'FAIL|tests passed' "$out/tbo-all.log" | head -20
+    fail "test-backend-ops MUL_MAT_ID (log: $out/tbo-all.log)"
+fi
+[[ ${ORK_E2E_TBO_ALL:-1} == 0 ]] || grep '^ork-moe' "$out/tbo-all.log" || fail "plugin not active in test-backend-ops"
+# ORK_MIN_ROWS=0: the library takes every case, including the decode-sized ones it leaves to ggml by default.
+for type in ${ORK_E2E_TBO_TYPES:-q4_0 q4_K q6_K}; do
+    log=$out/tbo-$type.log
+    "${with_plugin[@]}" ORK_MIN_ROWS=0 "$bin/test-backend-ops" test -b CPU -o MUL_MAT_ID -p "type_a=$type," >"$log" 2>&1 ||
+        fail "test-backend-ops MUL_MAT_ID type_a=$type"
+    n=$(handled "$log")
+    summary="$(grep -E '[0-9]+/[0-9]+ tests passed' "$log" | tail -1 | xargs); $(grep '^ork-moe stats' "$log")"
+    cases=$(grep -oE '[0-9]+/[0-9]+ tests passed' "$log" | tail -1 | cut -d/ -f2 | cut -d' ' -f1)
+    if [[ ${n:-0} -ge ${cases:-1} ]]; then pass "type_a=$type: $summary"; else fail "type_a=$type: not every case handled: $summary"; fi
+done
+
+step "discovery"
+probe() { # $1 = log name, rest = env assignments; a 1-token run is enough to resolve and call the plugin
+    local name=$1
+    shift
+    env "$@" ORK_MOE_STATS=1 ORK_MIN_ROWS=0 "$bin/llama-completion" -m "$models/Q4_0.gguf" -p "The quick brown fox" -n 1 \
+        -no-cnv --temp 0 -t "$threads" -v </dev/null >"$out/$name.log" 2>&1
+}
+probe disc-preload LD_PRELOAD="$lib"
+probe disc-plugin ORK_MOE_PLUGIN="$lib"
+probe disc-off LD_PRELOAD="$lib" ORK_MOE=0
+grep -q 'ork-moe: plugin active (symbol in process)' "$out/disc-preload.log" && [[ $(handled "$out/disc-preload.log") -gt 0 ]] &&
+    pass "LD_PRELOAD: $(grep '^ork-moe stats' "$out/disc-preload.log")" || fail "LD_PRELOAD discovery"
+grep -q "ork-moe: plugin active ($lib)" "$out/disc-plugin.log" && [[ $(handled "$out/disc-plugin.log") -gt 0 ]] &&
+    pass "ORK_MOE_PLUGIN: $(grep '^ork-moe stats' "$out/disc-plugin.log")" || fail "ORK_MOE_PLUGIN discovery"
+! grep -q '^ork-moe' "$out/disc-off.log" && pass "ORK_MOE=0 disables it" || fail "ORK_MOE=0 did not disable"
+repack() { sed -n 's/.*- CPU_REPACK *| *\([0-9]*\) = .*/\1/p' "$1" | head -1; }
+echo "CPU_REPACK buffer, Q4_0 model: plain $(repack "$out/disc-off.log") MiB, plugin $(repack "$out/disc-plugin.log") MiB"
+
+step "greedy generation and KL divergence"
+gen() { # $1 = output prefix; rest = env prefix. 32 greedy tokens; the text to $1.txt, the log to $1.log
+    local prefix=$1
+    shift
+    "$@" "$bin/llama-completion" -m "$model" -p "The quick brown fox" -n 32 --ignore-eos -no-cnv --temp 0 \
+        -t "$threads" -s 1 --no-display-prompt "${gen_extra[@]}" </dev/null >"$prefix.txt" 2>"$prefix.log" ||
+        fail "llama-completion (log: $prefix.log)"
+}
+common_prefix() { # characters two files agree on from the start
+    cmp "$1" "$2" 2>/dev/null | sed -n 's/.* byte \([0-9]*\),.*/\1/p' | awk '{ print $1 - 1 }' | grep . || wc -c <"$1"
+}
+gen_extra=()
+for q in Q4_0 Q4_K_M; do
+    model=$models/$q.gguf
+    gen "$out/gen-$q-plain" "${without_plugin[@]}"
+    # ORK_MIN_ROWS=0: the library also takes the decode steps (1 row per expert) it leaves to ggml by default
+    gen "$out/gen-$q-plugin" "${with_plugin[@]}" ORK_MIN_ROWS=0
+    echo "$q greedy 32 tokens: plugin and plain texts agree on the first $(common_prefix "$out/gen-$q-plain.txt" \
+        "$out/gen-$q-plugin.txt") of $(wc -c <"$out/gen-$q-plain.txt") bytes; $(grep '^ork-moe stats' "$out/gen-$q-plugin.log")"
+    cmp -s "$out/gen-$q-plain.txt" "$out/gen-$q-plugin.txt" || echo "  (texts differ: diff $out/gen-$q-plain.txt $out/gen-$q-plugin.txt)"
+
+    ppl=("$bin/llama-perplexity" -m "$model" -f "$models/text.txt" -c 128 --chunks 4 -b 128 -t 2)
+    "${without_plugin[@]}" "${ppl[@]}" --kl-divergence-base "$out/kld-$q.base" >"$out/ppl-$q-plain.log" 2>&1 ||
+        fail "$q: perplexity (plain)"
+    "${with_plugin[@]}" "${ppl[@]}" --kl-divergence-base "$out/kld-$q.base" --kl-divergence \
+        >"$out/ppl-$q-plugin.log" 2>&1 || fail "$q: perplexity --kl-divergence (plugin)"
+    # the last chunk row holds the running means: PPL, ln(PPL ratio), KLD, delta-p RMS, same top token
+    echo "$q vs plain (chunk, PPL, ln ratio, KLD, dp RMS, same top): $(grep -E '^ +[0-9]+ +[0-9.]+ ±' \
+        "$out/ppl-$q-plugin.log" | tail -1 | tr -s ' ')"
+    echo "$q plugin: $(grep '^ork-moe stats' "$out/ppl-$q-plugin.log")"
+    [[ $(handled "$out/ppl-$q-plugin.log") -gt 0 ]] || fail "$q: plugin handled nothing in llama-perplexity"
+done
+
+step "RPC backend: ggml-rpc-server with the plugin serves all layers of a client without it"
+port=$((50000 + RANDOM % 10000))
+ORK_MOE_PLUGIN="$lib" ORK_MOE_STATS=1 "$bin/ggml-rpc-server" -H 127.0.0.1 -p "$port" -t "$threads" \
+    >"$out/rpc-server.log" 2>&1 &
+rpc_pid=$!
+trap 'kill "$rpc_pid" 2>/dev/null || true' EXIT
+for _ in $(seq 50); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.2; done
+model=$models/Q4_0.gguf
+gen_extra=(--rpc "127.0.0.1:$port" -ngl 99)
+gen "$out/gen-rpc" "${without_plugin[@]}"
+gen_extra=()
+kill "$rpc_pid" 2>/dev/null || true
+wait "$rpc_pid" 2>/dev/null || true
+trap - EXIT
+echo "Q4_0 through RPC (plugin in the server) vs local plain: first $(common_prefix "$out/gen-Q4_0-plain.txt" \
+    "$out/gen-rpc.txt") of $(wc -c <"$out/gen-Q4_0-plain.txt") bytes agree"
+grep -q 'ork-moe: plugin active' "$out/rpc-server.log" && grep -q 'RPC0' "$out/gen-rpc.log" &&
+    pass "rpc-server resolved the plugin: $(grep '^ork-moe' "$out/rpc-server.log" | head -1)" ||
+    fail "plugin not active in ggml-rpc-server (logs: $out/rpc-server.log, $out/gen-rpc.log)"
+
+if [[ ${ORK_E2E_BENCH:-1} != 0 ]]; then
+    step "llama-bench pp512/tg128, $threads threads"
+    for q in Q4_0 Q4_K_M; do
+        for mode in plain plugin; do
+            if [[ $mode == plain ]]; then run=("${without_plugin[@]}"); else run=("${with_plugin[@]}"); fi
+            "${run[@]}" "$bin/llama-bench" -m "$models/$q.gguf" -p 512 -n 128 -t "$threads" -r 1 -o md \
+                >"$out/bench-$q-$mode.log" 2>&1 || fail "llama-bench $q $mode"
+            echo "$q $mode:"
+            grep -E '^\| .*(pp512|tg128)' "$out/bench-$q-$mode.log" || true
+        done
+    done
+fi
+
+echo
+if ((failures)); then
+    echo "e2e.sh: $failures check(s) failed (logs: $out)"
+    exit 1
+fi
+echo "e2e.sh: all checks passed (logs: $out)"

@@ -1,0 +1,178 @@
+#!/usr/bin/env python3
+"""Write a small synthetic but valid `qwen3moe` GGUF (F16 weights) for end-to-end tests.
+
+Expert tensors have Qwen3-30B-A3B's shapes (hidden 2048, expert FFN 768, 8 experts used per token) so the
+MUL_MAT_ID calls llama.cpp makes match the real model's; only the layer and expert counts are small. The
+tokenizer is a byte-level BPE ("gpt2" model, "qwen2" pre-tokenizer) trained on the embedded text below.
+Everything is derived from --seed: the same arguments write the same bytes.
+
+Quantize the result with llama.cpp's llama-quantize (Q4_0, Q4_K_M). Needs PyPI gguf==0.19.0 and numpy.
+"""
+
+import argparse
+import re
+from collections import Counter
+
+import numpy as np
+import gguf
+
+TEXT = """\
+The quick brown fox jumps over the lazy dog. A mixture of experts routes every token to a few small
+feed forward networks and adds their outputs, weighted by the router. Only the chosen experts run, so a
+large model costs little per token. The board has a neural processing unit with three cores; each core
+multiplies small integer matrices very fast, but it wants its own tile layout, so weights are converted
+once and kept in a cache. When a token arrives, the router picks eight experts out of many, and the
+library groups the rows that share an expert into one matrix before it calls the hardware.
+In the morning the market opens early; people buy bread, fish, apples and tea, and talk about the
+weather, the river, the mountains and the long winter that is coming. Numbers such as 1, 2, 3, 10, 42
+and 2048 appear in text too, as do questions: what is the time? where is the station? how far is it?
+"""
+
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+QWEN2_SPLIT = re.compile(r"""'s|'t|'re|'ve|'m|'ll|'d| ?[A-Za-z]+| ?[0-9]| ?[^\sA-Za-z0-9]+|\s+(?!\S)|\s+""")
+
+
+def bytes_to_unicode():
+    """GPT-2's reversible byte -> printable character map used by byte-level BPE vocabularies."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return dict(zip(bs, map(chr, cs)))
+
+
+def train_bpe(text, n_merges):
+    """Plain BPE: repeatedly merge the most frequent adjacent pair (ties broken by the pair itself)."""
+    byte_map = bytes_to_unicode()
+    words = Counter(tuple(byte_map[b] for b in w.encode()) for w in QWEN2_SPLIT.findall(text))
+    merges = []
+    for _ in range(n_merges):
+        pairs = Counter()
+        for word, count in words.items():
+            for pair in zip(word, word[1:]):
+                pairs[pair] += count
+        if not pairs:
+            break
+        best = max(pairs.items(), key=lambda kv: (kv[1], kv[0]))[0]
+        merges.append(best)
+        merged = {}
+        for word, count in words.items():
+            out, i = [], 0
+            while i < len(word):
+                if i + 1 < len(word) and (word[i], word[i + 1]) == best:
+                    out.append(word[i] + word[i + 1])
+                    i += 2
+                else:
+                    out.append(word[i])
+                    i += 1
+            merged[tuple(out)] = merged.get(tuple(out), 0) + count
+        words = merged
+    tokens = [byte_map[b] for b in range(256)]
+    for a, b in merges:
+        if a + b not in tokens:
+            tokens.append(a + b)
+    return tokens, [f"{a} {b}" for a, b in merges]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("out", help="output .gguf path (F16)")
+    ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--experts", type=int, default=16)
+    ap.add_argument("--experts-used", type=int, default=8)
+    ap.add_argument("--hidden", type=int, default=2048)
+    ap.add_argument("--expert-ffn", type=int, default=768)
+    ap.add_argument("--heads", type=int, default=16)
+    ap.add_argument("--heads-kv", type=int, default=4)
+    ap.add_argument("--head-dim", type=int, default=128)
+    ap.add_argument("--merges", type=int, default=400)
+    ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--text-out", help="also write the embedded text (repeated) here, e.g. for llama-perplexity")
+    args = ap.parse_args()
+    if args.experts < 16 or args.experts_used > args.experts:
+        ap.error("need at least 16 experts and experts-used <= experts")
+
+    tokens, merges = train_bpe(TEXT, args.merges)
+    tokens += SPECIAL_TOKENS
+    # Pad the vocabulary to a multiple of 32 rows so every quant type can hold the embedding.
+    while len(tokens) % 32:
+        tokens.append(f"[PAD{len(tokens)}]")
+    token_types = [gguf.TokenType.NORMAL] * len(tokens)
+    for i, t in enumerate(tokens):
+        if t in SPECIAL_TOKENS:
+            token_types[i] = gguf.TokenType.CONTROL
+        elif t.startswith("[PAD"):
+            token_types[i] = gguf.TokenType.UNUSED
+    n_vocab = len(tokens)
+
+    h, f, e, hd = args.hidden, args.expert_ffn, args.experts, args.head_dim
+    w = gguf.GGUFWriter(args.out, "qwen3moe")
+    w.add_name("ork-moe tiny qwen3moe")
+    w.add_context_length(4096)
+    w.add_embedding_length(h)
+    w.add_block_count(args.layers)
+    w.add_feed_forward_length(f * args.experts_used)
+    w.add_expert_feed_forward_length(f)
+    w.add_expert_count(e)
+    w.add_expert_used_count(args.experts_used)
+    w.add_head_count(args.heads)
+    w.add_head_count_kv(args.heads_kv)
+    w.add_key_length(hd)
+    w.add_value_length(hd)
+    w.add_rope_freq_base(1000000.0)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
+
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("qwen2")
+    w.add_token_list(tokens)
+    w.add_token_types(token_types)
+    w.add_token_merges(merges)
+    w.add_bos_token_id(tokens.index("<|endoftext|>"))
+    w.add_eos_token_id(tokens.index("<|im_end|>"))
+    w.add_pad_token_id(tokens.index("<|endoftext|>"))
+    w.add_add_bos_token(False)
+
+    rng = np.random.default_rng(args.seed)
+
+    def weight(*shape, fan_in):
+        # numpy shape is ggml's ne reversed; scaled so activations keep unit-ish variance through the layers
+        return (rng.standard_normal(shape, dtype=np.float32) / np.sqrt(fan_in)).astype(np.float16)
+
+    def norm(n):
+        return (1.0 + 0.1 * rng.standard_normal(n, dtype=np.float32)).astype(np.float32)
+
+    # tied output: logits = normed hidden (norm ~sqrt(h)) . embedding rows; keep their spread a few units
+    w.add_tensor("token_embd.weight", (0.05 * rng.standard_normal((n_vocab, h), dtype=np.float32)).astype(np.float16))
+    w.add_tensor("output_norm.weight", norm(h))
+    for i in range(args.layers):
+        p = f"blk.{i}."
+        w.add_tensor(p + "attn_norm.weight", norm(h))
+        w.add_tensor(p + "attn_q.weight", weight(args.heads * hd, h, fan_in=h))
+        w.add_tensor(p + "attn_k.weight", weight(args.heads_kv * hd, h, fan_in=h))
+        w.add_tensor(p + "attn_v.weight", weight(args.heads_kv * hd, h, fan_in=h))
+        w.add_tensor(p + "attn_output.weight", weight(h, args.heads * hd, fan_in=args.heads * hd))
+        w.add_tensor(p + "attn_q_norm.weight", norm(hd))
+        w.add_tensor(p + "attn_k_norm.weight", norm(hd))
+        w.add_tensor(p + "ffn_norm.weight", norm(h))
+        w.add_tensor(p + "ffn_gate_inp.weight", (rng.standard_normal((e, h), dtype=np.float32) / np.sqrt(h)).astype(np.float32))
+        w.add_tensor(p + "ffn_gate_exps.weight", weight(e, f, h, fan_in=h))
+        w.add_tensor(p + "ffn_up_exps.weight", weight(e, f, h, fan_in=h))
+        w.add_tensor(p + "ffn_down_exps.weight", weight(e, h, f, fan_in=f))
+
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+    if args.text_out:
+        with open(args.text_out, "w") as out:
+            out.write(TEXT * 40)
+
+
+if __name__ == "__main__":
+    main()
