@@ -280,6 +280,9 @@ pub extern "C" fn ork_config_default(out: *mut ork_config) {
 pub extern "C" fn ork_ctx_new(cfg: *const ork_config) -> *mut ork_ctx {
     let mut ctx = std::ptr::null_mut();
     let r = guard(|| {
+        // A host process that set up no logger of its own still gets RUST_LOG (default: warnings).
+        let _ = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
+            .try_init();
         let mut full = to_c_config(&Config::default().with_env());
         if !cfg.is_null() {
             // SAFETY: `cfg` is non-NULL and points to at least `struct_size` bytes, the first field.

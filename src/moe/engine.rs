@@ -583,8 +583,21 @@ impl Engine {
 
     fn end(&self, call: &Call) -> Result<Stages, Error> {
         let r = call.result();
-        if r.is_ok() {
-            bump(&self.counters.handled, 1);
+        let p = &call.plan.problem;
+        match &r {
+            Ok(_) => {
+                bump(&self.counters.handled, 1);
+                log::debug!(
+                    "handled {} K={} N={}: {} tokens x {} slots on {}",
+                    p.wtype.name(),
+                    p.k,
+                    p.n,
+                    p.n_tokens,
+                    p.n_used,
+                    self.device.backend().name()
+                );
+            }
+            Err(e) => log::debug!("failed {} K={} N={}: {e}", p.wtype.name(), p.k, p.n),
         }
         r
     }
