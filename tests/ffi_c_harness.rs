@@ -27,16 +27,14 @@ fn c_harness_passes() {
         );
         return;
     }
-    // target/<profile>/deps/<this test> -> target/<profile>, where cargo puts the cdylib.
+    // Cargo builds the cdylib for an integration test next to the test executable, in
+    // target/<profile>/deps; it copies it up to target/<profile> only on `cargo build`, so a copy
+    // there may be stale. Use the one built with this test.
     let exe = std::env::current_exe().expect("test executable path");
-    let libdir: PathBuf = exe
-        .parent()
-        .and_then(|d| d.parent())
-        .expect("target profile dir")
-        .to_path_buf();
+    let libdir: PathBuf = exe.parent().expect("test executable dir").to_path_buf();
     assert!(
         libdir.join("libork_moe.so").exists(),
-        "{} has no libork_moe.so; cargo builds the cdylib with the library",
+        "{} has no libork_moe.so; cargo builds the cdylib beside the integration tests",
         libdir.display()
     );
     let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
