@@ -31,6 +31,12 @@
 // ... or all of its bytes.
 #define ORK_CACHE_VERIFY_FULL 1
 
+// `ork_config.mt_mode`: `ork_mul_mat_id_mt` shares the work among the caller's threads ...
+#define ORK_MT_COOP 0
+
+// ... or caller thread 0 runs the call on the library's pool while the others wait in the barrier.
+#define ORK_MT_LEADER 1
+
 // Opaque context.
 typedef struct ork_ctx ork_ctx;
 
@@ -52,6 +58,8 @@ typedef struct ork_config {
   uint32_t min_rows_mode;
   // `ORK_CACHE_VERIFY_*`.
   uint32_t cache_verify;
+  // `ORK_MT_*`.
+  uint32_t mt_mode;
 } ork_config;
 
 // Result of every fallible call.
@@ -130,7 +138,7 @@ extern "C" {
 
 // Fills `out` with the defaults, then the environment's overrides (`ORK_BACKEND`,
 // `ORK_CORE_MASK`, `ORK_CACHE_MB`, `ORK_MIN_ROWS`, `ORK_MIN_ROWS_MODE`, `ORK_THREADS`,
-// `ORK_CACHE_VERIFY`). NULL is ignored.
+// `ORK_CACHE_VERIFY`, `ORK_MT_MODE`). NULL is ignored.
 void ork_config_default(struct ork_config *out);
 
 // Creates a context. `cfg` NULL means `ork_config_default`. Returns NULL on failure (see

@@ -21,7 +21,7 @@
 
 use crate::moe::cache::Verify;
 use crate::moe::desc::TensorDesc;
-use crate::moe::{Config, Engine, Error, ErrorKind, Inputs, SmallBatch};
+use crate::moe::{Config, Engine, Error, ErrorKind, Inputs, MtMode, SmallBatch};
 use crate::npu::{BackendChoice, BackendKind};
 use crate::quant::{dequantize_row, GgmlType};
 use std::cell::RefCell;
@@ -65,6 +65,11 @@ pub const ORK_CACHE_VERIFY_SAMPLED: u32 = 0;
 /// ... or all of its bytes.
 pub const ORK_CACHE_VERIFY_FULL: u32 = 1;
 
+/// `ork_config.mt_mode`: `ork_mul_mat_id_mt` shares the work among the caller's threads ...
+pub const ORK_MT_COOP: u32 = 0;
+/// ... or caller thread 0 runs the call on the library's pool while the others wait in the barrier.
+pub const ORK_MT_LEADER: u32 = 1;
+
 /// A tensor as ggml describes it (flat: no ggml types).
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -100,6 +105,8 @@ pub struct ork_config {
     pub min_rows_mode: u32,
     /// `ORK_CACHE_VERIFY_*`.
     pub cache_verify: u32,
+    /// `ORK_MT_*`.
+    pub mt_mode: u32,
 }
 
 /// The caller's threads for `ork_mul_mat_id_mt`.
@@ -226,6 +233,10 @@ fn to_c_config(c: &Config) -> ork_config {
             Verify::Sampled => ORK_CACHE_VERIFY_SAMPLED,
             Verify::Full => ORK_CACHE_VERIFY_FULL,
         },
+        mt_mode: match c.mt_mode {
+            MtMode::Coop => ORK_MT_COOP,
+            MtMode::Leader => ORK_MT_LEADER,
+        },
     }
 }
 
@@ -255,12 +266,17 @@ fn from_c_config(c: &ork_config) -> Result<Config, Error> {
             ORK_CACHE_VERIFY_FULL => Verify::Full,
             v => return Err(invalid(&format!("config: unknown cache_verify {v}"))),
         },
+        mt_mode: match c.mt_mode {
+            ORK_MT_COOP => MtMode::Coop,
+            ORK_MT_LEADER => MtMode::Leader,
+            m => return Err(invalid(&format!("config: unknown mt_mode {m}"))),
+        },
     })
 }
 
 /// Fills `out` with the defaults, then the environment's overrides (`ORK_BACKEND`,
 /// `ORK_CORE_MASK`, `ORK_CACHE_MB`, `ORK_MIN_ROWS`, `ORK_MIN_ROWS_MODE`, `ORK_THREADS`,
-/// `ORK_CACHE_VERIFY`). NULL is ignored.
+/// `ORK_CACHE_VERIFY`, `ORK_MT_MODE`). NULL is ignored.
 #[no_mangle]
 pub extern "C" fn ork_config_default(out: *mut ork_config) {
     let _ = guard(|| {

@@ -23,6 +23,16 @@ pub enum SmallBatch {
     Cpu,
 }
 
+/// How [`Engine::run_mt`] uses the caller's threads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MtMode {
+    /// Every caller thread takes a share of the work (phase 1 split, phase 2 work items).
+    Coop,
+    /// Caller thread 0 runs the call on the crate's pool; the others wait in the caller's barrier.
+    /// Kept to measure against `Coop` where the caller's idle threads spin.
+    Leader,
+}
+
 /// Engine configuration (the C `ork_config`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
@@ -38,6 +48,7 @@ pub struct Config {
     /// Threads of the single-caller entry point (0: all cores).
     pub n_threads: u32,
     pub cache_verify: Verify,
+    pub mt_mode: MtMode,
 }
 
 impl Default for Config {
@@ -50,6 +61,7 @@ impl Default for Config {
             small_batch: SmallBatch::Decline,
             n_threads: 0,
             cache_verify: Verify::Sampled,
+            mt_mode: MtMode::Coop,
         }
     }
 }
@@ -69,7 +81,8 @@ fn env_parse<T>(name: &str, parse: impl Fn(&str) -> Option<T>) -> Option<T> {
 
 impl Config {
     /// Overrides fields from `ORK_BACKEND`, `ORK_CORE_MASK`, `ORK_CACHE_MB`, `ORK_MIN_ROWS`,
-    /// `ORK_MIN_ROWS_MODE` (`decline`|`cpu`), `ORK_THREADS`, `ORK_CACHE_VERIFY` (`sampled`|`full`).
+    /// `ORK_MIN_ROWS_MODE` (`decline`|`cpu`), `ORK_THREADS`, `ORK_CACHE_VERIFY` (`sampled`|`full`),
+    /// `ORK_MT_MODE` (`coop`|`leader`).
     /// Invalid values are ignored with a warning.
     pub fn with_env(mut self) -> Config {
         if let Some(b) = env_parse("ORK_BACKEND", BackendChoice::parse) {
@@ -112,6 +125,13 @@ impl Config {
             }
         }) {
             self.cache_verify = v;
+        }
+        if let Some(m) = env_parse("ORK_MT_MODE", |s| match s.to_ascii_lowercase().as_str() {
+            "coop" => Some(MtMode::Coop),
+            "leader" => Some(MtMode::Leader),
+            _ => None,
+        }) {
+            self.mt_mode = m;
         }
         self
     }
@@ -236,10 +256,13 @@ struct Item {
 /// State shared by the threads of one call.
 struct Call {
     plan: Plan,
-    /// Identity of a cooperative call: the four data addresses and the thread count.
+    /// Identity of a cooperative call: the four data addresses and the caller's thread count.
     key: ([usize; 4], usize),
+    /// Caller threads that take part (cooperative calls: they join through `key`).
+    participants: usize,
+    /// Threads that do the work: one quantization share each.
     nth: usize,
-    /// Threads that joined (cooperative calls).
+    /// Caller threads that joined.
     arrived: AtomicUsize,
     /// Activation rows per quantization share.
     chunk: usize,
@@ -282,13 +305,14 @@ fn caught(payload: Box<dyn std::any::Any + Send>) -> Error {
 }
 
 impl Call {
-    fn new(plan: Plan, key: ([usize; 4], usize), nth: usize) -> Call {
+    fn new(plan: Plan, key: ([usize; 4], usize), participants: usize, nth: usize) -> Call {
         let nth = nth.max(1);
         let rows = plan.problem.act_rows();
         Call {
             chunk: rows.div_ceil(nth),
             plan,
             key,
+            participants: participants.max(1),
             nth,
             arrived: AtomicUsize::new(1),
             routing: OnceLock::new(),
@@ -307,6 +331,9 @@ impl Call {
     }
 
     fn result(&self) -> Result<Stages, Error> {
+        if let Some(Err(e)) = self.routing.get() {
+            return Err(e.clone());
+        }
         match lock(&self.failure).clone() {
             Some(e) => Err(e),
             None => Ok(self.clock.get()),
@@ -488,16 +515,21 @@ impl Engine {
     /// Runs a planned call on the crate's pool.
     pub fn run(&self, plan: Plan, io: &Inputs) -> Result<Stages, Error> {
         let nth = self.threads();
-        let call = Call::new(plan, ([0; 4], nth), nth);
+        let call = Call::new(plan, ([0; 4], 1), 1, nth);
         self.begin(&call);
-        crate::pool::global().run(nth, |ith, _| self.phase1(&call, io, ith));
-        if let Some(Err(e)) = call.routing.get() {
-            return Err(e.clone());
-        }
-        crate::pool::global().run(nth, |ith, _| self.phase2(&call, io, ith));
+        self.run_on_pool(&call, io);
         let r = self.end(&call);
         self.recycle(call);
         r
+    }
+
+    /// Both phases of `call` on the crate's pool, `call.nth` threads.
+    fn run_on_pool(&self, call: &Call, io: &Inputs) {
+        let pool = crate::pool::global();
+        pool.run(call.nth, |ith, _| self.phase1(call, io, ith));
+        if let Some(Ok(_)) = call.routing.get() {
+            pool.run(call.nth, |ith, _| self.phase2(call, io, ith));
+        }
     }
 
     /// Runs a planned call cooperatively: every one of `nth` threads calls this with the same
@@ -520,7 +552,10 @@ impl Engine {
             ],
             nth,
         );
-        let call = self.join(plan, key, nth);
+        if self.config.mt_mode == MtMode::Leader {
+            return self.run_led(plan, io, key, ith, nth, barrier);
+        }
+        let call = self.join(plan, key, nth, nth);
         let ith = ith.min(call.nth - 1);
         if let Err(p) = panic::catch_unwind(AssertUnwindSafe(|| self.phase1(&call, io, ith))) {
             call.fail(caught(p));
@@ -547,6 +582,36 @@ impl Engine {
         r
     }
 
+    /// [`MtMode::Leader`]: caller thread 0 runs the call on the crate's pool while the others wait
+    /// in `barrier`; then every thread returns the call's result.
+    fn run_led(
+        &self,
+        plan: Plan,
+        io: &Inputs,
+        key: ([usize; 4], usize),
+        ith: usize,
+        nth: usize,
+        barrier: &mut dyn FnMut(),
+    ) -> Result<Stages, Error> {
+        let call = self.join(plan, key, nth, self.threads());
+        if ith == 0 {
+            // A panic must not skip the barrier: the other threads would wait forever.
+            if let Err(p) = panic::catch_unwind(AssertUnwindSafe(|| self.run_on_pool(&call, io))) {
+                call.fail(caught(p));
+            }
+        }
+        barrier();
+        let r = if ith == 0 {
+            self.end(&call)
+        } else {
+            call.result()
+        };
+        if let Some(call) = Arc::into_inner(call) {
+            self.recycle(call);
+        }
+        r
+    }
+
     /// Returns a finished call's A buffers to the spares.
     fn recycle(&self, call: Call) {
         if let Some((_, prepared)) = call.items.into_inner() {
@@ -559,18 +624,24 @@ impl Engine {
     }
 
     /// Finds the cooperative call `key` still waiting for threads, or starts one.
-    fn join(&self, plan: Plan, key: ([usize; 4], usize), nth: usize) -> Arc<Call> {
+    fn join(
+        &self,
+        plan: Plan,
+        key: ([usize; 4], usize),
+        participants: usize,
+        nth: usize,
+    ) -> Arc<Call> {
         let mut joining = lock(&self.joining);
         if let Some(i) = joining.iter().position(|c| c.key == key && c.plan == plan) {
             let call = Arc::clone(&joining[i]);
-            if call.arrived.fetch_add(1, Ordering::Relaxed) + 1 >= call.nth {
+            if call.arrived.fetch_add(1, Ordering::Relaxed) + 1 >= call.participants {
                 joining.swap_remove(i);
             }
             return call;
         }
-        let call = Arc::new(Call::new(plan, key, nth));
+        let call = Arc::new(Call::new(plan, key, participants, nth));
         self.begin(&call);
-        if call.nth > 1 {
+        if call.participants > 1 {
             joining.push(Arc::clone(&call));
         }
         call

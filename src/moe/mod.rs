@@ -20,7 +20,7 @@ pub mod quantize;
 pub mod route;
 mod scatter;
 
-pub use engine::{Config, Engine, Inputs, SmallBatch, Stages, Stats};
+pub use engine::{Config, Engine, Inputs, MtMode, SmallBatch, Stages, Stats};
 
 /// Why a call was not done. The C boundary maps each kind to its result code.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -234,13 +234,14 @@ static ork_result run_mt(ork_ctx *ctx, problem *p, int nth) {
     return args[0].rc;
 }
 
-static ork_ctx *new_ctx(int backend, uint32_t min_rows, uint32_t mode) {
+static ork_ctx *new_ctx(int backend, uint32_t min_rows, uint32_t mode, uint32_t mt_mode) {
     ork_config cfg;
     ork_config_default(&cfg);
     cfg.backend = backend;
     cfg.cache_bytes = (uint64_t)512 << 20; /* below the big shapes' working set: evictions happen */
     cfg.min_rows = min_rows;
     cfg.min_rows_mode = mode;
+    cfg.mt_mode = mt_mode;
     ork_ctx *ctx = ork_ctx_new(&cfg);
     if (!ctx) {
         fprintf(stderr, "ork_ctx_new(backend %d): %s\n", backend, ork_last_error());
@@ -267,7 +268,7 @@ static void alloc_problem(problem *p, const wtype *t, int64_t k, int64_t n, int6
 
 static void free_problem(problem *p) { free(p->w); free(p->b); free(p->ids); }
 
-static void run_matrix(ork_ctx *emu, ork_ctx *cpu, int quick) {
+static void run_matrix(ork_ctx *emu, ork_ctx *cpu, ork_ctx *lead, int quick) {
     static const int64_t SHAPES[][2] = {{2048, 768}, {768, 2048}, {4096, 1408}, {1408, 4096}};
     static const int64_t TOKENS_FULL[] = {1, 8, 16, 32, 64, 128, 512};
     static const int64_t TOKENS_QUICK[] = {1, 16, 64};
@@ -302,14 +303,21 @@ static void run_matrix(ork_ctx *emu, ork_ctx *cpu, int quick) {
                 int same = memcmp(d_emu, d_cpu, p.dst_bytes) == 0;
                 CHECK(same, "%s K=%lld N=%lld n_tokens=%lld: emu and cpu dst differ", t->name, (long long)k, (long long)n, (long long)p.n_tokens);
                 CHECK(padding_intact(&p, d_emu) && padding_intact(&p, d_cpu), "%s: bytes between dst rows were written", t->name);
-                /* The cooperative entry point on 3 threads gives the same bytes (one size per shape). */
+                /* The entry point for callers' threads, on 3 threads, shared and led by thread 0, gives the
+                   same bytes (one size per shape). */
                 int mt_same = -1;
                 if (p.n_tokens == 16) {
-                    make_descs(&p, d_mt);
-                    rc = run_mt(emu, &p, 3);
-                    CHECK(rc == ORK_OK, "%s mt: %u %s", t->name, rc, ork_last_error());
-                    mt_same = memcmp(d_emu, d_mt, p.dst_bytes) == 0;
-                    CHECK(mt_same, "%s K=%lld: cooperative result differs", t->name, (long long)k);
+                    mt_same = 1;
+                    ork_ctx *modes[2] = {emu, lead};
+                    for (int m = 0; m < 2; m++) {
+                        memset(d_mt, SENTINEL, p.dst_bytes);
+                        make_descs(&p, d_mt);
+                        rc = run_mt(modes[m], &p, 3);
+                        CHECK(rc == ORK_OK, "%s mt %s: %u %s", t->name, m ? "leader" : "coop", rc, ork_last_error());
+                        int same_m = memcmp(d_emu, d_mt, p.dst_bytes) == 0;
+                        CHECK(same_m, "%s K=%lld: %s result differs", t->name, (long long)k, m ? "leader" : "cooperative");
+                        mt_same &= same_m;
+                    }
                 }
                 /* Reference experts: those of token 0 (eight distinct ones, usually the hot one). */
                 dequant_expert refs[N_USED];
@@ -361,7 +369,8 @@ static void expect(ork_ctx *ctx, const ork_tensor *w, const ork_tensor *b, const
     printf("  %-44s -> %u  \"%s\"\n", what, rc, msg);
 }
 
-static void bad_input(ork_ctx *ctx) {
+/* `lead` is a context in ORK_MT_LEADER mode: failures reach every caller thread there too. */
+static void bad_input(ork_ctx *ctx, ork_ctx *lead) {
     printf("bad input:\n");
     alloc_problem(&small, &TYPES[0], 64, 32, 4);
     small.n_tokens = 4;
@@ -411,11 +420,14 @@ static void bad_input(ork_ctx *ctx) {
     CHECK(ork_mul_mat_id_check(ctx, &w, &b, &ids, &dst) == ORK_OK, "check: valid call %s", ork_last_error());
     {
         *id_at(&small, 1, 1) = 500;
-        RESET();
-        ork_result rc = run_mt(ctx, &small, 3);
-        CHECK(rc == ORK_INVALID_ARGUMENT, "mt with a bad id: %u", rc);
-        CHECK(dst_untouched(), "mt with a bad id wrote dst");
-        printf("  %-44s -> %u\n", "cooperative call with id 500 (3 threads)", rc);
+        ork_result rc = 0;
+        for (int m = 0; m < 2; m++) {
+            RESET();
+            rc = run_mt(m ? lead : ctx, &small, 3);
+            CHECK(rc == ORK_INVALID_ARGUMENT, "mt (%s) with a bad id: %u", m ? "leader" : "coop", rc);
+            CHECK(dst_untouched(), "mt with a bad id wrote dst");
+            printf("  %-44s -> %u\n", m ? "led call with id 500 (3 threads)" : "cooperative call with id 500 (3 threads)", rc);
+        }
         *id_at(&small, 1, 1) = 9;
         ork_threads th = {0, 2, NULL, NULL, NULL, 0};
         RESET();
@@ -466,6 +478,11 @@ static void bad_input(ork_ctx *ctx) {
         ork_result rc = ork_mul_mat_id(ctx, &w, &b, &ids, &dst);
         CHECK(rc == ORK_INVALID_ARGUMENT && strstr(ork_last_error(), "NaN or infinite scale"), "NaN weight scale: %u %s", rc, ork_last_error());
         printf("  %-44s -> %u  \"%s\"\n", "NaN fp16 scale in expert 9", rc, ork_last_error());
+        for (int m = 0; m < 2; m++) {
+            RESET();
+            rc = run_mt(m ? lead : ctx, &small, 3);
+            CHECK(rc == ORK_INVALID_ARGUMENT, "NaN weight scale, mt (%s): %u", m ? "leader" : "coop", rc);
+        }
         blk[0] = save[0];
         blk[1] = save[1];
     }
@@ -478,6 +495,9 @@ static void bad_input(ork_ctx *ctx) {
         ork_config_default(&cfg);
         cfg.backend = 42;
         CHECK(ork_ctx_new(&cfg) == NULL && strstr(ork_last_error(), "unknown backend"), "backend 42 accepted");
+        ork_config_default(&cfg);
+        cfg.mt_mode = 7;
+        CHECK(ork_ctx_new(&cfg) == NULL && strstr(ork_last_error(), "unknown mt_mode"), "mt_mode 7 accepted");
         /* An older, shorter config: the missing fields take their defaults. */
         ork_config_default(&cfg);
         cfg.struct_size = (uint32_t)offsetof(ork_config, min_rows_mode);
@@ -507,9 +527,9 @@ static void small_batch(void) {
     route(&p);
     fill_activations(&p);
     uint8_t *d_dev = malloc(p.dst_bytes), *d_small = malloc(p.dst_bytes);
-    ork_ctx *dev = new_ctx(ORK_BACKEND_EMU, 0, ORK_MIN_ROWS_DECLINE);
-    ork_ctx *decline = new_ctx(ORK_BACKEND_EMU, 4, ORK_MIN_ROWS_DECLINE);
-    ork_ctx *cpu = new_ctx(ORK_BACKEND_EMU, 4, ORK_MIN_ROWS_CPU);
+    ork_ctx *dev = new_ctx(ORK_BACKEND_EMU, 0, ORK_MIN_ROWS_DECLINE, ORK_MT_COOP);
+    ork_ctx *decline = new_ctx(ORK_BACKEND_EMU, 4, ORK_MIN_ROWS_DECLINE, ORK_MT_COOP);
+    ork_ctx *cpu = new_ctx(ORK_BACKEND_EMU, 4, ORK_MIN_ROWS_CPU, ORK_MT_COOP);
     memset(d_dev, SENTINEL, p.dst_bytes);
     make_descs(&p, d_dev);
     CHECK(ork_mul_mat_id(dev, &p.tw, &p.tb, &p.tids, &p.tdst) == ORK_OK, "decode on the device: %s", ork_last_error());
@@ -551,13 +571,14 @@ int main(void) {
         CHECK(fresh, "ork_last_error is not empty on a fresh thread");
     }
 
-    ork_ctx *emu = new_ctx(ORK_BACKEND_EMU, 0, ORK_MIN_ROWS_DECLINE);
-    ork_ctx *cpu = new_ctx(ORK_BACKEND_CPU, 0, ORK_MIN_ROWS_DECLINE);
+    ork_ctx *emu = new_ctx(ORK_BACKEND_EMU, 0, ORK_MIN_ROWS_DECLINE, ORK_MT_COOP);
+    ork_ctx *cpu = new_ctx(ORK_BACKEND_CPU, 0, ORK_MIN_ROWS_DECLINE, ORK_MT_COOP);
+    ork_ctx *lead = new_ctx(ORK_BACKEND_EMU, 0, ORK_MIN_ROWS_DECLINE, ORK_MT_LEADER);
     double t0 = now_s();
-    run_matrix(emu, cpu, quick);
+    run_matrix(emu, cpu, lead, quick);
     printf("matrix: %.1f s\n", now_s() - t0);
     small_batch();
-    bad_input(emu);
+    bad_input(emu, lead);
 
     ork_stats st;
     CHECK(ork_ctx_stats(emu, &st) == ORK_OK, "stats");
@@ -571,6 +592,7 @@ int main(void) {
           "emu stats do not show the work");
     ork_ctx_free(emu);
     ork_ctx_free(cpu);
+    ork_ctx_free(lead);
     if (failures) {
         printf("%d check(s) FAILED\n", failures);
         return 1;
