@@ -10,7 +10,8 @@
 #    stay out of the CPU_REPACK buffer when the plugin is active;
 # 4. per model (Q4_0, Q4_K_M): 32 greedy tokens with and without the plugin (token agreement), and
 #    llama-perplexity --kl-divergence of the plugin run against the plain run (2 threads);
-# 5. llama-bench pp512/tg128 with and without the plugin, same threads.
+# 5. llama-bench pp512/tg128 with and without the plugin, same threads; pp512 also with ORK_MT_MODE=leader
+#    (thread 0 runs the library's pool while ggml's other threads wait) against the cooperative default.
 # Logs: ggml-patch/work/e2e/ (git-ignored). Env: ORK_CACHE, ORK_E2E_BENCH=0 skips step 5,
 # ORK_E2E_THREADS (default nproc), ORK_E2E_TBO_ALL=0 skips the all-types run, ORK_E2E_TBO_TYPES (q4_0 q4_K q6_K),
 # ORK_LLAMA_BUILD (use this llama.cpp build dir instead of build.sh's).
@@ -157,11 +158,16 @@ grep -q 'ork-moe: plugin active' "$out/rpc-server.log" && grep -q '] handled q4_
     fail "plugin not active in ggml-rpc-server (logs: $out/rpc-server.log, $out/gen-rpc.log)"
 
 if [[ ${ORK_E2E_BENCH:-1} != 0 ]]; then
-    step "llama-bench pp512/tg128, $threads threads"
+    step "llama-bench pp512/tg128, $threads threads, 3 repetitions (plugin-leader: pp512, ORK_MT_MODE=leader)"
     for q in Q4_0 Q4_K_M; do
-        for mode in plain plugin; do
-            if [[ $mode == plain ]]; then run=("${without_plugin[@]}"); else run=("${with_plugin[@]}"); fi
-            "${run[@]}" "$bin/llama-bench" -m "$models/$q.gguf" -p 512 -n 128 -t "$threads" -r 1 -o md \
+        for mode in plain plugin plugin-leader; do
+            bench=(-p 512 -n 128)
+            case $mode in
+            plain) run=("${without_plugin[@]}") ;;
+            plugin) run=("${with_plugin[@]}") ;;
+            plugin-leader) run=("${with_plugin[@]}" ORK_MT_MODE=leader) bench=(-p 512 -n 0) ;;
+            esac
+            "${run[@]}" "$bin/llama-bench" -m "$models/$q.gguf" "${bench[@]}" -t "$threads" -r 3 -o md \
                 >"$out/bench-$q-$mode.log" 2>&1 || fail "llama-bench $q $mode"
             echo "$q $mode:"
             grep -E '^\| .*(pp512|tg128)' "$out/bench-$q-$mode.log" || true
