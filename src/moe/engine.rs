@@ -79,6 +79,14 @@ fn env_parse<T>(name: &str, parse: impl Fn(&str) -> Option<T>) -> Option<T> {
     parsed
 }
 
+/// One of `choices`' words, any case.
+fn env_word<T: Copy>(name: &str, choices: &[(&str, T)]) -> Option<T> {
+    env_parse(name, |s| {
+        let word = s.to_ascii_lowercase();
+        choices.iter().find(|(w, _)| *w == word).map(|&(_, v)| v)
+    })
+}
+
 impl Config {
     /// Overrides fields from `ORK_BACKEND`, `ORK_CORE_MASK`, `ORK_CACHE_MB`, `ORK_MIN_ROWS`,
     /// `ORK_MIN_ROWS_MODE` (`decline`|`cpu`), `ORK_THREADS`, `ORK_CACHE_VERIFY` (`sampled`|`full`),
@@ -105,32 +113,23 @@ impl Config {
         if let Some(r) = env_parse("ORK_MIN_ROWS", |s| s.parse().ok()) {
             self.min_rows = r;
         }
-        if let Some(m) = env_parse("ORK_MIN_ROWS_MODE", |s| {
-            match s.to_ascii_lowercase().as_str() {
-                "decline" => Some(SmallBatch::Decline),
-                "cpu" => Some(SmallBatch::Cpu),
-                _ => None,
-            }
-        }) {
+        let small_batch = [("decline", SmallBatch::Decline), ("cpu", SmallBatch::Cpu)];
+        if let Some(m) = env_word("ORK_MIN_ROWS_MODE", &small_batch) {
             self.small_batch = m;
         }
         if let Some(t) = env_parse("ORK_THREADS", |s| s.parse().ok()) {
             self.n_threads = t;
         }
-        if let Some(v) = env_parse("ORK_CACHE_VERIFY", |s| {
-            match s.to_ascii_lowercase().as_str() {
-                "sampled" => Some(Verify::Sampled),
-                "full" => Some(Verify::Full),
-                _ => None,
-            }
-        }) {
+        if let Some(v) = env_word(
+            "ORK_CACHE_VERIFY",
+            &[("sampled", Verify::Sampled), ("full", Verify::Full)],
+        ) {
             self.cache_verify = v;
         }
-        if let Some(m) = env_parse("ORK_MT_MODE", |s| match s.to_ascii_lowercase().as_str() {
-            "coop" => Some(MtMode::Coop),
-            "leader" => Some(MtMode::Leader),
-            _ => None,
-        }) {
+        if let Some(m) = env_word(
+            "ORK_MT_MODE",
+            &[("coop", MtMode::Coop), ("leader", MtMode::Leader)],
+        ) {
             self.mt_mode = m;
         }
         self
