@@ -61,7 +61,7 @@ mod x86;
 
 pub use via_f32::inflate_expert_via_f32;
 
-use crate::isa::{self, Isa};
+use crate::isa::Isa;
 use crate::layout::Tiles;
 use crate::quant::{GgmlType, QuantError};
 use params::RowParams;
@@ -140,7 +140,7 @@ impl std::fmt::Display for InflateError {
 impl std::error::Error for InflateError {}
 
 /// Inflates `w` into native B (`b_native`, at least `tiles.b_len(pad(k), pad(n))` long) and the
-/// channel scales (`chan_scales`, at least `pad(n)` long), on the kernel path [`isa::selected`].
+/// channel scales (`chan_scales`, at least `pad(n)` long), on the best kernel path ([`Isa::best`]).
 /// Dequantized weight `(n, k)` ≈ `chan_scales[n] · b_native[tiles.b_index(pad(k), n, k)]`.
 pub fn inflate_expert(
     w: &ExpertWeights,
@@ -148,7 +148,7 @@ pub fn inflate_expert(
     b_native: &mut [i8],
     chan_scales: &mut [f32],
 ) -> Result<(), InflateError> {
-    inflate_expert_with(isa::selected(), w, tiles, b_native, chan_scales)
+    inflate_expert_with(Isa::best(), w, tiles, b_native, chan_scales)
 }
 
 /// [`inflate_expert`] on an explicit kernel path (tests and benchmarks compare them).

@@ -1,5 +1,6 @@
 //! Timing and output helpers shared by the probe's subcommands.
 
+use ork_moe::isa::Isa;
 use ork_moe::npu::BackendChoice;
 use ork_moe::quant::GgmlType;
 use std::path::PathBuf;
@@ -28,10 +29,14 @@ pub struct Options {
     /// Rows per expert.
     pub m: Option<Vec<usize>>,
     pub types: Option<Vec<GgmlType>>,
-    /// Threads of the CPU runs (sets `ORK_THREADS`).
+    /// Threads of the CPU runs (overrides `ORK_THREADS`).
     pub threads: Option<usize>,
-    /// Backend (sets `ORK_BACKEND`).
-    pub backend: Option<String>,
+    /// Backend (overrides `ORK_BACKEND`).
+    pub backend: Option<BackendChoice>,
+    /// Kernel paths to measure (`peak`).
+    pub paths: Option<Vec<Isa>>,
+    /// Measurement rounds (`peak`).
+    pub rounds: Option<usize>,
     /// Fewer sizes and repeats.
     pub quick: bool,
 }
@@ -67,11 +72,16 @@ impl Options {
                 "--threads" => o.threads = Some(parse_count(&value()?)?),
                 "--backend" => {
                     let v = value()?;
-                    BackendChoice::parse(&v).ok_or_else(|| {
+                    o.backend = Some(BackendChoice::parse(&v).ok_or_else(|| {
                         format!("--backend {v:?}: expected auto, emu, rknn or cpu")
-                    })?;
-                    o.backend = Some(v);
+                    })?);
                 }
+                "--paths" => {
+                    o.paths = Some(list(&value()?, |p| {
+                        Isa::from_name(p).ok_or_else(|| format!("unknown kernel path {p:?}"))
+                    })?)
+                }
+                "--rounds" => o.rounds = Some(parse_count(&value()?)?),
                 other => return Err(format!("unknown option {other:?}")),
             }
         }

@@ -137,16 +137,6 @@ impl Case {
     }
 }
 
-fn config() -> Config {
-    // Every size through the device path: this measures the path, not the small-batch policy.
-    Config {
-        min_rows: 0,
-        n_threads: 1,
-        ..Config::default()
-    }
-    .with_env()
-}
-
 /// Median (by total) of `repeats` runs of `f`.
 fn median(
     repeats: usize,
@@ -157,8 +147,12 @@ fn median(
     Ok(runs[runs.len() / 2])
 }
 
-pub fn run(opts: &Options) -> Result<ExitCode, String> {
-    let cfg = config();
+pub fn run(opts: &Options, cfg: &Config) -> Result<ExitCode, String> {
+    // Every size through the device path: this measures the path, not the small-batch policy;
+    // one thread unless --threads says otherwise.
+    let mut cfg = cfg.clone();
+    cfg.min_rows = 0;
+    cfg.device.host.threads = ork_moe::config::threads(opts.threads.unwrap_or(1));
     let mut rng = Rng::new(0x5eed_a3b0);
     let mut rows = Vec::new();
     let mut backend = "";
@@ -209,7 +203,7 @@ pub fn run(opts: &Options) -> Result<ExitCode, String> {
             "MUL_MAT_ID qwen3-30b-a3b case: {N_EXPERT} experts, {N_USED} used, N={N}, K={K}; backend {backend}, \
              {} thread(s); medians, µs (stages summed over threads; npu_modelled: the emulator's \
              RK3588 cost model for the call's submits, not a measurement)",
-            if cfg.n_threads == 0 { "all".to_string() } else { cfg.n_threads.to_string() }
+            cfg.device.host.threads
         );
         println!(
             "{:<5} {:>8} {:<5} {:>9} {:>9} {:>10} {:>10} {:>10} {:>10} {:>7} {:>8} {:>13}",

@@ -1,0 +1,94 @@
+//! An expert's int8 weights: found in the cache, or inflated now (and cached).
+
+use super::cache::{fingerprint, name_hash, Cache, CacheStats, Expert, Key, Lookup, Verify};
+use super::call::try_vec;
+use super::desc::Problem;
+use super::{Error, ErrorKind};
+use crate::inflate::{inflate_expert_with, ExpertWeights, InflateError};
+use crate::isa::Isa;
+use crate::layout::Tiles;
+use crate::npu::{flags, Device};
+use std::sync::Arc;
+
+/// The cache and how a hit is verified.
+pub(super) struct Experts {
+    cache: Cache,
+    verify: Verify,
+}
+
+/// Where an expert came from.
+pub(super) enum Source {
+    Cache,
+    /// Inflated now: bytes of native B written.
+    Inflated(u64),
+}
+
+impl Experts {
+    pub fn new(budget: u64, verify: Verify) -> Experts {
+        Experts {
+            cache: Cache::new(budget),
+            verify,
+        }
+    }
+
+    pub fn stats(&self) -> CacheStats {
+        self.cache.stats()
+    }
+
+    /// Expert `e` of `weights` (the whole `as` tensor of `p`, named `name`), inflated on `isa`
+    /// into a device buffer of `device` (synced) unless the cache holds it.
+    #[allow(clippy::too_many_arguments)]
+    pub fn get(
+        &self,
+        device: &Device,
+        tiles: &Tiles,
+        isa: Isa,
+        p: &Problem,
+        weights: &[u8],
+        name: Option<&str>,
+        e: usize,
+    ) -> Result<(Arc<Expert>, Source), Error> {
+        let (off, len) = p.expert_bytes(e);
+        let bytes = &weights[off..off + len];
+        let key = Key {
+            addr: weights.as_ptr() as usize + off,
+            ty: p.wtype,
+            k: p.k,
+            n: p.n,
+            row_stride: p.w_nb1,
+            name_hash: name_hash(name),
+        };
+        let block = p.wtype.block_bytes();
+        let fp = fingerprint(bytes, p.n, p.w_row_bytes, p.w_nb1, block, self.verify);
+        if let Lookup::Hit(x) = self.cache.lookup(&key, fp) {
+            return Ok((x, Source::Cache));
+        }
+        let (kp, np) = (tiles.pad(p.k), tiles.pad(p.n));
+        let mut b = device.alloc::<i8>(tiles.b_len(kp, np), flags::CPU_FILLED, 0)?;
+        let mut chan = try_vec(np, 0f32, "channel scales")?;
+        let w = ExpertWeights {
+            ty: p.wtype,
+            data: bytes,
+            row_stride: p.w_nb1,
+            n: p.n,
+            k: p.k,
+        };
+        inflate_expert_with(isa, &w, tiles, b.as_mut_slice(), &mut chan).map_err(
+            |err| match err {
+                InflateError::NonFiniteScale { row, block } => Error::new(
+                    ErrorKind::InvalidArgument,
+                    format!("as: expert {e}, row {row}, block {block} has a NaN or infinite scale"),
+                ),
+                other => Error::new(
+                    ErrorKind::Internal,
+                    format!("inflating expert {e}: {other}"),
+                ),
+            },
+        )?;
+        b.sync_to_device()?;
+        let written = b.len() as u64;
+        let x = Arc::new(Expert { b, chan });
+        self.cache.insert(key, fp, Arc::clone(&x));
+        Ok((x, Source::Inflated(written)))
+    }
+}
