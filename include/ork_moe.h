@@ -31,6 +31,13 @@
 // ... or all of its bytes.
 #define ORK_CACHE_VERIFY_FULL 1
 
+// `ork_config.cache_policy`: a full cache keeps what it holds and streams new experts (replacing
+// only entries gone stale) ...
+#define ORK_CACHE_PIN 0
+
+// ... or evicts the least recently used.
+#define ORK_CACHE_LRU 1
+
 // `ork_config.mt_mode`: `ork_mul_mat_id_mt` shares the work among the caller's threads ...
 #define ORK_MT_COOP 0
 
@@ -117,6 +124,8 @@ typedef struct ork_config {
   uint32_t emu_strict;
   // Non-zero: the emulator runs every planned hardware task on its own (slower, same bits).
   uint32_t emu_per_task;
+  // `ORK_CACHE_PIN` or `ORK_CACHE_LRU`.
+  uint32_t cache_policy;
 } ork_config;
 
 // Result of every fallible call.

@@ -10,7 +10,7 @@
 //! [`VARS`] is the table of variables; README's environment table is checked against it.
 
 use crate::isa::Isa;
-use crate::moe::cache::Verify;
+use crate::moe::cache::{Policy, Verify};
 use crate::moe::{Config, MtMode, SmallBatch};
 use crate::npu::{BackendChoice, CoreMask};
 use std::path::PathBuf;
@@ -64,6 +64,15 @@ pub const VARS: &[Var] = &[
         apply: |c, v| {
             let mb: u64 = v.parse().map_err(|_| "a whole number of MiB")?;
             c.cache_bytes = mb.checked_mul(1 << 20).ok_or("a smaller number of MiB")?;
+            Ok(())
+        },
+    },
+    Var {
+        name: "ORK_CACHE_POLICY",
+        default: "pin",
+        meaning: "when the cache is full: `pin` (keep what is held, stream the rest, replace entries gone stale) or `lru`",
+        apply: |c, v| {
+            c.cache_policy = word(v, &[("pin", Policy::Pin), ("lru", Policy::Lru)])?;
             Ok(())
         },
     },

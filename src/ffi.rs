@@ -20,7 +20,7 @@
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 use crate::isa::Isa;
-use crate::moe::cache::Verify;
+use crate::moe::cache::{Policy, Verify};
 use crate::moe::desc::TensorDesc;
 use crate::moe::{Config, Engine, Error, ErrorKind, Inputs, MtMode, SmallBatch};
 use crate::npu::{BackendChoice, BackendKind, CoreMask};
@@ -68,6 +68,12 @@ pub const ORK_MIN_ROWS_CPU: u32 = 1;
 pub const ORK_CACHE_VERIFY_SAMPLED: u32 = 0;
 /// ... or all of its bytes.
 pub const ORK_CACHE_VERIFY_FULL: u32 = 1;
+
+/// `ork_config.cache_policy`: a full cache keeps what it holds and streams new experts (replacing
+/// only entries gone stale) ...
+pub const ORK_CACHE_PIN: u32 = 0;
+/// ... or evicts the least recently used.
+pub const ORK_CACHE_LRU: u32 = 1;
 
 /// `ork_config.mt_mode`: `ork_mul_mat_id_mt` shares the work among the caller's threads ...
 pub const ORK_MT_COOP: u32 = 0;
@@ -157,6 +163,8 @@ pub struct ork_config {
     pub emu_strict: u32,
     /// Non-zero: the emulator runs every planned hardware task on its own (slower, same bits).
     pub emu_per_task: u32,
+    /// `ORK_CACHE_PIN` or `ORK_CACHE_LRU`.
+    pub cache_policy: u32,
 }
 
 /// The caller's threads for `ork_mul_mat_id_mt`.
@@ -247,6 +255,7 @@ const SMALL_BATCH: [(u32, SmallBatch); 2] = [
     (ORK_MIN_ROWS_DECLINE, SmallBatch::Decline),
     (ORK_MIN_ROWS_CPU, SmallBatch::Cpu),
 ];
+const POLICY: [(u32, Policy); 2] = [(ORK_CACHE_PIN, Policy::Pin), (ORK_CACHE_LRU, Policy::Lru)];
 const VERIFY: [(u32, Verify); 2] = [
     (ORK_CACHE_VERIFY_SAMPLED, Verify::Sampled),
     (ORK_CACHE_VERIFY_FULL, Verify::Full),
@@ -314,6 +323,7 @@ fn to_c_config(c: &Config) -> ork_config {
         log_level: code_of(&LOG_LEVELS, &c.log_level),
         emu_strict: d.emu.strict as u32,
         emu_per_task: d.emu.per_task as u32,
+        cache_policy: code_of(&POLICY, &c.cache_policy),
     }
 }
 
@@ -372,6 +382,7 @@ fn from_c_config(c: &ork_config, base: Config) -> Result<Config, Error> {
     cfg.min_rows = c.min_rows;
     cfg.small_batch = value_of(&SMALL_BATCH, c.min_rows_mode, "min_rows_mode")?;
     cfg.cache_verify = value_of(&VERIFY, c.cache_verify, "cache_verify")?;
+    cfg.cache_policy = value_of(&POLICY, c.cache_policy, "cache_policy")?;
     cfg.mt_mode = value_of(&MT_MODES, c.mt_mode, "mt_mode")?;
     cfg.log_level = value_of(&LOG_LEVELS, c.log_level, "log_level")?;
     Ok(cfg)

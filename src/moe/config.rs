@@ -1,7 +1,7 @@
 //! The configuration of one context (the C `ork_config`): typed, with defaults, and no knowledge
 //! of where the values came from (`crate::config` reads the environment).
 
-use super::cache::Verify;
+use super::cache::{Policy, Verify};
 use crate::npu::DeviceConfig;
 
 /// What happens to calls below `min_rows` rows per expert.
@@ -30,6 +30,7 @@ pub struct Config {
     pub device: DeviceConfig,
     /// Expert cache budget in bytes.
     pub cache_bytes: u64,
+    pub cache_policy: Policy,
     pub cache_verify: Verify,
     /// Calls whose average rows per used expert (`Problem::rows_per_expert`) are below this go
     /// to `small_batch`.
@@ -45,6 +46,7 @@ impl Default for Config {
         Config {
             device: DeviceConfig::default(),
             cache_bytes: 1 << 30,
+            cache_policy: Policy::Pin,
             cache_verify: Verify::Sampled,
             min_rows: 8,
             small_batch: SmallBatch::Decline,

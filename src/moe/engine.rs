@@ -66,7 +66,7 @@ impl Engine {
             ));
         }
         Ok(Engine {
-            experts: Experts::new(config.cache_bytes, config.cache_verify),
+            experts: Experts::new(config.cache_bytes, config.cache_policy, config.cache_verify),
             isa: config.device.host.isa,
             config,
             device,
@@ -453,6 +453,7 @@ impl Engine {
             cache_hits: cache.hits,
             cache_misses: cache.misses,
             cache_evictions: cache.evictions,
+            cache_bypassed: cache.bypassed,
             bytes_inflated: load(&c.bytes_inflated),
             submits_run_i8: dev.submits[0],
             submits_chain: dev.submits[1],

@@ -1,6 +1,8 @@
 //! An expert's int8 weights: found in the cache, or inflated now (and cached).
 
-use super::cache::{fingerprint, name_hash, Cache, CacheStats, Expert, Key, Lookup, Verify};
+use super::cache::{
+    fingerprint, name_hash, Cache, CacheStats, Expert, Key, Lookup, Policy, Verify,
+};
 use super::call::try_vec;
 use super::desc::Problem;
 use super::{Error, ErrorKind};
@@ -24,9 +26,9 @@ pub(super) enum Source {
 }
 
 impl Experts {
-    pub fn new(budget: u64, verify: Verify) -> Experts {
+    pub fn new(budget: u64, policy: Policy, verify: Verify) -> Experts {
         Experts {
-            cache: Cache::new(budget),
+            cache: Cache::new(budget, policy),
             verify,
         }
     }

@@ -59,6 +59,8 @@ pub struct Stats {
     pub cache_hits: u64,
     pub cache_misses: u64,
     pub cache_evictions: u64,
+    /// Inflated experts the cache did not keep (budget full of entries worth keeping).
+    pub cache_bypassed: u64,
     pub bytes_inflated: u64,
     pub submits_run_i8: u64,
     pub submits_stream: u64,
