@@ -129,10 +129,14 @@ if [[ ! -f $applied ]]; then
     cat "${patches[@]}" >"$applied"
 fi
 
-if [[ ! -f $build/build.ninja ]]; then
+# Configured with exactly these flags, one per line (a cache written by other flags is configured again).
+configured=$root/configured-flags
+if [[ ! -f $build/build.ninja ]] || ! printf '%s\n' "${cmake_flags[@]}" | cmp -s - "$configured"; then
     log "configuring $build"
+    rm -f "$configured"
     cmake -S "$src" -B "$build" "${cmake_flags[@]}" >"$root/configure.log" 2>&1 ||
         { tail -30 "$root/configure.log" >&2; die "cmake configure failed (log: $root/configure.log)"; }
+    printf '%s\n' "${cmake_flags[@]}" >"$configured"
 fi
 
 log "building $targets (log: $root/build.log)"
