@@ -284,3 +284,39 @@ fn emu_and_cpu_agree_bit_for_bit_and_match_the_reference() {
         assert!(nmse < 5e-4, "{shape:?}: NMSE {nmse:e}");
     }
 }
+
+#[test]
+fn deep_k_is_summed_from_segments_bit_for_bit() {
+    // The emulator takes K <= 10240 per GEMM: deeper experts run as depth segments whose int32
+    // products add up to the whole one; the CPU backend takes any K in one piece.
+    let (emu, cpu) = (engine(BackendChoice::Emu), engine(BackendChoice::Cpu));
+    let cases = [
+        (GgmlType::Q4_0, 8192),
+        (GgmlType::Q4_0, 8224),
+        (GgmlType::Q4_0, 10240),
+        (GgmlType::Q4_0, 10272),
+        (GgmlType::Q4_0, 14336),
+        (GgmlType::Q4_K, 16384),
+    ];
+    for (i, (ty, k)) in cases.into_iter().enumerate() {
+        let shape = Shape {
+            ty,
+            k,
+            n: 32,
+            n_expert: 4,
+            n_used: 2,
+            n_tokens: 16,
+            b_rows: 2,
+            dst_gap: 1,
+        };
+        let case = Case::new(shape, 200 + i as u64);
+        let on_emu = case.run(&emu, 1);
+        assert!(on_emu == case.run(&cpu, 1), "K={k}: emu and cpu differ");
+        assert!(
+            on_emu == case.run(&emu, 2),
+            "K={k}: cooperative run differs"
+        );
+        let submits = emu.stats().submits_run_i8;
+        assert!(submits > 0, "K={k}: the device ran the GEMMs");
+    }
+}

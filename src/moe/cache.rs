@@ -119,11 +119,26 @@ pub fn fingerprint(
     Fingerprint(h)
 }
 
-/// One inflated expert: native B (`kp × np`, synced to the device) and one scale per channel
-/// (`np` long; padding channels 0).
+/// One inflated expert: native int8 B (synced to the device) and one scale per channel (`np`
+/// long; padding channels 0).
+///
+/// B is one native `kp × np` matrix, or, for a depth beyond what one device GEMM takes, one
+/// native matrix per depth segment, back to back: segment `s` covers depth `segments[s].k0..k1`
+/// at element `segments[s].b_offset`. Either way the int8 values are those of inflating the whole
+/// row (one scale per channel over all of K), so the segments' int32 products sum to the full one.
 pub struct Expert {
     pub b: Buffer<i8>,
     pub chan: Vec<f32>,
+    pub segments: Vec<Segment>,
+}
+
+/// A depth range of an [`Expert`]'s B.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Segment {
+    pub k0: usize,
+    pub k1: usize,
+    /// Where this segment's native B starts in `Expert::b`.
+    pub b_offset: usize,
 }
 
 impl Expert {
@@ -286,6 +301,7 @@ mod tests {
         Arc::new(Expert {
             b: dev.alloc::<i8>(len, flags::CPU_FILLED, 0).unwrap(),
             chan: vec![1.0; 32],
+            segments: Vec::new(),
         })
     }
 

@@ -1,5 +1,6 @@
 //! The engine: the two phases of a call, on the library's pool or on the caller's threads.
 
+use super::cache::Segment;
 use super::call::{plan_items, try_vec, Call, CallKey, Joining, Prepared, QuantShare};
 use super::desc::{validate, Problem, TensorDesc};
 use super::expert::{Experts, Source};
@@ -11,7 +12,7 @@ use super::stats::{bump, load, Counters, Stage, Stages, Stats};
 use super::{Config, Error, ErrorKind, MtMode, SmallBatch};
 use crate::isa::Isa;
 use crate::layout::Tiles;
-use crate::npu::{in_stream_envelope, BackendKind, Device, MatMul};
+use crate::npu::{in_stream_envelope, BackendKind, Buffer, Device, MatMul};
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -369,45 +370,60 @@ impl Engine {
     ) -> Result<(), Error> {
         let t = Instant::now();
         let p = &call.plan.problem;
-        let kp = self.tiles.pad(p.k);
-        let (m, nc) = (g.len, n1 - n0);
-        let b_offset = self.tiles.b_len(kp, n0);
         let rows = call.routing().rows_of(g);
-        if call.plan.on_cpu {
-            let shape = crate::gemm::Shape { m, kp, np: nc };
-            let b = &prep.expert.b.as_slice()[b_offset..b_offset + self.tiles.b_len(kp, nc)];
-            let mut c = try_vec(self.tiles.c_len(m, nc), 0i32, "GEMM output")?;
-            crate::gemm::gemm_isa(self.isa, &self.tiles, shape, prep.a.as_slice(), b, &mut c);
-            bump(&self.counters.cpu_gemms, 1);
-            call.clock.add(Stage::Gemm, t);
-            let t = Instant::now();
-            self.scatter(p, rows, prep, (n0, n1), &c, io.dst);
-            call.clock.add(Stage::Scatter, t);
-            return Ok(());
-        }
+        let (m, nc) = (g.len, n1 - n0);
+        let segments = &prep.expert.segments;
+        // The int32 product of one depth segment, into `c` (native C, m × nc).
+        let product = |seg: &Segment, c: &mut Buffer<i32>| -> Result<(), Error> {
+            let ks = seg.k1 - seg.k0;
+            let (a_offset, b_offset) = (seg.k0 * m, seg.b_offset + self.tiles.b_len(ks, n0));
+            if call.plan.on_cpu {
+                let shape = crate::gemm::Shape { m, kp: ks, np: nc };
+                let a = &prep.a.as_slice()[a_offset..a_offset + self.tiles.a_len(m, ks)];
+                let b = &prep.expert.b.as_slice()[b_offset..b_offset + self.tiles.b_len(ks, nc)];
+                crate::gemm::gemm_isa(self.isa, &self.tiles, shape, a, b, c.as_mut_slice());
+                bump(&self.counters.cpu_gemms, 1);
+                return Ok(());
+            }
+            let mm = MatMul {
+                m,
+                k: ks,
+                n: nc,
+                a: &prep.a,
+                a_offset,
+                b: &prep.expert.b,
+                b_offset,
+                c_offset: 0,
+            };
+            // The stream envelope holds for the padded K too: 512 is a multiple of the padding.
+            let sub = if in_stream_envelope(ks) {
+                self.device.prepare_stream_i8(vec![mm], c)?
+            } else {
+                self.device.prepare_i8(mm, c)?
+            };
+            sub.run_share(0, 1);
+            sub.finish()?;
+            Ok(c.sync_from_device()?)
+        };
         let mut c = self.spare_c.take(&self.device, self.tiles.c_len(m, nc))?;
-        let mm = MatMul {
-            m,
-            k: kp,
-            n: nc,
-            a: &prep.a,
-            a_offset: 0,
-            b: &prep.expert.b,
-            b_offset,
-            c_offset: 0,
-        };
-        // The stream envelope holds for the padded K too: 512 is a multiple of the padding.
-        let sub = if in_stream_envelope(kp) {
-            self.device.prepare_stream_i8(vec![mm], &mut c)?
-        } else {
-            self.device.prepare_i8(mm, &mut c)?
-        };
-        sub.run_share(0, 1);
-        sub.finish()?;
-        c.sync_from_device()?;
+        product(&segments[0], &mut c)?;
+        // Deeper than one device GEMM: the segments' int32 products add up to the full one
+        // exactly (|sum| <= K·127·127 < 2^31 for the K validation admits).
+        let mut sum: Option<Vec<i32>> = None;
+        for seg in &segments[1..] {
+            let acc = match &mut sum {
+                Some(acc) => acc,
+                None => sum.insert(c.as_slice()[..self.tiles.c_len(m, nc)].to_vec()),
+            };
+            product(seg, &mut c)?;
+            for (a, &x) in acc.iter_mut().zip(c.as_slice()) {
+                *a += x;
+            }
+        }
         call.clock.add(Stage::Gemm, t);
         let t = Instant::now();
-        self.scatter(p, rows, prep, (n0, n1), c.as_slice(), io.dst);
+        let c_int = sum.as_deref().unwrap_or(c.as_slice());
+        self.scatter(p, rows, prep, (n0, n1), c_int, io.dst);
         self.spare_c.give(c);
         call.clock.add(Stage::Scatter, t);
         Ok(())

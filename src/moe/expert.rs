@@ -1,7 +1,7 @@
 //! An expert's int8 weights: found in the cache, or inflated now (and cached).
 
 use super::cache::{
-    fingerprint, name_hash, Cache, CacheStats, Expert, Key, Lookup, Policy, Verify,
+    fingerprint, name_hash, Cache, CacheStats, Expert, Key, Lookup, Policy, Segment, Verify,
 };
 use super::call::try_vec;
 use super::desc::Problem;
@@ -75,8 +75,8 @@ impl Experts {
             n: p.n,
             k: p.k,
         };
-        inflate_expert_with(isa, &w, tiles, b.as_mut_slice(), &mut chan).map_err(
-            |err| match err {
+        let inflate = |out: &mut [i8], chan: &mut [f32]| {
+            inflate_expert_with(isa, &w, tiles, out, chan).map_err(|err| match err {
                 InflateError::NonFiniteScale { row, block } => Error::new(
                     ErrorKind::InvalidArgument,
                     format!("as: expert {e}, row {row}, block {block} has a NaN or infinite scale"),
@@ -85,11 +85,43 @@ impl Experts {
                     ErrorKind::Internal,
                     format!("inflating expert {e}: {other}"),
                 ),
-            },
-        )?;
+            })
+        };
+        let depths = tiles.k_segments(kp, device.max_k());
+        let mut segments = Vec::with_capacity(depths.len());
+        if let [(k0, k1)] = depths[..] {
+            inflate(b.as_mut_slice(), &mut chan)?;
+            segments.push(Segment {
+                k0,
+                k1,
+                b_offset: 0,
+            });
+        } else {
+            // Deeper than one device GEMM: inflate the whole rows (one scale per channel over all
+            // of K), then lay each depth range out as a native B of its own.
+            let mut whole = try_vec(tiles.b_len(kp, np), 0i8, "inflated expert")?;
+            inflate(&mut whole, &mut chan)?;
+            let mut at = 0;
+            for (k0, k1) in depths {
+                let len = tiles.b_len(k1 - k0, np);
+                tiles.copy_b_depth(
+                    &whole,
+                    kp,
+                    np,
+                    (k0, k1),
+                    &mut b.as_mut_slice()[at..at + len],
+                );
+                segments.push(Segment {
+                    k0,
+                    k1,
+                    b_offset: at,
+                });
+                at += len;
+            }
+        }
         b.sync_to_device()?;
         let written = b.len() as u64;
-        let x = Arc::new(Expert { b, chan });
+        let x = Arc::new(Expert { b, chan, segments });
         self.cache.insert(key, fp, Arc::clone(&x));
         Ok((x, Source::Inflated(written)))
     }

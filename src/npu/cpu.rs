@@ -63,6 +63,10 @@ impl Backend for Cpu {
         Tiles::RK3588
     }
 
+    fn max_k(&self) -> usize {
+        usize::MAX
+    }
+
     fn alloc_i8(&self, len: usize, _flags: u32, _domain: u32) -> Result<Box<dyn Storage<i8>>> {
         Ok(Box::new(CpuStorage {
             data: vec![0i8; len],

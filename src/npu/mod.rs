@@ -400,6 +400,8 @@ pub trait Backend: Send + Sync {
     fn kind(&self) -> BackendKind;
     /// Tile sizes of the native layouts this backend expects.
     fn tiles(&self) -> Tiles;
+    /// The deepest (padded) K one `run_i8` GEMM takes; deeper ones are split by the caller.
+    fn max_k(&self) -> usize;
     fn alloc_i8(&self, len: usize, flags: u32, domain: u32) -> Result<Box<dyn Storage<i8>>>;
     fn alloc_i32(&self, len: usize, flags: u32, domain: u32) -> Result<Box<dyn Storage<i32>>>;
     /// Checks the backend's own rules (envelopes, domains, syncs) and plans the submit.
@@ -602,6 +604,12 @@ impl Device {
     /// Tile sizes of the native layouts the backend expects (from the runtime on `rknn`).
     pub fn tiles(&self) -> Tiles {
         self.backend.tiles()
+    }
+
+    /// The deepest (padded) K of one `run_i8` GEMM: deeper GEMMs are summed from depth segments
+    /// by the caller (int32 partial sums add up exactly).
+    pub fn max_k(&self) -> usize {
+        self.backend.max_k()
     }
 
     /// Default core mask of `run_i8` (initially all cores).

@@ -341,6 +341,10 @@ impl Backend for Emu {
         Tiles::RK3588
     }
 
+    fn max_k(&self) -> usize {
+        RUN_MAX_K
+    }
+
     fn alloc_i8(&self, len: usize, flags: u32, domain: u32) -> Result<Box<dyn Storage<i8>>> {
         Ok(Box::new(self.alloc::<i8>(len, flags, domain)?))
     }

@@ -32,8 +32,8 @@ use std::sync::{Arc, Mutex};
 use sys::{Api, Context, IoAttr, MatmulInfo, TensorAttr, TensorMem};
 
 /// Largest K of one `run_i8` here. The runtime takes up to 10240, but above 8192 it wants B split
-/// into K-segments, a layout the crate's packer does not produce; deeper GEMMs get
-/// [`Error::Envelope`] and the caller splits K.
+/// into K-segments of its own layout; deeper GEMMs get [`Error::Envelope`], and the engine sums
+/// them from depth segments of at most this K (`Device::max_k`).
 const MAX_K: usize = 8192;
 /// Matmul contexts kept before unused ones are destroyed.
 const CONTEXT_CACHE: usize = 256;
@@ -453,6 +453,10 @@ impl Backend for Rknn {
 
     fn tiles(&self) -> Tiles {
         self.tiles
+    }
+
+    fn max_k(&self) -> usize {
+        MAX_K
     }
 
     fn alloc_i8(&self, len: usize, flags: u32, domain: u32) -> Result<Box<dyn Storage<i8>>> {
