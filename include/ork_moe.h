@@ -250,6 +250,38 @@ ork_result ork_mul_mat_id_mt(struct ork_ctx *ctx,
                              const struct ork_tensor *dst,
                              const struct ork_threads *th);
 
+// Check of a pair: two `MUL_MAT_ID`s of one input (`b`, `ids`), e.g. a MoE FFN's gate and up,
+// with weights `as0`, `as1` of one type and shape and outputs `dst0`, `dst1`. `ORK_OK` if
+// [`ork_mul_mat_id_pair`] would compute both (each expert's two weight matrices as one GEMM);
+// otherwise the caller runs them as two calls. Metadata only, same answer on every thread.
+ork_result ork_mul_mat_id_pair_check(const struct ork_ctx *ctx,
+                                     const struct ork_tensor *as0,
+                                     const struct ork_tensor *as1,
+                                     const struct ork_tensor *b,
+                                     const struct ork_tensor *ids,
+                                     const struct ork_tensor *dst0,
+                                     const struct ork_tensor *dst1);
+
+// `dst0 = mul_mat_id(as0, b, ids)` and `dst1 = mul_mat_id(as1, b, ids)` in one call, on the
+// library's own pool. Results are bit for bit those of two `ork_mul_mat_id` calls.
+ork_result ork_mul_mat_id_pair(struct ork_ctx *ctx,
+                               const struct ork_tensor *as0,
+                               const struct ork_tensor *as1,
+                               const struct ork_tensor *b,
+                               const struct ork_tensor *ids,
+                               const struct ork_tensor *dst0,
+                               const struct ork_tensor *dst1);
+
+// The cooperative form of [`ork_mul_mat_id_pair`] (as [`ork_mul_mat_id_mt`]).
+ork_result ork_mul_mat_id_pair_mt(struct ork_ctx *ctx,
+                                  const struct ork_tensor *as0,
+                                  const struct ork_tensor *as1,
+                                  const struct ork_tensor *b,
+                                  const struct ork_tensor *ids,
+                                  const struct ork_tensor *dst0,
+                                  const struct ork_tensor *dst1,
+                                  const struct ork_threads *th);
+
 // Message of the last failed call on this thread ("" if none). Valid until the next failing
 // call on this thread.
 const char *ork_last_error(void);

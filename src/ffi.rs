@@ -22,7 +22,7 @@
 use crate::isa::Isa;
 use crate::moe::cache::{Policy, Verify};
 use crate::moe::desc::TensorDesc;
-use crate::moe::{Config, Engine, Error, ErrorKind, Inputs, MtMode, SmallBatch};
+use crate::moe::{Config, Engine, Error, ErrorKind, Inputs, MtMode, PairInputs, Plan, SmallBatch};
 use crate::npu::{BackendChoice, BackendKind, CoreMask};
 use crate::quant::{dequantize_row, GgmlType};
 use std::cell::RefCell;
@@ -483,37 +483,134 @@ fn desc<'a>(t: *const ork_tensor, what: &str) -> Result<TensorDesc<'a>, Error> {
     })
 }
 
-type Descs<'a> = [TensorDesc<'a>; 4];
-
-fn descs<'a>(
-    w: *const ork_tensor,
-    b: *const ork_tensor,
-    ids: *const ork_tensor,
-    dst: *const ork_tensor,
-) -> Result<Descs<'a>, Error> {
-    Ok([
-        desc(w, "as")?,
-        desc(b, "b")?,
-        desc(ids, "ids")?,
-        desc(dst, "dst")?,
-    ])
+/// The descriptors of one call: `as`, `b`, `ids`, `dst`, and for a pair the second `as` and `dst`.
+struct Call<'a> {
+    w: TensorDesc<'a>,
+    b: TensorDesc<'a>,
+    ids: TensorDesc<'a>,
+    dst: TensorDesc<'a>,
+    pair: Option<(TensorDesc<'a>, TensorDesc<'a>)>,
 }
 
-/// Views of the tensors over the extents validation computed.
-fn inputs<'a>(d: &Descs<'a>, p: &crate::moe::desc::Problem) -> Inputs<'a> {
-    // SAFETY: validation checked every pointer non-NULL, 4-byte alignment of the f32/i32 tensors,
-    // that each extent fits the address space, and that dst overlaps no input; the caller
-    // guarantees each tensor's memory is valid for its extent during the call and that nothing
-    // else accesses dst meanwhile. AtomicU32 has the size and alignment of f32.
-    unsafe {
-        Inputs {
-            weights: std::slice::from_raw_parts(d[0].addr as *const u8, p.w_extent),
-            name: d[0].name,
-            b: std::slice::from_raw_parts(d[1].addr as *const f32, p.b_extent / 4),
-            ids: std::slice::from_raw_parts(d[2].addr as *const i32, p.ids_extent / 4),
-            dst: std::slice::from_raw_parts(d[3].addr as *const AtomicU32, p.dst_extent / 4),
+impl<'a> Call<'a> {
+    fn single(
+        w: *const ork_tensor,
+        b: *const ork_tensor,
+        ids: *const ork_tensor,
+        dst: *const ork_tensor,
+    ) -> Result<Call<'a>, Error> {
+        Ok(Call {
+            w: desc(w, "as")?,
+            b: desc(b, "b")?,
+            ids: desc(ids, "ids")?,
+            dst: desc(dst, "dst")?,
+            pair: None,
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn pair(
+        w0: *const ork_tensor,
+        w1: *const ork_tensor,
+        b: *const ork_tensor,
+        ids: *const ork_tensor,
+        dst0: *const ork_tensor,
+        dst1: *const ork_tensor,
+    ) -> Result<Call<'a>, Error> {
+        let mut call = Call::single(w0, b, ids, dst0)?;
+        call.pair = Some((desc(w1, "as1")?, desc(dst1, "dst1")?));
+        Ok(call)
+    }
+
+    fn plan(&self, engine: &Engine) -> Result<Plan, Error> {
+        match &self.pair {
+            None => engine.plan(&self.w, &self.b, &self.ids, &self.dst),
+            Some((w1, d1)) => engine.plan_pair(&self.w, w1, &self.b, &self.ids, &self.dst, d1),
         }
     }
+
+    /// Views of the tensors over the extents validation computed for `plan`.
+    fn inputs(&self, plan: &Plan) -> Inputs<'a> {
+        let p = &plan.problem;
+        // Validation checked every pointer non-NULL, 4-byte alignment of the f32/i32 tensors, that
+        // each extent fits the address space, and that no dst overlaps an input or the other dst;
+        // the caller guarantees each tensor's memory is valid for its extent during the call and
+        // that nothing else accesses a dst meanwhile. AtomicU32 has the size and alignment of f32.
+        let bytes = |d: &TensorDesc, len: usize| {
+            // SAFETY: as above.
+            unsafe { std::slice::from_raw_parts(d.addr as *const u8, len) }
+        };
+        let out = |d: &TensorDesc, len: usize| {
+            // SAFETY: as above.
+            unsafe { std::slice::from_raw_parts(d.addr as *const AtomicU32, len / 4) }
+        };
+        // SAFETY: as above.
+        let (b, ids) = unsafe {
+            (
+                std::slice::from_raw_parts(self.b.addr as *const f32, p.b_extent / 4),
+                std::slice::from_raw_parts(self.ids.addr as *const i32, p.ids_extent / 4),
+            )
+        };
+        let pair = match (&self.pair, &plan.pair) {
+            (Some((w1, d1)), Some(p1)) => Some(PairInputs {
+                weights: bytes(w1, p1.w_extent),
+                name: w1.name,
+                dst: out(d1, p1.dst_extent),
+            }),
+            _ => None,
+        };
+        Inputs {
+            weights: bytes(&self.w, p.w_extent),
+            name: self.w.name,
+            b,
+            ids,
+            dst: out(&self.dst, p.dst_extent),
+            pair,
+        }
+    }
+}
+
+/// The caller's threads, checked.
+fn threads(th: *const ork_threads) -> Result<ork_threads, Error> {
+    // SAFETY: a non-NULL `th` points to a readable ork_threads, by contract.
+    let th = *unsafe { th.as_ref() }.ok_or_else(|| invalid("threads: descriptor is NULL"))?;
+    if th.nth < 1 || th.ith < 0 || th.ith >= th.nth {
+        return Err(invalid(&format!(
+            "threads: ith {} / nth {} out of range",
+            th.ith, th.nth
+        )));
+    }
+    if th.barrier.is_none() && th.nth > 1 {
+        return Err(invalid("threads: barrier is NULL with nth > 1"));
+    }
+    Ok(th)
+}
+
+/// Runs `call` on the library's pool (`th` None) or cooperatively on the caller's threads.
+fn run(ctx: *const ork_ctx, call: Result<Call, Error>, th: Option<ork_threads>) -> ork_result {
+    guard(|| {
+        let ctx = ctx_ref(ctx)?;
+        let call = call?;
+        let plan = call.plan(&ctx.engine).inspect_err(|e| {
+            // One count per call: by its first thread.
+            if e.kind == ErrorKind::NotHandled && th.is_none_or(|t| t.ith == 0) {
+                ctx.engine.note_declined();
+            }
+        })?;
+        let io = call.inputs(&plan);
+        let Some(th) = th else {
+            return ctx.engine.run(plan, &io).map(drop);
+        };
+        let mut barrier = || {
+            if let Some(f) = th.barrier {
+                // SAFETY: the caller's barrier function with the caller's argument.
+                unsafe { f(th.barrier_arg) }
+            }
+        };
+        ctx.engine
+            .run_mt(plan, &io, th.ith as usize, th.nth as usize, &mut barrier)
+            .map(drop)
+    })
 }
 
 /// Metadata-only check (no tensor data read): `ORK_OK` if the call would be handled,
@@ -528,9 +625,9 @@ pub extern "C" fn ork_mul_mat_id_check(
     dst: *const ork_tensor,
 ) -> ork_result {
     guard(|| {
-        let ctx = ctx_ref(ctx)?;
-        let d = descs(as_, b, ids, dst)?;
-        ctx.engine.plan(&d[0], &d[1], &d[2], &d[3]).map(drop)
+        Call::single(as_, b, ids, dst)?
+            .plan(&ctx_ref(ctx)?.engine)
+            .map(drop)
     })
 }
 
@@ -551,20 +648,7 @@ pub extern "C" fn ork_mul_mat_id(
     ids: *const ork_tensor,
     dst: *const ork_tensor,
 ) -> ork_result {
-    guard(|| {
-        let ctx = ctx_ref(ctx)?;
-        let d = descs(as_, b, ids, dst)?;
-        let plan = ctx
-            .engine
-            .plan(&d[0], &d[1], &d[2], &d[3])
-            .inspect_err(|e| {
-                if e.kind == ErrorKind::NotHandled {
-                    ctx.engine.note_declined();
-                }
-            })?;
-        let io = inputs(&d, &plan.problem);
-        ctx.engine.run(plan, &io).map(drop)
-    })
+    run(ctx, Call::single(as_, b, ids, dst), None)
 }
 
 /// Cooperative form: ALL `th->nth` threads call it with identical tensors. Phase 1 (routing,
@@ -580,39 +664,64 @@ pub extern "C" fn ork_mul_mat_id_mt(
     dst: *const ork_tensor,
     th: *const ork_threads,
 ) -> ork_result {
+    match threads(th) {
+        Ok(th) => run(ctx, Call::single(as_, b, ids, dst), Some(th)),
+        Err(e) => guard(|| Err(e)),
+    }
+}
+
+/// Check of a pair: two `MUL_MAT_ID`s of one input (`b`, `ids`), e.g. a MoE FFN's gate and up,
+/// with weights `as0`, `as1` of one type and shape and outputs `dst0`, `dst1`. `ORK_OK` if
+/// [`ork_mul_mat_id_pair`] would compute both (each expert's two weight matrices as one GEMM);
+/// otherwise the caller runs them as two calls. Metadata only, same answer on every thread.
+#[no_mangle]
+pub extern "C" fn ork_mul_mat_id_pair_check(
+    ctx: *const ork_ctx,
+    as0: *const ork_tensor,
+    as1: *const ork_tensor,
+    b: *const ork_tensor,
+    ids: *const ork_tensor,
+    dst0: *const ork_tensor,
+    dst1: *const ork_tensor,
+) -> ork_result {
     guard(|| {
-        let ctx = ctx_ref(ctx)?;
-        // SAFETY: a non-NULL `th` points to a readable ork_threads, by contract.
-        let th = *unsafe { th.as_ref() }.ok_or_else(|| invalid("threads: descriptor is NULL"))?;
-        if th.nth < 1 || th.ith < 0 || th.ith >= th.nth {
-            return Err(invalid(&format!(
-                "threads: ith {} / nth {} out of range",
-                th.ith, th.nth
-            )));
-        }
-        if th.barrier.is_none() && th.nth > 1 {
-            return Err(invalid("threads: barrier is NULL with nth > 1"));
-        }
-        let d = descs(as_, b, ids, dst)?;
-        let plan = ctx
-            .engine
-            .plan(&d[0], &d[1], &d[2], &d[3])
-            .inspect_err(|e| {
-                if e.kind == ErrorKind::NotHandled && th.ith == 0 {
-                    ctx.engine.note_declined();
-                }
-            })?;
-        let io = inputs(&d, &plan.problem);
-        let mut barrier = || {
-            if let Some(f) = th.barrier {
-                // SAFETY: the caller's barrier function with the caller's argument.
-                unsafe { f(th.barrier_arg) }
-            }
-        };
-        ctx.engine
-            .run_mt(plan, &io, th.ith as usize, th.nth as usize, &mut barrier)
-            .map(drop)
+        let call = Call::pair(as0, as1, b, ids, dst0, dst1)?;
+        call.plan(&ctx_ref(ctx)?.engine).map(drop)
     })
+}
+
+/// `dst0 = mul_mat_id(as0, b, ids)` and `dst1 = mul_mat_id(as1, b, ids)` in one call, on the
+/// library's own pool. Results are bit for bit those of two `ork_mul_mat_id` calls.
+#[no_mangle]
+pub extern "C" fn ork_mul_mat_id_pair(
+    ctx: *mut ork_ctx,
+    as0: *const ork_tensor,
+    as1: *const ork_tensor,
+    b: *const ork_tensor,
+    ids: *const ork_tensor,
+    dst0: *const ork_tensor,
+    dst1: *const ork_tensor,
+) -> ork_result {
+    run(ctx, Call::pair(as0, as1, b, ids, dst0, dst1), None)
+}
+
+/// The cooperative form of [`ork_mul_mat_id_pair`] (as [`ork_mul_mat_id_mt`]).
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub extern "C" fn ork_mul_mat_id_pair_mt(
+    ctx: *mut ork_ctx,
+    as0: *const ork_tensor,
+    as1: *const ork_tensor,
+    b: *const ork_tensor,
+    ids: *const ork_tensor,
+    dst0: *const ork_tensor,
+    dst1: *const ork_tensor,
+    th: *const ork_threads,
+) -> ork_result {
+    match threads(th) {
+        Ok(th) => run(ctx, Call::pair(as0, as1, b, ids, dst0, dst1), Some(th)),
+        Err(e) => guard(|| Err(e)),
+    }
 }
 
 /// Message of the last failed call on this thread ("" if none). Valid until the next failing

@@ -4,7 +4,7 @@
 //! runs too, and both must be within int8 accuracy of an f64 reference.
 
 use ork_moe::moe::desc::{TensorDesc, GGML_TYPE_I32};
-use ork_moe::moe::{Config, Engine, Inputs};
+use ork_moe::moe::{Config, Engine, Inputs, PairInputs};
 use ork_moe::npu::{BackendChoice, DeviceConfig};
 use ork_moe::quant::{dequantize_row, GgmlType};
 use ork_moe::testutil::Rng;
@@ -131,26 +131,49 @@ impl Case {
             b: &self.b[..p.b_extent / 4],
             ids: &self.ids[..p.ids_extent / 4],
             dst: &dst[..p.dst_extent / 4],
+            pair: None,
         };
-        if threads == 1 {
-            engine.run(plan, &io).expect("the call runs");
-        } else {
-            let barrier = Barrier::new(threads);
-            std::thread::scope(|scope| {
-                for ith in 0..threads {
-                    let (plan, io, barrier) = (plan.clone(), &io, &barrier);
-                    scope.spawn(move || {
-                        let mut wait = || {
-                            barrier.wait();
-                        };
-                        engine
-                            .run_mt(plan, io, ith, threads, &mut wait)
-                            .expect("the cooperative call runs");
-                    });
-                }
-            });
-        }
+        run_plan(engine, plan, &io, threads);
         dst.into_iter().map(AtomicU32::into_inner).collect()
+    }
+
+    /// The same activations and ids with other weights: the second projection of a pair.
+    fn sibling(&self, seed: u64) -> Case {
+        Case {
+            weights: Case::new(self.s, seed).weights,
+            b: self.b.clone(),
+            ids: self.ids.clone(),
+            ..*self
+        }
+    }
+
+    /// Both `dst`s of the pair (`self`, `second`) in one call on `engine`.
+    fn run_pair(&self, second: &Case, engine: &Engine, threads: usize) -> (Vec<u32>, Vec<u32>) {
+        let new_dst = || -> Vec<AtomicU32> {
+            (0..self.dst_len()).map(|_| AtomicU32::new(SENTINEL)).collect()
+        };
+        let (dst0, dst1) = (new_dst(), new_dst());
+        let [w0, b, ids, d0] = self.descs(&dst0);
+        let [w1, _, _, d1] = second.descs(&dst1);
+        let plan = engine
+            .plan_pair(&w0, &w1, &b, &ids, &d0, &d1)
+            .expect("a valid pair");
+        let (p0, p1) = (&plan.problem, plan.pair.as_ref().expect("a pair plan"));
+        let io = Inputs {
+            weights: &self.weights[..p0.w_extent],
+            name: w0.name,
+            b: &self.b[..p0.b_extent / 4],
+            ids: &self.ids[..p0.ids_extent / 4],
+            dst: &dst0[..p0.dst_extent / 4],
+            pair: Some(PairInputs {
+                weights: &second.weights[..p1.w_extent],
+                name: w1.name,
+                dst: &dst1[..p1.dst_extent / 4],
+            }),
+        };
+        run_plan(engine, plan, &io, threads);
+        let bits = |d: Vec<AtomicU32>| d.into_iter().map(AtomicU32::into_inner).collect();
+        (bits(dst0), bits(dst1))
     }
 
     /// The f64 result of the dequantized weights and the f32 activations, `[token][slot][n]`.
@@ -175,12 +198,41 @@ impl Case {
     }
 }
 
+/// Runs `plan` from a single caller, or from `threads` cooperating through a barrier.
+fn run_plan(engine: &Engine, plan: ork_moe::moe::Plan, io: &Inputs, threads: usize) {
+    if threads == 1 {
+        engine.run(plan, io).expect("the call runs");
+        return;
+    }
+    let barrier = Barrier::new(threads);
+    std::thread::scope(|scope| {
+        for ith in 0..threads {
+            let (plan, barrier) = (plan.clone(), &barrier);
+            scope.spawn(move || {
+                let mut wait = || {
+                    barrier.wait();
+                };
+                engine
+                    .run_mt(plan, io, ith, threads, &mut wait)
+                    .expect("the cooperative call runs");
+            });
+        }
+    });
+}
+
 fn engine(backend: BackendChoice) -> Engine {
+    engine_on(backend, DeviceConfig::default().host.threads)
+}
+
+/// An engine whose single-caller runs use `threads` threads.
+fn engine_on(backend: BackendChoice, threads: usize) -> Engine {
+    let mut device = DeviceConfig {
+        backend,
+        ..DeviceConfig::default()
+    };
+    device.host.threads = threads;
     Engine::new(Config {
-        device: DeviceConfig {
-            backend,
-            ..DeviceConfig::default()
-        },
+        device,
         // Every call through the device path, whatever its size.
         min_rows: 0,
         ..Config::default()
@@ -319,4 +371,65 @@ fn deep_k_is_summed_from_segments_bit_for_bit() {
         let submits = emu.stats().submits_run_i8;
         assert!(submits > 0, "K={k}: the device ran the GEMMs");
     }
+}
+
+#[test]
+fn a_pair_equals_its_two_calls_bit_for_bit() {
+    // Gate and up of one expert as one GEMM: same bits as two calls, one submit per expert (one
+    // thread: several would split a large expert's channels into several submits).
+    let (emu, cpu) = (engine_on(BackendChoice::Emu, 1), engine(BackendChoice::Cpu));
+    let shapes = [
+        SHAPES[0], // N = 100: padding channels between the two projections' blocks
+        SHAPES[4], // K = 2048: the stream envelope
+        Shape {
+            ty: GgmlType::Q4_0,
+            k: 14336,
+            n: 40,
+            n_expert: 4,
+            n_used: 2,
+            n_tokens: 8,
+            b_rows: 1,
+            dst_gap: 3,
+        }, // deep K: depth segments of both projections
+    ];
+    for (i, &shape) in shapes.iter().enumerate() {
+        let gate = Case::new(shape, 300 + i as u64);
+        let up = gate.sibling(400 + i as u64);
+        let separate = (gate.run(&emu, 1), up.run(&emu, 1));
+        let before = emu.stats();
+        assert!(gate.run_pair(&up, &emu, 1) == separate, "{shape:?}: pair differs");
+        let after = emu.stats();
+        let submits = |s: &ork_moe::moe::Stats| s.submits_run_i8 + s.submits_stream;
+        let experts_used = {
+            let mut ids = gate.ids.clone();
+            ids.sort_unstable();
+            ids.dedup();
+            ids.len() as u64
+        };
+        let segments = shape.k.div_ceil(10240) as u64;
+        assert_eq!(submits(&after) - submits(&before), experts_used * segments, "{shape:?}");
+        assert!(gate.run_pair(&up, &emu, 3) == separate, "{shape:?}: cooperative pair");
+        assert!(gate.run_pair(&up, &cpu, 1) == separate, "{shape:?}: cpu pair");
+    }
+}
+
+#[test]
+fn a_fused_gate_up_tensor_is_one_call() {
+    // llama.cpp's ffn_gate_up_exps: one MUL_MAT_ID with N = 2·n_ff, split into views afterwards.
+    let shape = Shape {
+        ty: GgmlType::Q4_K,
+        k: 2048,
+        n: 1536,
+        n_expert: 8,
+        n_used: 4,
+        n_tokens: 8,
+        b_rows: 1,
+        dst_gap: 0,
+    };
+    let case = Case::new(shape, 500);
+    let (emu, cpu) = (engine_on(BackendChoice::Emu, 1), engine(BackendChoice::Cpu));
+    let on_emu = case.run(&emu, 1);
+    assert!(on_emu == case.run(&cpu, 1));
+    let stats = emu.stats();
+    assert_eq!(stats.submits_stream, stats.experts_inflated, "one submit per expert");
 }

@@ -126,6 +126,7 @@ impl Case {
             b: &self.b,
             ids: &self.ids,
             dst: &self.dst,
+            pair: None,
         };
         let stages = engine.run(plan, &io).map_err(|e| e.to_string())?;
         let total_us = start.elapsed().as_secs_f64() * 1e6;

@@ -59,11 +59,21 @@ pub struct Key {
     pub n: usize,
     pub row_stride: usize,
     pub name_hash: u64,
+    /// For the two projections of a pair inflated together: the second one's identity (its
+    /// address mixed with its name hash); 0 for a single projection.
+    pub pair: usize,
 }
 
 /// Hash of (some of) an expert's bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Fingerprint(u64);
+
+impl Fingerprint {
+    /// The fingerprint of two experts kept as one entry.
+    pub fn with(self, other: Fingerprint) -> Fingerprint {
+        Fingerprint(hash_bytes(self.0, &other.0.to_le_bytes()))
+    }
+}
 
 /// A 64-bit FNV-1a variant working on 8-byte words (tail bytes one by one); not cryptographic,
 /// only a change detector.
@@ -313,6 +323,7 @@ mod tests {
             n: 32,
             row_stride: 18,
             name_hash: name_hash(Some("w")),
+            pair: 0,
         }
     }
 

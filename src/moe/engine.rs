@@ -3,7 +3,7 @@
 use super::cache::Segment;
 use super::call::{plan_items, try_vec, Call, CallKey, Joining, Prepared, QuantShare};
 use super::desc::{validate, Problem, TensorDesc};
-use super::expert::{Experts, Source};
+use super::expert::{Experts, Source, Weights};
 use super::quantize::quantize_row;
 use super::route::{Group, Routing, Row};
 use super::scatter::{publish, scale_row, QUAD};
@@ -28,14 +28,33 @@ pub struct Inputs<'a> {
     pub b: &'a [f32],
     pub ids: &'a [i32],
     pub dst: &'a [AtomicU32],
+    /// The second projection of a pair ([`Engine::plan_pair`]).
+    pub pair: Option<PairInputs<'a>>,
+}
+
+/// The second projection's own tensors in a pair call: its weights and its `dst`.
+pub struct PairInputs<'a> {
+    pub weights: &'a [u8],
+    pub name: Option<&'a str>,
+    pub dst: &'a [AtomicU32],
 }
 
 /// A call the engine takes: the validated problem and where its GEMMs run.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Plan {
     pub problem: Problem,
+    /// A pair: the second projection, with the same activations, ids, weight type and shape as
+    /// `problem` and its own weights and `dst`. Each expert's two projections are one GEMM.
+    pub pair: Option<Problem>,
     /// Small batch under [`SmallBatch::Cpu`]: GEMMs on the CPU int8 kernels.
     pub on_cpu: bool,
+}
+
+impl Plan {
+    /// The projections of the call: one, or both of a pair.
+    pub fn problems(&self) -> impl Iterator<Item = &Problem> {
+        std::iter::once(&self.problem).chain(&self.pair)
+    }
 }
 
 /// The engine behind one `ork_ctx`. Safe to use from several threads at once.
@@ -91,7 +110,56 @@ impl Engine {
         ids: &TensorDesc,
         dst: &TensorDesc,
     ) -> Result<Plan, Error> {
-        let problem = validate(w, b, ids, dst)?;
+        self.policy(validate(w, b, ids, dst)?, None)
+    }
+
+    /// [`Engine::plan`] for two projections of one input (gate and up of a MoE FFN): `w0`/`dst0`
+    /// and `w1`/`dst1` share `b` and `ids`, and the weights share type and shape. Each expert's
+    /// two weight matrices are inflated into one native B, so one GEMM per expert computes both.
+    #[allow(clippy::too_many_arguments)]
+    pub fn plan_pair(
+        &self,
+        w0: &TensorDesc,
+        w1: &TensorDesc,
+        b: &TensorDesc,
+        ids: &TensorDesc,
+        dst0: &TensorDesc,
+        dst1: &TensorDesc,
+    ) -> Result<Plan, Error> {
+        let (p0, p1) = (validate(w0, b, ids, dst0)?, validate(w1, b, ids, dst1)?);
+        if (p0.wtype, p0.k, p0.n, p0.n_expert) != (p1.wtype, p1.k, p1.n, p1.n_expert) {
+            return Err(Error::new(
+                ErrorKind::NotHandled,
+                format!(
+                    "a pair needs weights of one type and shape: {} {}x{}x{} and {} {}x{}x{}",
+                    p0.wtype.name(),
+                    p0.k,
+                    p0.n,
+                    p0.n_expert,
+                    p1.wtype.name(),
+                    p1.k,
+                    p1.n,
+                    p1.n_expert
+                ),
+            ));
+        }
+        // Each dst against the other dst and the other projection's weights (validate checked
+        // it against its own inputs).
+        let range = |d: &TensorDesc, len: usize| (d.addr, d.addr.saturating_add(len));
+        let (d0, d1) = (range(dst0, p0.dst_extent), range(dst1, p1.dst_extent));
+        let (a0, a1) = (range(w0, p0.w_extent), range(w1, p1.w_extent));
+        let meet = |x: (usize, usize), y: (usize, usize)| x.0 < y.1 && y.0 < x.1;
+        if meet(d0, d1) || meet(d0, a1) || meet(d1, a0) {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                "pair: a dst overlaps the other dst or the other projection's weights",
+            ));
+        }
+        self.policy(p0, Some(p1))
+    }
+
+    /// The small-batch policy for a validated call.
+    fn policy(&self, problem: Problem, pair: Option<Problem>) -> Result<Plan, Error> {
         let small = problem.rows_per_expert() < self.config.min_rows as usize;
         if small && self.config.small_batch == SmallBatch::Decline {
             return Err(Error::new(
@@ -105,6 +173,7 @@ impl Engine {
         }
         Ok(Plan {
             problem,
+            pair,
             on_cpu: small,
         })
     }
@@ -278,7 +347,8 @@ impl Engine {
             return;
         }
         let routing = call.routing();
-        let np = self.tiles.pad(call.plan.problem.n);
+        // A pair's GEMM covers both projections' padded channels.
+        let np = self.tiles.pad(call.plan.problem.n) * call.plan.problems().count();
         let (items, prepared) = call.items.get_or_init(|| {
             // The real NPU takes one submit per expert; splitting one over threads only pays
             // where the GEMM itself runs on the CPU.
@@ -312,15 +382,21 @@ impl Engine {
     fn prepare_group(&self, call: &Call, io: &Inputs, g: &Group) -> Result<Prepared, Error> {
         let p = &call.plan.problem;
         let t = Instant::now();
-        let (expert, source) = self.experts.get(
-            &self.device,
-            &self.tiles,
-            self.isa,
-            p,
-            io.weights,
-            io.name,
-            g.expert,
-        )?;
+        let mut weights = vec![Weights {
+            problem: p,
+            data: io.weights,
+            name: io.name,
+        }];
+        if let (Some(problem), Some(second)) = (&call.plan.pair, &io.pair) {
+            weights.push(Weights {
+                problem,
+                data: second.weights,
+                name: second.name,
+            });
+        }
+        let (expert, source) =
+            self.experts
+                .get(&self.device, &self.tiles, self.isa, &weights, g.expert)?;
         if let Source::Inflated(bytes) = source {
             bump(&self.counters.experts_inflated, 1);
             bump(&self.counters.bytes_inflated, bytes);
@@ -423,30 +499,45 @@ impl Engine {
         call.clock.add(Stage::Gemm, t);
         let t = Instant::now();
         let c_int = sum.as_deref().unwrap_or(c.as_slice());
-        self.scatter(p, rows, prep, (n0, n1), c_int, io.dst);
+        // Channel block j·np.. of a pair's product is projection j's.
+        let np = self.tiles.pad(p.n);
+        let dsts = std::iter::once(io.dst).chain(io.pair.as_ref().map(|x| x.dst));
+        for (j, (p, dst)) in call.plan.problems().zip(dsts).enumerate() {
+            let (lo, hi) = (n0.max(j * np), n1.min((j + 1) * np));
+            if lo < hi {
+                let c_part = &c_int[(lo - n0) * m..(hi - n0) * m];
+                let chan = &prep.expert.chan[lo..hi];
+                self.scatter(p, rows, prep, (lo - j * np, hi - j * np), chan, c_part, dst);
+            }
+        }
         self.spare_c.give(c);
         call.clock.add(Stage::Scatter, t);
         Ok(())
     }
 
-    /// `dst[n, slot, token] = C[m][n] · (row_scale[m] · chan[n])` for channels `n0..n1`
-    /// ([`scale_row`] per row).
+    /// `dst[n, slot, token] = C[m][n] · (row_scale[m] · chan[n])` for the padded channels `n0..n1`
+    /// of `p` ([`scale_row`] per row), from their native C block `c` and channel scales `chan`.
     ///
     /// Native C is [N/4][M][4]: the 4 rows of a block hold one 64-byte run per tile, so a block's
     /// tiles (one line each) are read from memory once, for its first row, and from L1 for the
     /// other three, while every `dst` row is written front to back.
+    #[allow(clippy::too_many_arguments)]
     fn scatter(
         &self,
         p: &Problem,
         rows: &[Row],
         prep: &Prepared,
         (n0, n1): (usize, usize),
+        chan: &[f32],
         c: &[i32],
         dst: &[AtomicU32],
     ) {
+        if n0 >= p.n {
+            return; // padding channels only
+        }
         let m = rows.len();
         let width = n1.min(p.n) - n0;
-        let (chan, _) = prep.expert.chan[n0..n1].as_chunks::<QUAD>();
+        let (chan, _) = chan.as_chunks::<QUAD>();
         let (c, _) = c.as_chunks::<QUAD>();
         for (mi, row) in rows.iter().enumerate() {
             let base = p.dst_offset(row.token as usize, row.slot as usize) + n0;

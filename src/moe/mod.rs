@@ -26,7 +26,7 @@ mod spares;
 mod stats;
 
 pub use config::{Config, MtMode, SmallBatch};
-pub use engine::{Engine, Inputs, Plan};
+pub use engine::{Engine, Inputs, PairInputs, Plan};
 pub use stats::{Stages, Stats};
 
 /// Why a call was not done. The C boundary maps each kind to its result code.
