@@ -150,7 +150,9 @@ impl Case {
     /// Both `dst`s of the pair (`self`, `second`) in one call on `engine`.
     fn run_pair(&self, second: &Case, engine: &Engine, threads: usize) -> (Vec<u32>, Vec<u32>) {
         let new_dst = || -> Vec<AtomicU32> {
-            (0..self.dst_len()).map(|_| AtomicU32::new(SENTINEL)).collect()
+            (0..self.dst_len())
+                .map(|_| AtomicU32::new(SENTINEL))
+                .collect()
         };
         let (dst0, dst1) = (new_dst(), new_dst());
         let [w0, b, ids, d0] = self.descs(&dst0);
@@ -397,7 +399,10 @@ fn a_pair_equals_its_two_calls_bit_for_bit() {
         let up = gate.sibling(400 + i as u64);
         let separate = (gate.run(&emu, 1), up.run(&emu, 1));
         let before = emu.stats();
-        assert!(gate.run_pair(&up, &emu, 1) == separate, "{shape:?}: pair differs");
+        assert!(
+            gate.run_pair(&up, &emu, 1) == separate,
+            "{shape:?}: pair differs"
+        );
         let after = emu.stats();
         let submits = |s: &ork_moe::moe::Stats| s.submits_run_i8 + s.submits_stream;
         let experts_used = {
@@ -407,9 +412,19 @@ fn a_pair_equals_its_two_calls_bit_for_bit() {
             ids.len() as u64
         };
         let segments = shape.k.div_ceil(10240) as u64;
-        assert_eq!(submits(&after) - submits(&before), experts_used * segments, "{shape:?}");
-        assert!(gate.run_pair(&up, &emu, 3) == separate, "{shape:?}: cooperative pair");
-        assert!(gate.run_pair(&up, &cpu, 1) == separate, "{shape:?}: cpu pair");
+        assert_eq!(
+            submits(&after) - submits(&before),
+            experts_used * segments,
+            "{shape:?}"
+        );
+        assert!(
+            gate.run_pair(&up, &emu, 3) == separate,
+            "{shape:?}: cooperative pair"
+        );
+        assert!(
+            gate.run_pair(&up, &cpu, 1) == separate,
+            "{shape:?}: cpu pair"
+        );
     }
 }
 
@@ -431,5 +446,8 @@ fn a_fused_gate_up_tensor_is_one_call() {
     let on_emu = case.run(&emu, 1);
     assert!(on_emu == case.run(&cpu, 1));
     let stats = emu.stats();
-    assert_eq!(stats.submits_stream, stats.experts_inflated, "one submit per expert");
+    assert_eq!(
+        stats.submits_stream, stats.experts_inflated,
+        "one submit per expert"
+    );
 }
