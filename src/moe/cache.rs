@@ -161,7 +161,7 @@ impl Expert {
 struct Slot {
     expert: Arc<Expert>,
     fingerprint: Fingerprint,
-    /// Lookup tick of the last use.
+    /// Tick (lookups and inserts) of the last use.
     last_used: u64,
 }
 
@@ -187,7 +187,7 @@ pub struct CacheStats {
 struct Inner {
     map: HashMap<Key, Slot>,
     tick: u64,
-    /// The reuse distance hits show (lookups between two uses of an entry), the largest one seen,
+    /// The reuse distance hits show (ticks between two uses of an entry), the largest one seen,
     /// decaying by 1/16 a hit so that it follows a workload that changes; 0 before the first hit.
     reuse: u64,
     stats: CacheStats,
@@ -254,6 +254,7 @@ impl Cache {
             return;
         }
         let mut g = self.lock();
+        g.tick += 1;
         let tick = g.tick;
         if let Some(old) = g.map.remove(&key) {
             g.stats.bytes -= old.expert.bytes();
