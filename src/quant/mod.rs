@@ -9,6 +9,7 @@
 mod blocks;
 mod dequant;
 pub mod fp16;
+pub mod vec_dot;
 
 pub use blocks::*;
 pub use dequant::*;
