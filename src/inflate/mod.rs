@@ -54,11 +54,13 @@
 #[cfg(target_arch = "aarch64")]
 mod neon;
 mod params;
+mod rotated;
 mod scalar;
 mod via_f32;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
+pub use rotated::inflate_expert_rotated;
 pub use via_f32::inflate_expert_via_f32;
 
 use crate::isa::Isa;
@@ -100,6 +102,8 @@ pub enum InflateError {
     NonFiniteScale { row: usize, block: usize },
     /// The requested kernel path cannot run on this CPU.
     IsaUnavailable(Isa),
+    /// A rotation of another order than the expert's K ([`inflate_expert_rotated`]).
+    RotationMismatch { k: usize, rotation_k: usize },
 }
 
 impl std::fmt::Display for InflateError {
@@ -132,6 +136,9 @@ impl std::fmt::Display for InflateError {
             }
             InflateError::IsaUnavailable(i) => {
                 write!(f, "kernel path {} unavailable here", i.name())
+            }
+            InflateError::RotationMismatch { k, rotation_k } => {
+                write!(f, "rotation of order {rotation_k} for weights of K = {k}")
             }
         }
     }
