@@ -205,6 +205,38 @@ impl ExpertWeights<'_> {
     fn row(&self, row: usize, row_bytes: usize) -> &[u8] {
         &self.data[row * self.row_stride..row * self.row_stride + row_bytes]
     }
+
+    /// Column `c` (input channel `c < k`) of the dequantized weights, `out[n]` = weight `(n, c)`
+    /// exactly as ggml dequantizes it: the one block holding `c` is dequantized per row (32
+    /// values for the 32-wide types, 256 for the k-quants). For the outlier-split lever, which
+    /// needs a few columns in f32.
+    pub fn dequantize_column(&self, c: usize, out: &mut [f32]) -> Result<(), InflateError> {
+        let row_bytes = self
+            .ty
+            .row_bytes(self.k)
+            .filter(|_| GgmlType::QUANTIZED.contains(&self.ty) && c < self.k)
+            .ok_or(InflateError::Quant(QuantError::RowNotWholeBlocks {
+                ty: self.ty,
+                k: self.k,
+            }))?;
+        let (be, bb) = (self.ty.block_elems(), self.ty.block_bytes());
+        let mut block = vec![0f32; be];
+        for (n, o) in out[..self.n].iter_mut().enumerate() {
+            let at = n * self.row_stride + c / be * bb;
+            let bytes = self
+                .data
+                .get(at..at + bb)
+                .filter(|_| n * self.row_stride + row_bytes <= self.data.len());
+            let bytes = bytes.ok_or(InflateError::SourceTooShort {
+                needed: n * self.row_stride + row_bytes,
+                got: self.data.len(),
+            })?;
+            crate::quant::dequantize_row(self.ty, bytes, &mut block)
+                .map_err(InflateError::Quant)?;
+            *o = block[c % be];
+        }
+        Ok(())
+    }
 }
 
 /// Weights per contiguous run of native B (the B tile depth the kernels require).

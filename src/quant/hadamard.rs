@@ -57,7 +57,10 @@ impl std::fmt::Display for Construction {
 }
 
 fn is_prime(n: usize) -> bool {
-    n >= 2 && (2..).take_while(|d| d * d <= n).all(|d| n % d != 0)
+    n >= 2
+        && (2..)
+            .take_while(|d| d * d <= n)
+            .all(|d| !n.is_multiple_of(d))
 }
 
 /// Paley I: for a prime `q ≡ 3 (mod 4)`, `H = I + [[0, 1ᵀ], [−1, Q]]` with `Q[i][j] = χ(j − i)`
