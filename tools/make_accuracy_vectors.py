@@ -8,7 +8,9 @@ for this project) and keeps, per chosen layer, the two FFN matmuls:
           residual stream after the norm, with the model's own outlier channels);
   - down: output.dense,       K=1536 -> N=384;  its input is GELU(up), non-negative-heavy and sparse.
 Each layer becomes one "expert" of a MUL_MAT_ID: the probe routes tokens to layers. Files:
-  manifest.txt                    one line per matmul: name k n experts tokens
+  manifest.txt                    one line per matmul: name k n experts tokens, then type=NMSE for each weight
+                                  type: Q4's own error, the NMSE of the outputs with the dequantized weights
+                                  against those with the original f32 weights (f64, over every expert x token)
   <name>.act.f32                  [expert][token][k] f32 activations (the matmul's real input)
   <name>.<type>.blocks            [expert][n rows of k] ggml blocks: q4_0 (gguf's quantizer, byte-identical to
                                   ggml's reference), and q4_K where K allows (K % 256 == 0: only down, K=1536;
@@ -202,9 +204,18 @@ def main():
             w.tofile(src)
             subprocess.run(["bash", oracle, "quantize", "q4_K", str(k), src, os.path.join(args.out, f"{name}.q4_K.blocks")], check=True)
             os.remove(src)
-        manifest.append(f"{name} {k} {n} {len(layers)} {len(pick)}")
+        exact = np.einsum("etk,enk->etn", acts.astype(np.float64), w.astype(np.float64))
+        own = []
+        for tname, qt in (("q4_0", T.Q4_0), ("q4_K", T.Q4_K)):
+            path = os.path.join(args.out, f"{name}.{tname}.blocks")
+            if os.path.exists(path):
+                deq = quants.dequantize(np.fromfile(path, dtype=np.uint8), qt).reshape(w.shape).astype(np.float64)
+                y = np.einsum("etk,enk->etn", acts.astype(np.float64), deq)
+                own.append(f"{tname}={((y - exact) ** 2).sum() / (exact ** 2).sum():.4e}")
+        print(f"  Q4's own output error (NMSE): {' '.join(own)}")
+        manifest.append(f"{name} {k} {n} {len(layers)} {len(pick)} {' '.join(own)}")
     with open(os.path.join(args.out, "manifest.txt"), "w") as f:
-        f.write("# name k n experts tokens (written by tools/make_accuracy_vectors.py, layers "
+        f.write("# name k n experts tokens type=Q4's own NMSE (written by tools/make_accuracy_vectors.py, layers "
                 f"{args.layers} of all-MiniLM-L6-v2, Apache-2.0)\n" + "\n".join(manifest) + "\n")
     print("wrote", os.path.abspath(args.out))
 

@@ -48,6 +48,9 @@ struct Case {
     experts: Vec<Vec<u8>>,
     /// (expert, activation row of `k`) per (token, slot).
     rows: Vec<(usize, Vec<f32>)>,
+    /// Real weights: Q4's own error (NMSE of the outputs with dequantized against original
+    /// weights), from the vectors' manifest.
+    q4_own: Option<f64>,
 }
 
 impl Case {
@@ -83,6 +86,7 @@ struct Measured {
     nmse: Vec<f64>,
     /// Outlier lever: channels split per row (mean, max).
     outliers: (f64, usize),
+    q4_own: Option<f64>,
 }
 
 pub fn run(opts: &Options) -> Result<ExitCode, String> {
@@ -116,6 +120,14 @@ pub fn run(opts: &Options) -> Result<ExitCode, String> {
                     ("vs_ggml", Json::Num(nmse / r.nmse[0])),
                     ("default", Json::Bool(*path == DEFAULT_PATH)),
                     ("rows", Json::Int(r.rows as i64)),
+                    (
+                        "q4_own_nmse",
+                        r.q4_own.map_or(Json::Sci(f64::NAN), Json::Sci),
+                    ),
+                    (
+                        "of_q4_own",
+                        Json::Num(r.q4_own.map_or(f64::NAN, |q| nmse / q)),
+                    ),
                 ]);
             }
         }
@@ -142,6 +154,20 @@ pub fn run(opts: &Options) -> Result<ExitCode, String> {
     println!(
         "(default: {DEFAULT_PATH}; outl/row: channels the outlier lever splits per row, mean/max)"
     );
+    println!("\nreal weights: error added to Q4's own (NMSE of the path / NMSE of Q4 against the f32 weights)");
+    print!("{:<16} {:<5} {:>9}", "case", "type", "q4_own");
+    for p in PATHS {
+        print!(" {:>9}", p.strip_prefix("library_").unwrap_or(p));
+    }
+    println!();
+    for r in results.iter().filter(|r| r.q4_own.is_some()) {
+        let q = r.q4_own.expect("filtered");
+        print!("{:<16} {:<5} {:>9.2e}", r.case, r.ty.name(), q);
+        for v in &r.nmse {
+            print!(" {:>8.1}%", 100.0 * v / q);
+        }
+        println!();
+    }
     costs();
     Ok(ExitCode::SUCCESS)
 }
@@ -200,6 +226,7 @@ fn synthetic_cases(types: &[GgmlType]) -> Vec<Case> {
                 n,
                 experts: w,
                 rows,
+                q4_own: None,
             });
         }
     }
@@ -224,6 +251,12 @@ fn real_cases(dir: &Path, types: &[GgmlType]) -> Result<Vec<Case>, String> {
                 .ok_or_else(|| format!("{}: bad line {line:?}", manifest.display()))
         };
         let (name, k, n, experts, tokens) = (f[0], num(1)?, num(2)?, num(3)?, num(4)?);
+        let own = |ty: GgmlType| {
+            f[5..].iter().find_map(|kv| {
+                let (t, v) = kv.split_once('=')?;
+                (t == ty.name()).then(|| v.parse::<f64>().ok()).flatten()
+            })
+        };
         let read =
             |file: String| std::fs::read(dir.join(&file)).map_err(|e| format!("{file}: {e}"));
         let act: Vec<f32> = read(format!("{name}.act.f32"))?
@@ -270,6 +303,7 @@ fn real_cases(dir: &Path, types: &[GgmlType]) -> Result<Vec<Case>, String> {
                 n,
                 experts: blocks.chunks_exact(per).map(<[u8]>::to_vec).collect(),
                 rows,
+                q4_own: own(ty),
             });
         }
     }
@@ -348,6 +382,7 @@ fn measure(case: &Case) -> Result<Measured, String> {
         rows: case.rows.len(),
         nmse,
         outliers: outlier_stats,
+        q4_own: case.q4_own,
     })
 }
 
