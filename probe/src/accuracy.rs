@@ -13,7 +13,9 @@
 //! - `library_seg256`, `library_seg512`: one activation scale per K segment, one int8 GEMM per
 //!   segment, combined in f32 (`moe::segments`);
 //! - `library_outliers`: channels above 6 RMS (at most 8 per row) taken out of the int8 row and
-//!   added in f32 against the dequantized weight columns (`moe::outliers`).
+//!   added in f32 against the dequantized weight columns (`moe::outliers`);
+//! - `library_outliers_int8w`: the same with the correction's weights read from the inflated
+//!   int8 expert (`outliers::native_column`), what the engine can do without dequantizing.
 //!
 //! Cases: the synthetic ones of issue 13 (K=2048, N=64, 8 experts, 2 used per token, 32
 //! tokens; uniform activations with outlier channels ×10 and ×50, Gaussian, tiny), the same at
@@ -65,7 +67,7 @@ impl Case {
     }
 }
 
-const PATHS: [&str; 7] = [
+const PATHS: [&str; 8] = [
     "ggml",
     "library",
     "library_tinyfix",
@@ -73,6 +75,7 @@ const PATHS: [&str; 7] = [
     "library_seg256",
     "library_seg512",
     "library_outliers",
+    "library_outliers_int8w",
 ];
 /// The path the library takes by default today.
 const DEFAULT_PATH: &str = "library";
@@ -93,7 +96,7 @@ pub fn run(opts: &Options) -> Result<ExitCode, String> {
     let types = opts.types(&[GgmlType::Q4_0, GgmlType::Q4_K]);
     let mut cases = synthetic_cases(&types);
     let data = opts.data.clone().unwrap_or_else(|| {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/accuracy/minilm")
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/data/accuracy/minilm")
     });
     cases.extend(real_cases(&data, &types)?);
     let mut results = Vec::new();
@@ -318,6 +321,8 @@ enum Lever {
     Hadamard,
     Segments(usize),
     Outliers,
+    /// The same, the correction's weights from the inflated int8 expert.
+    OutliersInt8W,
 }
 
 fn measure(case: &Case) -> Result<Measured, String> {
@@ -367,6 +372,7 @@ fn measure(case: &Case) -> Result<Measured, String> {
         Lever::Segments(256),
         Lever::Segments(512),
         Lever::Outliers,
+        Lever::OutliersInt8W,
     ] {
         let (y, stats) = library(case, lever).map_err(e)?;
         if lever == Lever::Outliers {
@@ -442,7 +448,7 @@ fn library(
                     segments::quantize_row_segments(x, seg, q, &mut s);
                     s
                 }
-                Lever::Outliers => vec![outliers::split_row(
+                Lever::Outliers | Lever::OutliersInt8W => vec![outliers::split_row(
                     x,
                     Rule::DEFAULT,
                     &mut scratch,
@@ -466,7 +472,11 @@ fn library(
         for ch in split.iter().flatten() {
             if !columns.contains_key(ch) {
                 let mut col = vec![0f32; n];
-                w.dequantize_column(*ch, &mut col)?;
+                if lever == Lever::OutliersInt8W {
+                    outliers::native_column(&tiles, kp, &b, &chan, *ch, &mut col);
+                } else {
+                    w.dequantize_column(*ch, &mut col)?;
+                }
                 columns.insert(*ch, col);
             }
         }

@@ -207,9 +207,9 @@ impl ExpertWeights<'_> {
     }
 
     /// Column `c` (input channel `c < k`) of the dequantized weights, `out[n]` = weight `(n, c)`
-    /// exactly as ggml dequantizes it: the one block holding `c` is dequantized per row (32
-    /// values for the 32-wide types, 256 for the k-quants). For the outlier-split lever, which
-    /// needs a few columns in f32.
+    /// exactly as ggml dequantizes it (one weight decoded per row,
+    /// [`crate::quant::dequantize_element`]). For the outlier-split lever, which needs a few
+    /// columns in f32.
     pub fn dequantize_column(&self, c: usize, out: &mut [f32]) -> Result<(), InflateError> {
         let row_bytes = self
             .ty
@@ -219,21 +219,21 @@ impl ExpertWeights<'_> {
                 ty: self.ty,
                 k: self.k,
             }))?;
+        let needed = if self.n == 0 {
+            0
+        } else {
+            (self.n - 1) * self.row_stride + row_bytes
+        };
+        if self.data.len() < needed {
+            return Err(InflateError::SourceTooShort {
+                needed,
+                got: self.data.len(),
+            });
+        }
         let (be, bb) = (self.ty.block_elems(), self.ty.block_bytes());
-        let mut block = vec![0f32; be];
         for (n, o) in out[..self.n].iter_mut().enumerate() {
             let at = n * self.row_stride + c / be * bb;
-            let bytes = self
-                .data
-                .get(at..at + bb)
-                .filter(|_| n * self.row_stride + row_bytes <= self.data.len());
-            let bytes = bytes.ok_or(InflateError::SourceTooShort {
-                needed: n * self.row_stride + row_bytes,
-                got: self.data.len(),
-            })?;
-            crate::quant::dequantize_row(self.ty, bytes, &mut block)
-                .map_err(InflateError::Quant)?;
-            *o = block[c % be];
+            *o = crate::quant::dequantize_element(self.ty, &self.data[at..at + bb], c % be);
         }
         Ok(())
     }

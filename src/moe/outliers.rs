@@ -4,12 +4,14 @@
 //! For a row `x`, channels with `|x_c| > factor · RMS(x)` (at most `max_channels`, largest
 //! first) are the row's outliers `O`. The int8 row is `x` with `O` zeroed (so its scale comes
 //! from the rest), and the device sees a plain int8 GEMM of those rows: NPU and CPU results stay
-//! equal bit for bit. The output is `C · (row_scale · chan_scale) + Σ_{c ∈ O} x_c · w[n][c]` with
-//! `w[n][c]` ggml's f32 weight (`ExpertWeights::dequantize_column`). Cost: `|O| · N` CPU
-//! multiply-adds per row, plus the weight columns (one block dequantized per row and distinct
-//! channel of an expert).
+//! equal bit for bit. The output is `C · (row_scale · chan_scale) + Σ_{c ∈ O} x_c · w[n][c]`. The
+//! weight column `w[·][c]` is either ggml's f32 weight (`ExpertWeights::dequantize_column`: one
+//! block dequantized per output channel) or, cheaper, the inflated expert's own int8 weight
+//! times its channel scale ([`native_column`]: N bytes read from the cached native B, no
+//! dequantization). Cost: `|O| · N` CPU multiply-adds per row, plus the columns.
 
 use super::quantize::{quantize_row_scaled, RowScale};
+use crate::layout::Tiles;
 
 /// When a channel is an outlier.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -66,6 +68,14 @@ pub fn correction<'a>(
         .fold(0f32, |acc, &c| acc + x[c] * column(c)[n])
 }
 
+/// Column `c` of an inflated expert: `out[n] = chan[n] · B[n][c]` for `n < out.len()`, from
+/// native B of padded depth `kp` and its channel scales.
+pub fn native_column(tiles: &Tiles, kp: usize, b: &[i8], chan: &[f32], c: usize, out: &mut [f32]) {
+    for (n, o) in out.iter_mut().enumerate() {
+        *o = chan[n] * b[tiles.b_index(kp, n, c)] as f32;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -99,5 +109,20 @@ mod tests {
             }
         };
         assert_eq!(correction(&x, &[7, 100], 2, col), -40.0 * 0.5 + 20.0 * 0.25);
+    }
+
+    #[test]
+    fn native_column_reads_the_inflated_weights() {
+        let t = Tiles::RK3588;
+        let (n, k) = (40, 64);
+        let w: Vec<i8> = (0..n * k).map(|i| (i % 251) as i8).collect();
+        let mut b = vec![0i8; t.b_len(k, t.pad(n))];
+        t.pack_b(&w, n, k, &mut b);
+        let chan: Vec<f32> = (0..n).map(|i| 0.5 + i as f32).collect();
+        let mut col = vec![0f32; n];
+        native_column(&t, k, &b, &chan, 33, &mut col);
+        for i in 0..n {
+            assert_eq!(col[i], chan[i] * w[i * k + 33] as f32);
+        }
     }
 }
