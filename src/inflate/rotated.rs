@@ -14,6 +14,9 @@ use super::{check, ExpertWeights, InflateError};
 use crate::layout::Tiles;
 use crate::quant::hadamard::Rotation;
 
+/// Weight rows rotated together.
+const LANES: usize = 16;
+
 /// Inflates `W·Rᵀ` into native B and channel scales (the outputs of [`super::inflate_expert`],
 /// for rotated weights). `rot.k()` must equal `w.k`.
 pub fn inflate_expert_rotated(
@@ -31,10 +34,21 @@ pub fn inflate_expert_rotated(
         });
     }
     let mut f = dequantize_expert(w, &shape)?;
-    let mut rotated = vec![0f32; w.k];
-    for row in f.chunks_exact_mut(w.k.max(1)) {
-        rot.apply(row, &mut rotated);
-        row.copy_from_slice(&rotated);
+    // LANES rows at a time, interleaved, so each step of the transform is one vector operation
+    // for all of them (bit-identical to rotating each row alone).
+    let mut lanes = vec![[0f32; LANES]; w.k];
+    for group in f.chunks_mut(LANES * w.k.max(1)) {
+        for (l, row) in group.chunks_exact(w.k).enumerate() {
+            for (v, &x) in lanes.iter_mut().zip(row) {
+                v[l] = x;
+            }
+        }
+        rot.apply_lanes(&mut lanes);
+        for (l, row) in group.chunks_exact_mut(w.k).enumerate() {
+            for (x, v) in row.iter_mut().zip(&lanes) {
+                *x = v[l];
+            }
+        }
     }
     quantize_channels(&f, w, &shape, tiles, b_native, chan_scales)
 }

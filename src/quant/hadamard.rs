@@ -105,14 +105,18 @@ fn sign(i: usize) -> f32 {
     }
 }
 
-/// In-place fast Walsh–Hadamard transform (unnormalized) of `x` (length a power of two).
-fn fwht(x: &mut [f32]) {
+/// In-place fast Walsh–Hadamard transform (unnormalized) of `x` (length a power of two), on `L`
+/// interleaved vectors at once (`x[i][lane]`; `L = 1` is one vector). Every lane sees the same
+/// operations in the same order, so lanes are bit-identical to separate transforms.
+fn fwht<const L: usize>(x: &mut [[f32; L]]) {
     let mut h = 1;
     while h < x.len() {
         for block in x.chunks_exact_mut(2 * h) {
             let (a, b) = block.split_at_mut(h);
             for (u, v) in a.iter_mut().zip(b) {
-                (*u, *v) = (*u + *v, *u - *v);
+                for l in 0..L {
+                    (u[l], v[l]) = (u[l] + v[l], u[l] - v[l]);
+                }
             }
         }
         h *= 2;
@@ -167,34 +171,63 @@ impl Rotation {
     /// `out = R · x` (`x` and `out` of length K).
     pub fn apply(&self, x: &[f32], out: &mut [f32]) {
         assert!(x.len() == self.k && out.len() == self.k, "length != K");
-        for ((o, &v), &s) in out.iter_mut().zip(x).zip(&self.signs) {
-            *o = v * s;
+        let v: &mut [[f32; 1]] = as_lanes(out);
+        for ((o, &xi), &s) in v.iter_mut().zip(x).zip(&self.signs) {
+            o[0] = xi * s;
         }
-        for block in out.chunks_exact_mut(self.walsh) {
+        self.transform(v);
+    }
+
+    /// `x[·][lane] = R · x[·][lane]` in place for `L` interleaved vectors of length K (the rotated
+    /// inflate rotates 16 weight rows at once: every butterfly becomes one vector operation).
+    /// Bit-identical to [`Rotation::apply`] of each lane.
+    pub fn apply_lanes<const L: usize>(&self, x: &mut [[f32; L]]) {
+        assert_eq!(x.len(), self.k, "length != K");
+        for (v, &s) in x.iter_mut().zip(&self.signs) {
+            for e in v.iter_mut() {
+                *e *= s;
+            }
+        }
+        self.transform(x);
+    }
+
+    /// `H` then the normalization, on sign-flipped lanes.
+    fn transform<const L: usize>(&self, x: &mut [[f32; L]]) {
+        for block in x.chunks_exact_mut(self.walsh) {
             fwht(block);
         }
         let p = self.paley_order();
         if p > 1 {
             // Element (i, j) of the p × walsh view is channel i·walsh + j: H_p mixes the rows.
             let w = self.walsh;
-            let mut col = vec![0f32; p];
+            let mut col = vec![[0f32; L]; p];
             for j in 0..w {
                 for (i, c) in col.iter_mut().enumerate() {
-                    *c = out[i * w + j];
+                    *c = x[i * w + j];
                 }
                 for i in 0..p {
                     let row = &self.paley[i * p..(i + 1) * p];
-                    out[i * w + j] =
-                        row.iter()
-                            .zip(&col)
-                            .fold(0f32, |acc, (&h, &c)| if h > 0 { acc + c } else { acc - c });
+                    let mut acc = [0f32; L];
+                    for (&h, c) in row.iter().zip(&col) {
+                        for l in 0..L {
+                            acc[l] = if h > 0 { acc[l] + c[l] } else { acc[l] - c[l] };
+                        }
+                    }
+                    x[i * w + j] = acc;
                 }
             }
         }
-        for o in out.iter_mut() {
-            *o *= self.norm;
+        for v in x.iter_mut() {
+            for e in v.iter_mut() {
+                *e *= self.norm;
+            }
         }
     }
+}
+
+/// `out` viewed as one-lane vectors (`[f32; 1]` has the layout of `f32`).
+fn as_lanes(out: &mut [f32]) -> &mut [[f32; 1]] {
+    out.as_chunks_mut::<1>().0
 }
 
 #[cfg(test)]
@@ -371,6 +404,35 @@ mod tests {
                 "K={k}"
             );
             assert!((dot(&a, &b) - dot(&ra, &rb)).abs() < 1e-5 * n, "K={k}");
+        }
+    }
+
+    #[test]
+    fn lanes_are_bit_identical_to_single_rotations() {
+        let mut rng = Rng::new(21);
+        for k in [768usize, 1408, 2048, 1632] {
+            let rot = Rotation::new(k);
+            let rows: Vec<Vec<f32>> = (0..16)
+                .map(|_| (0..k).map(|_| rng.normal()).collect())
+                .collect();
+            let mut lanes = vec![[0f32; 16]; k];
+            for (l, r) in rows.iter().enumerate() {
+                for (c, &v) in r.iter().enumerate() {
+                    lanes[c][l] = v;
+                }
+            }
+            rot.apply_lanes(&mut lanes);
+            let mut one = vec![0f32; k];
+            for (l, r) in rows.iter().enumerate() {
+                rot.apply(r, &mut one);
+                for c in 0..k {
+                    assert_eq!(
+                        one[c].to_bits(),
+                        lanes[c][l].to_bits(),
+                        "K={k} lane {l} ch {c}"
+                    );
+                }
+            }
         }
     }
 
