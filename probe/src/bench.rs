@@ -39,6 +39,8 @@ pub struct Options {
     pub rounds: Option<usize>,
     /// Fewer sizes and repeats.
     pub quick: bool,
+    /// (accuracy) folder of real-weights vectors.
+    pub data: Option<PathBuf>,
 }
 
 impl Options {
@@ -60,6 +62,7 @@ impl Options {
                 "--json" => o.json = true,
                 "--quick" => o.quick = true,
                 "--svg" => o.svg = Some(PathBuf::from(value()?)),
+                "--data" => o.data = Some(PathBuf::from(value()?)),
                 "--shapes" => o.shapes = Some(list(&value()?, parse_shape)?),
                 "--m" => o.m = Some(list(&value()?, parse_count)?),
                 "--types" => {
@@ -176,6 +179,8 @@ pub fn time<F: FnMut()>(warmup: usize, repeats: usize, mut f: F) -> Timing {
 pub enum Json<'a> {
     Str(&'a str),
     Num(f64),
+    /// A number printed in scientific notation (small errors).
+    Sci(f64),
     Int(i64),
     Bool(bool),
 }
@@ -193,7 +198,8 @@ pub fn print_json(rows: &[Vec<(&str, Json)>]) {
             match v {
                 Json::Str(s) => out.push_str(&format!("{s:?}")),
                 Json::Num(x) if x.is_finite() => out.push_str(&format!("{x:.4}")),
-                Json::Num(_) => out.push_str("null"),
+                Json::Sci(x) if x.is_finite() => out.push_str(&format!("{x:.4e}")),
+                Json::Num(_) | Json::Sci(_) => out.push_str("null"),
                 Json::Int(x) => out.push_str(&x.to_string()),
                 Json::Bool(b) => out.push_str(&b.to_string()),
             }

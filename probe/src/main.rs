@@ -4,6 +4,7 @@
 
 #![warn(clippy::undocumented_unsafe_blocks)]
 
+mod accuracy;
 mod bench;
 mod gemm;
 mod inflate;
@@ -15,7 +16,7 @@ mod sweep;
 use std::process::ExitCode;
 
 const USAGE: &str = "\
-usage: ork-probe [sweep|inflate|gemm|peak|moe] [options]
+usage: ork-probe [sweep|inflate|gemm|peak|moe|accuracy] [options]
 
 subcommands:
   sweep     (default) the M0 viability sweep: per expert shape, weight type and rows per expert,
@@ -25,6 +26,8 @@ subcommands:
   gemm      NPU backend GEMM vs CPU int8 (1 thread, all threads) at the A3B expert shapes
   peak      single-thread GOPS of every int8 GEMM path at the A3B shapes vs that path's peak
   moe       the whole MUL_MAT_ID call (qwen3-30b-a3b case), time split by stage, cold and warm cache
+  accuracy  NMSE of ggml's Q4xQ8 path, the library and its accuracy levers against an f64
+            reference, on issue 13's cases and real weights (--data), plus the levers' costs
 
 options (each subcommand uses those that apply to it):
   --json               one JSON array on stdout instead of the table
@@ -37,6 +40,7 @@ options (each subcommand uses those that apply to it):
   --paths P,...        (peak) kernel paths to measure (default: all with an int8 peak instruction)
   --rounds N           (peak) rounds; each number is the best round's (default 3)
   --quick              fewer rows per expert and repeats
+  --data DIR           (accuracy) real-weights vectors (default: tests/data/accuracy/minilm)
 
 The library's ORK_* environment variables (README) configure everything else; ORK_LOG sets the
 log level.
@@ -83,6 +87,7 @@ fn main() -> ExitCode {
         "gemm" => gemm::run(&opts, &cfg),
         "peak" => peak::run(&opts, &cfg),
         "moe" => moe::run(&opts, &cfg),
+        "accuracy" => accuracy::run(&opts),
         other => Err(format!("unknown subcommand {other:?}")),
     };
     match result {

@@ -19,9 +19,11 @@ mod config;
 pub mod desc;
 mod engine;
 mod expert;
+pub mod outliers;
 pub mod quantize;
 pub mod route;
 mod scatter;
+pub mod segments;
 mod spares;
 mod stats;
 
