@@ -126,6 +126,10 @@ typedef struct ork_config {
   uint32_t emu_per_task;
   // `ORK_CACHE_PIN` or `ORK_CACHE_LRU`.
   uint32_t cache_policy;
+  // The outlier split: at most this many channels per activation row ...
+  uint32_t outlier_max;
+  // ... above this multiple of the row's RMS are computed in f32; 0 turns the split off.
+  double outlier_factor;
 } ork_config;
 
 // Result of every fallible call.

@@ -11,6 +11,7 @@
 
 use crate::isa::Isa;
 use crate::moe::cache::{Policy, Verify};
+use crate::moe::outliers::Rule;
 use crate::moe::{Config, MtMode, SmallBatch};
 use crate::npu::{BackendChoice, CoreMask};
 use std::path::PathBuf;
@@ -120,6 +121,15 @@ pub const VARS: &[Var] = &[
         meaning: "how `ork_mul_mat_id_mt` uses the caller's threads: `coop` (each takes a share of the work) or `leader` (thread 0 runs the call on the library's pool, the others wait in the caller's barrier)",
         apply: |c, v| {
             c.mt_mode = word(v, &[("coop", MtMode::Coop), ("leader", MtMode::Leader)])?;
+            Ok(())
+        },
+    },
+    Var {
+        name: "ORK_OUTLIERS",
+        default: "6:8",
+        meaning: "outlier split of activation rows: `F:M` takes up to M channels above F times the row's RMS out of the int8 row into an f32 correction, `off` disables it (docs/ACCURACY.md)",
+        apply: |c, v| {
+            c.outliers = outliers(v)?;
             Ok(())
         },
     },
@@ -257,6 +267,24 @@ pub fn simd(name: &str) -> Result<Isa, String> {
     }
 }
 
+/// `off`, or `FACTOR:MAX` (a factor above 0, at least one channel).
+pub fn outliers(v: &str) -> Result<Option<Rule>, String> {
+    if v.eq_ignore_ascii_case("off") {
+        return Ok(None);
+    }
+    let want = "off or FACTOR:MAX, e.g. 6:8";
+    let (f, m) = v.split_once(':').ok_or(want)?;
+    let factor = number(f.trim(), true).map_err(|_| want)?;
+    let max_channels: usize = m.trim().parse().map_err(|_| want)?;
+    if max_channels == 0 {
+        return Err(want.into());
+    }
+    Ok(Some(Rule {
+        factor: factor as f32,
+        max_channels,
+    }))
+}
+
 /// One of `choices`' words, any case.
 fn word<T: Copy>(v: &str, choices: &[(&'static str, T)]) -> Result<T, String> {
     let lower = v.to_ascii_lowercase();
@@ -328,6 +356,7 @@ mod tests {
             ("ORK_EMU_STRICT", "1"),
             ("ORK_EMU_DUMP", "/tmp/d"),
             ("ORK_MIN_ROWS", " "),
+            ("ORK_OUTLIERS", "4:16"),
         ])
         .unwrap();
         assert_eq!(c.device.backend, BackendChoice::Cpu);
@@ -341,6 +370,14 @@ mod tests {
         assert!(c.device.emu.strict);
         assert_eq!(c.device.emu.dump, Some(PathBuf::from("/tmp/d")));
         assert_eq!(c.min_rows, Config::default().min_rows, "blank is unset");
+        assert_eq!(
+            c.outliers,
+            Some(Rule {
+                factor: 4.0,
+                max_channels: 16
+            })
+        );
+        assert_eq!(parse(&[("ORK_OUTLIERS", "OFF")]).unwrap().outliers, None);
     }
 
     #[test]
@@ -356,6 +393,8 @@ mod tests {
             ("ORK_EMU_SUBMIT_US", "NaN"),
             ("ORK_EMU_STRICT", "maybe"),
             ("ORK_LOG", "loud"),
+            ("ORK_OUTLIERS", "6"),
+            ("ORK_OUTLIERS", "6:0"),
         ] {
             let e = parse(&[(name, value)]).unwrap_err();
             assert!(e.starts_with(&format!("{name}=")), "{e}");

@@ -22,6 +22,7 @@
 use crate::isa::Isa;
 use crate::moe::cache::{Policy, Verify};
 use crate::moe::desc::TensorDesc;
+use crate::moe::outliers::Rule;
 use crate::moe::{Config, Engine, Error, ErrorKind, Inputs, MtMode, PairInputs, Plan, SmallBatch};
 use crate::npu::{BackendChoice, BackendKind, CoreMask};
 use crate::quant::{dequantize_row, GgmlType};
@@ -165,6 +166,10 @@ pub struct ork_config {
     pub emu_per_task: u32,
     /// `ORK_CACHE_PIN` or `ORK_CACHE_LRU`.
     pub cache_policy: u32,
+    /// The outlier split: at most this many channels per activation row ...
+    pub outlier_max: u32,
+    /// ... above this multiple of the row's RMS are computed in f32; 0 turns the split off.
+    pub outlier_factor: f64,
 }
 
 /// The caller's threads for `ork_mul_mat_id_mt`.
@@ -324,6 +329,8 @@ fn to_c_config(c: &Config) -> ork_config {
         emu_strict: d.emu.strict as u32,
         emu_per_task: d.emu.per_task as u32,
         cache_policy: code_of(&POLICY, &c.cache_policy),
+        outlier_max: c.outliers.map_or(0, |r| r.max_channels as u32),
+        outlier_factor: c.outliers.map_or(0.0, |r| r.factor as f64),
     }
 }
 
@@ -383,6 +390,18 @@ fn from_c_config(c: &ork_config, base: Config) -> Result<Config, Error> {
     cfg.small_batch = value_of(&SMALL_BATCH, c.min_rows_mode, "min_rows_mode")?;
     cfg.cache_verify = value_of(&VERIFY, c.cache_verify, "cache_verify")?;
     cfg.cache_policy = value_of(&POLICY, c.cache_policy, "cache_policy")?;
+    cfg.outliers = match (c.outlier_factor, c.outlier_max) {
+        (0.0, _) => None,
+        (f, max) if f.is_finite() && f > 0.0 && max > 0 => Some(Rule {
+            factor: f as f32,
+            max_channels: max as usize,
+        }),
+        (f, max) => {
+            return Err(invalid(&format!(
+                "config: outlier_factor {f} / outlier_max {max}: a factor above 0 and at least one channel, or factor 0 (off)"
+            )))
+        }
+    };
     cfg.mt_mode = value_of(&MT_MODES, c.mt_mode, "mt_mode")?;
     cfg.log_level = value_of(&LOG_LEVELS, c.log_level, "log_level")?;
     Ok(cfg)

@@ -451,3 +451,74 @@ fn a_fused_gate_up_tensor_is_one_call() {
         "one submit per expert"
     );
 }
+
+/// NMSE of `dst` against the f64 reference, over the rows written.
+fn nmse(case: &Case, dst: &[u32]) -> f64 {
+    let reference = case.reference();
+    let (mut err, mut norm) = (0f64, 0f64);
+    for (r, chunk) in dst.chunks_exact(case.dst_row()).enumerate() {
+        for (&got, &want) in chunk[..case.s.n].iter().zip(&reference[r * case.s.n..]) {
+            err += (f32::from_bits(got) as f64 - want).powi(2);
+            norm += want * want;
+        }
+    }
+    err / norm
+}
+
+#[test]
+fn outlier_activations_stay_within_ggmls_bound_by_default() {
+    // Issue 13's repro: K = 2048, N = 64, 8 experts, 2 slots, 32 tokens, activations in [-1, 1]
+    // except channel 7 = ±10·s and channel 1500 = 5·s in every token, s = 1 and 5 (×10, ×50).
+    // One int8 scale per row gave 1.4e-3 and 7e-3; the default outlier split takes those
+    // channels out of the int8 row.
+    let (emu, cpu) = (engine(BackendChoice::Emu), engine(BackendChoice::Cpu));
+    for (i, ty) in [GgmlType::Q4_0, GgmlType::Q4_K].into_iter().enumerate() {
+        for s in [1.0f32, 5.0] {
+            let shape = Shape {
+                ty,
+                k: 2048,
+                n: 64,
+                n_expert: 8,
+                n_used: 2,
+                n_tokens: 32,
+                b_rows: 1,
+                dst_gap: 0,
+            };
+            let mut case = Case::new(shape, 600 + i as u64);
+            for (t, row) in case.b.chunks_exact_mut(2048).enumerate() {
+                row[7] = if t % 2 == 0 { 10.0 * s } else { -10.0 * s };
+                row[1500] = 5.0 * s;
+            }
+            let on_emu = case.run(&emu, 1);
+            assert!(
+                on_emu == case.run(&cpu, 1),
+                "{ty:?} x{s}: emu and cpu differ"
+            );
+            let e = nmse(&case, &on_emu);
+            assert!(e < 5e-4, "{ty:?} x{}: NMSE {e:e}", 10.0 * s);
+        }
+    }
+}
+
+#[test]
+fn a_tiny_row_keeps_int8_resolution() {
+    // Every |x| about 1e-40 (subnormal): the row's scale is split so that the outputs are not
+    // flushed towards zero by a subnormal row scale times the channel scale.
+    let emu = engine(BackendChoice::Emu);
+    let shape = Shape {
+        ty: GgmlType::Q4_0,
+        k: 2048,
+        n: 64,
+        n_expert: 4,
+        n_used: 2,
+        n_tokens: 8,
+        b_rows: 1,
+        dst_gap: 0,
+    };
+    let mut case = Case::new(shape, 700);
+    for x in case.b.iter_mut() {
+        *x *= 1e-40;
+    }
+    let e = nmse(&case, &case.run(&emu, 1));
+    assert!(e < 5e-4, "tiny row NMSE {e:e}");
+}

@@ -3,6 +3,7 @@
 
 use super::cache::Expert;
 use super::engine::Plan;
+use super::quantize::RowScale;
 use super::route::{Group, Routing};
 use super::stats::StageClock;
 use super::{Error, ErrorKind};
@@ -14,18 +15,69 @@ use std::sync::{Arc, Mutex, OnceLock};
 /// Identity of a cooperative call: the four data addresses and the caller's thread count.
 pub(super) type CallKey = ([usize; 4], usize);
 
-/// One activation share: quantized rows `first..first + scales.len()`, each `kp` bytes.
+/// One activation share: quantized rows `first..first + scales.len()`, each `kp` bytes, and
+/// each row's outlier channels (`outliers[ends[r - 1]..ends[r]]`, none without the lever).
 pub(super) struct QuantShare {
     pub first: usize,
     pub q: Vec<i8>,
-    pub scales: Vec<f32>,
+    pub scales: Vec<RowScale>,
+    pub outliers: Vec<u32>,
+    pub ends: Vec<u32>,
 }
 
-/// A used expert ready for its GEMMs: weights, its rows in native A (synced), their scales.
+impl QuantShare {
+    /// The outlier channels of activation row `r` (an index of the call).
+    pub fn outliers_of(&self, r: usize) -> &[u32] {
+        let i = r - self.first;
+        let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
+        &self.outliers[start..self.ends[i] as usize]
+    }
+}
+
+/// A used expert ready for its GEMMs: weights, its rows in native A (synced), their scales, and
+/// the outlier correction of its rows.
 pub(super) struct Prepared {
     pub expert: Arc<Expert>,
     pub a: Buffer<i8>,
-    pub row_scales: Vec<f32>,
+    pub row_scales: Vec<RowScale>,
+    pub outliers: Option<Corrections>,
+}
+
+/// The f32 part of the outlier lever for one expert's rows: the weight columns of every outlier
+/// channel its rows have, and each row's (column, activation) pairs.
+pub(super) struct Corrections {
+    /// `columns[(proj · channels + i) · n ..][..n]`: projection `proj`'s weights of the `i`-th
+    /// channel, one per output channel (ggml's dequantized values).
+    pub columns: Vec<f32>,
+    pub channels: usize,
+    pub n: usize,
+    /// Row `mi`'s pairs are `terms[ends[mi - 1]..ends[mi]]`, in the row's channel order.
+    pub terms: Vec<(u32, f32)>,
+    pub ends: Vec<u32>,
+}
+
+impl Corrections {
+    /// `add[n - n0] = Σ x_c · w[n][c]` over row `mi`'s outlier channels, in their order, for
+    /// output channels `n0..n0 + add.len()` of projection `proj`; false when the row has none.
+    pub fn row(&self, mi: usize, proj: usize, n0: usize, add: &mut [f32]) -> bool {
+        let start = if mi == 0 {
+            0
+        } else {
+            self.ends[mi - 1] as usize
+        };
+        let terms = &self.terms[start..self.ends[mi] as usize];
+        if terms.is_empty() {
+            return false;
+        }
+        add.fill(0.0);
+        for &(i, x) in terms {
+            let col = &self.columns[(proj * self.channels + i as usize) * self.n + n0..];
+            for (a, &w) in add.iter_mut().zip(col) {
+                *a += x * w;
+            }
+        }
+        true
+    }
 }
 
 pub(super) type PreparedSlot = OnceLock<Result<Prepared, Error>>;

@@ -2,6 +2,7 @@
 //! of where the values came from (`crate::config` reads the environment).
 
 use super::cache::{Policy, Verify};
+use super::outliers::Rule;
 use crate::npu::DeviceConfig;
 
 /// What happens to calls below `min_rows` rows per expert.
@@ -37,6 +38,8 @@ pub struct Config {
     pub min_rows: u32,
     pub small_batch: SmallBatch,
     pub mt_mode: MtMode,
+    /// The outlier split of activation rows (docs/ACCURACY.md); `None`: one int8 scale per row.
+    pub outliers: Option<Rule>,
     /// Most verbose library log level (process-wide: the last context created sets it).
     pub log_level: log::LevelFilter,
 }
@@ -51,6 +54,7 @@ impl Default for Config {
             min_rows: 8,
             small_batch: SmallBatch::Decline,
             mt_mode: MtMode::Coop,
+            outliers: Some(Rule::DEFAULT),
             log_level: log::LevelFilter::Warn,
         }
     }

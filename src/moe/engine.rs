@@ -1,15 +1,17 @@
 //! The engine: the two phases of a call, on the library's pool or on the caller's threads.
 
 use super::cache::Segment;
-use super::call::{plan_items, try_vec, Call, CallKey, Joining, Prepared, QuantShare};
+use super::call::{plan_items, try_vec, Call, CallKey, Corrections, Joining, Prepared, QuantShare};
 use super::desc::{validate, Problem, TensorDesc};
 use super::expert::{Experts, Source, Weights};
-use super::quantize::quantize_row;
+use super::outliers::split_row;
+use super::quantize::quantize_row_scaled;
 use super::route::{Group, Routing, Row};
-use super::scatter::{publish, scale_row, QUAD};
+use super::scatter::{publish, scale_row, Row as ScatterRow, QUAD};
 use super::spares::Spares;
 use super::stats::{bump, load, Counters, Stage, Stages, Stats};
 use super::{Config, Error, ErrorKind, MtMode, SmallBatch};
+use crate::inflate::ExpertWeights;
 use crate::isa::Isa;
 use crate::layout::Tiles;
 use crate::npu::{in_stream_envelope, BackendKind, Buffer, Device, MatMul};
@@ -324,12 +326,32 @@ impl Engine {
         let first = (ith * call.chunk).min(p.act_rows());
         let last = ((ith + 1) * call.chunk).min(p.act_rows());
         let share = try_vec((last - first) * kp, 0i8, "quantized activations").map(|mut q| {
-            let mut scales = Vec::with_capacity(last - first);
+            let rows = last - first;
+            let mut share = QuantShare {
+                first,
+                q: Vec::new(),
+                scales: Vec::with_capacity(rows),
+                outliers: Vec::new(),
+                ends: Vec::with_capacity(rows),
+            };
+            let (mut scratch, mut channels) = (Vec::new(), Vec::new());
             for (r, out) in (first..last).zip(q.chunks_exact_mut(kp)) {
                 let off = p.b_offset(r);
-                scales.push(quantize_row(&io.b[off..off + p.k], out));
+                let x = &io.b[off..off + p.k];
+                let scale = match self.config.outliers {
+                    Some(rule) => {
+                        scratch.resize(p.k, 0.0);
+                        let scale = split_row(x, rule, &mut scratch, &mut channels, out);
+                        share.outliers.extend(channels.iter().map(|&c| c as u32));
+                        scale
+                    }
+                    None => quantize_row_scaled(x, out),
+                };
+                share.scales.push(scale);
+                share.ends.push(share.outliers.len() as u32);
             }
-            QuantShare { first, q, scales }
+            share.q = q;
+            share
         });
         match share {
             Ok(s) => {
@@ -409,6 +431,7 @@ impl Engine {
         let mut a = self.spare_a.take(&self.device, m * kp)?;
         let mut row_scales = Vec::with_capacity(m);
         let mut src = Vec::with_capacity(m);
+        let mut outliers = Vec::with_capacity(m);
         for row in rows {
             let r = p.act_row(row.token as usize, row.slot as usize);
             let share = call.quant[r / call.chunk]
@@ -416,7 +439,9 @@ impl Engine {
                 .expect("phase 1 quantized every share");
             src.push(&share.q[(r - share.first) * kp..(r - share.first + 1) * kp]);
             row_scales.push(share.scales[r - share.first]);
+            outliers.push((r, share.outliers_of(r)));
         }
+        let outliers = self.corrections(call, io, g.expert, &outliers)?;
         // Native A is [K/16][M][16]: filled in that order, the writes are one sequential stream
         // and each row is read 16 bytes at a time (m rows of 16-byte pieces stay in cache).
         let blocks = a.as_mut_slice()[..m * kp].chunks_exact_mut(m * A_K);
@@ -432,7 +457,66 @@ impl Engine {
             expert,
             a,
             row_scales,
+            outliers,
         })
+    }
+
+    /// The outlier correction of expert `e`'s rows (`(activation row, its outlier channels)`):
+    /// the dequantized weight columns of their channels, from the GGML blocks (the same values
+    /// as ggml's own dequantization), for every projection of the call.
+    fn corrections(
+        &self,
+        call: &Call,
+        io: &Inputs,
+        e: usize,
+        rows: &[(usize, &[u32])],
+    ) -> Result<Option<Corrections>, Error> {
+        let mut channels: Vec<u32> = rows.iter().flat_map(|(_, c)| c.iter().copied()).collect();
+        if channels.is_empty() {
+            return Ok(None);
+        }
+        channels.sort_unstable();
+        channels.dedup();
+        let p = &call.plan.problem;
+        let weights = std::iter::once(io.weights).chain(io.pair.as_ref().map(|x| x.weights));
+        let projections: Vec<_> = call.plan.problems().zip(weights).collect();
+        let mut columns = try_vec(
+            projections.len() * channels.len() * p.n,
+            0f32,
+            "outlier columns",
+        )?;
+        let mut cols = columns.chunks_exact_mut(p.n);
+        for (q, data) in projections {
+            let (off, len) = q.expert_bytes(e);
+            let w = ExpertWeights {
+                ty: q.wtype,
+                data: &data[off..off + len],
+                row_stride: q.w_nb1,
+                n: q.n,
+                k: q.k,
+            };
+            for (&c, col) in channels.iter().zip(&mut cols) {
+                w.dequantize_column(c as usize, col).map_err(|err| {
+                    Error::new(ErrorKind::Internal, format!("outlier column {c}: {err}"))
+                })?;
+            }
+        }
+        let (mut terms, mut ends) = (Vec::new(), Vec::with_capacity(rows.len()));
+        for &(r, chans) in rows {
+            let off = p.b_offset(r);
+            for &c in chans {
+                let i = channels.binary_search(&c).expect("collected above");
+                terms.push((i as u32, io.b[off + c as usize]));
+            }
+            ends.push(terms.len() as u32);
+        }
+        Ok(Some(Corrections {
+            columns,
+            channels: channels.len(),
+            n: p.n,
+            terms,
+            ends,
+        }))
     }
 
     /// GEMM of padded channels `n0..n1` of one group and the scatter of their f32 results.
@@ -507,7 +591,8 @@ impl Engine {
             if lo < hi {
                 let c_part = &c_int[(lo - n0) * m..(hi - n0) * m];
                 let chan = &prep.expert.chan[lo..hi];
-                self.scatter(p, rows, prep, (lo - j * np, hi - j * np), chan, c_part, dst);
+                let part = (j, lo - j * np, hi - j * np);
+                self.scatter(p, rows, prep, part, chan, c_part, dst);
             }
         }
         self.spare_c.give(c);
@@ -515,8 +600,10 @@ impl Engine {
         Ok(())
     }
 
-    /// `dst[n, slot, token] = C[m][n] · (row_scale[m] · chan[n])` for the padded channels `n0..n1`
-    /// of `p` ([`scale_row`] per row), from their native C block `c` and channel scales `chan`.
+    /// `dst[n, slot, token] = C[m][n] · (row_scale[m] · chan[n])` (with a tiny row's power of two
+    /// and the row's outlier correction, [`ScatterRow`]) for the padded channels `n0..n1` of
+    /// projection `proj` (`p`), from their native C block `c` and channel scales `chan`
+    /// ([`scale_row`] per row).
     ///
     /// Native C is [N/4][M][4]: the 4 rows of a block hold one 64-byte run per tile, so a block's
     /// tiles (one line each) are read from memory once, for its first row, and from L1 for the
@@ -527,7 +614,7 @@ impl Engine {
         p: &Problem,
         rows: &[Row],
         prep: &Prepared,
-        (n0, n1): (usize, usize),
+        (proj, n0, n1): (usize, usize, usize),
         chan: &[f32],
         c: &[i32],
         dst: &[AtomicU32],
@@ -539,10 +626,21 @@ impl Engine {
         let width = n1.min(p.n) - n0;
         let (chan, _) = chan.as_chunks::<QUAD>();
         let (c, _) = c.as_chunks::<QUAD>();
+        let mut add = vec![0f32; if prep.outliers.is_some() { width } else { 0 }];
         for (mi, row) in rows.iter().enumerate() {
             let base = p.dst_offset(row.token as usize, row.slot as usize) + n0;
             let out = &dst[base..base + width];
-            scale_row(self.isa, c, mi, m, prep.row_scales[mi], chan, out);
+            let scale = prep.row_scales[mi];
+            let corrected = prep
+                .outliers
+                .as_ref()
+                .is_some_and(|o| o.row(mi, proj, n0, &mut add));
+            let finish = ScatterRow {
+                scale: scale.scale,
+                post: scale.post(),
+                add: corrected.then_some(&add[..]),
+            };
+            scale_row(self.isa, c, mi, m, finish, chan, out);
         }
         publish(self.isa);
     }

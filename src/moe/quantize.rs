@@ -48,6 +48,11 @@ pub struct RowScale {
 }
 
 impl RowScale {
+    /// `2^exp2`, the factor the scatter applies last (1 for every row but tiny ones).
+    pub fn post(self) -> f32 {
+        pow2(self.exp2)
+    }
+
     /// `scale · 2^exp2` as one f32 (what [`quantize_row`] returns): exact for `exp2 == 0`, a
     /// possibly subnormal rounding otherwise.
     pub fn folded(self) -> f32 {

@@ -1,7 +1,9 @@
 //! The scatter's inner loop: one `dst` row from the native C quads of one GEMM row, scaled.
 //!
-//! `dst[4t + j] = C[t][j] as f32 · (row_scale · chan[t][j])`, the one expression every path
-//! evaluates in this order (so equal int32 results give equal f32 bits on every backend and path).
+//! `dst[4t + j] = (C[t][j] as f32 · (row_scale · chan[t][j])) · post + add[4t + j]`, the one
+//! expression every path evaluates in this order (so equal int32 results give equal f32 bits on
+//! every backend and path); `post` (a tiny row's power of two) is skipped when it is 1 and `add`
+//! (the outlier correction) when there is none, so ordinary rows get `C · (row_scale · chan)`.
 //!
 //! The x86-64 path converts and scales a whole quad per instruction (SSE2, part of x86-64) and
 //! writes with streaming stores when the row is 16-byte aligned: `dst` (3.1 M floats at 512
@@ -16,7 +18,30 @@ use std::sync::atomic::{AtomicU32, Ordering};
 /// Channels per native C quad (the RK3588's `c_n`).
 pub const QUAD: usize = 4;
 
-/// Writes `dst[4t + j] = quads[first + t·stride][j] as f32 · (row_scale · chan[t][j])` for every
+/// How one row's int32 results become f32 (module docs).
+#[derive(Clone, Copy, Debug)]
+pub struct Row<'a> {
+    pub scale: f32,
+    /// Applied last, before `add`: a tiny row's power of two (`RowScale::exp2`), else 1.
+    pub post: f32,
+    /// Added per channel (`dst.len()` long): the row's outlier correction.
+    pub add: Option<&'a [f32]>,
+}
+
+impl Row<'_> {
+    /// The reference expression for int32 `c` in channel `n` of scale `chan`.
+    #[inline]
+    fn value(&self, c: i32, chan: f32, n: usize) -> f32 {
+        let v = c as f32 * (self.scale * chan);
+        let v = if self.post == 1.0 { v } else { v * self.post };
+        match self.add {
+            Some(add) => v + add[n],
+            None => v,
+        }
+    }
+}
+
+/// Writes `dst[4t + j]` (module docs) from `quads[first + t·stride][j]` for every
 /// `4t + j < dst.len()`. `chan` must hold `dst.len().div_ceil(4)` quads and `quads` the
 /// strided ones (panics otherwise, like slice indexing). Call [`publish`] after the last row,
 /// before anything lets other threads read `dst`.
@@ -25,16 +50,19 @@ pub fn scale_row(
     quads: &[[i32; QUAD]],
     first: usize,
     stride: usize,
-    row_scale: f32,
+    row: Row,
     chan: &[[f32; QUAD]],
     dst: &[AtomicU32],
 ) {
+    if let Some(add) = row.add {
+        assert!(add.len() >= dst.len(), "one addend per channel");
+    }
     #[cfg(target_arch = "x86_64")]
     if isa != Isa::Scalar {
-        return x86::scale_row(quads, first, stride, row_scale, chan, dst);
+        return x86::scale_row(quads, first, stride, row, chan, dst);
     }
     let _ = isa;
-    scale_row_scalar(quads, first, stride, row_scale, chan, dst);
+    scale_row_scalar(quads, first, stride, row, chan, dst);
 }
 
 /// Orders the rows written by [`scale_row`] on this thread before any later store (the barrier
@@ -54,24 +82,22 @@ fn scale_row_scalar(
     quads: &[[i32; QUAD]],
     first: usize,
     stride: usize,
-    row_scale: f32,
+    row: Row,
     chan: &[[f32; QUAD]],
     dst: &[AtomicU32],
 ) {
     for (t, out) in dst.chunks(QUAD).enumerate() {
         let (q, s) = (&quads[first + t * stride], &chan[t]);
         for (j, d) in out.iter().enumerate() {
-            d.store(
-                (q[j] as f32 * (row_scale * s[j])).to_bits(),
-                Ordering::Relaxed,
-            );
+            let v = row.value(q[j], s[j], QUAD * t + j);
+            d.store(v.to_bits(), Ordering::Relaxed);
         }
     }
 }
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::QUAD;
+    use super::{Row, QUAD};
     use std::arch::x86_64::*;
     use std::sync::atomic::AtomicU32;
 
@@ -79,7 +105,7 @@ mod x86 {
         quads: &[[i32; QUAD]],
         first: usize,
         stride: usize,
-        row_scale: f32,
+        row: Row,
         chan: &[[f32; QUAD]],
         dst: &[AtomicU32],
     ) {
@@ -90,16 +116,23 @@ mod x86 {
         let out = dst.as_ptr() as *mut f32;
         let aligned = (out as usize).is_multiple_of(16);
         let quads = &quads[first..];
+        let (post, add) = (row.post != 1.0, row.add.map(|a| &a[..whole * QUAD]));
         // SAFETY: SSE2 is part of the x86-64 baseline. Every load reads one whole `[_; 4]` that
-        // slice indexing bounds-checked; every store writes elements `4t..4t + 4` with
-        // `4t + 4 <= whole · 4 <= dst.len()`, and `_mm_stream_ps` only when `out` (hence
-        // `out + 4t`) is 16-byte aligned.
+        // slice indexing bounds-checked, or four addends of `add` (`whole · 4` long); every
+        // store writes elements `4t..4t + 4` with `4t + 4 <= whole · 4 <= dst.len()`, and
+        // `_mm_stream_ps` only when `out` (hence `out + 4t`) is 16-byte aligned.
         unsafe {
-            let rs = _mm_set1_ps(row_scale);
+            let (rs, pv) = (_mm_set1_ps(row.scale), _mm_set1_ps(row.post));
             for t in 0..whole {
                 let q = _mm_loadu_si128(quads[t * stride].as_ptr() as *const __m128i);
                 let s = _mm_mul_ps(rs, _mm_loadu_ps(chan[t].as_ptr()));
-                let y = _mm_mul_ps(_mm_cvtepi32_ps(q), s);
+                let mut y = _mm_mul_ps(_mm_cvtepi32_ps(q), s);
+                if post {
+                    y = _mm_mul_ps(y, pv);
+                }
+                if let Some(add) = add {
+                    y = _mm_add_ps(y, _mm_loadu_ps(add[QUAD * t..QUAD * t + QUAD].as_ptr()));
+                }
                 if aligned {
                     _mm_stream_ps(out.add(QUAD * t), y);
                 } else {
@@ -108,11 +141,15 @@ mod x86 {
             }
         }
         if whole * QUAD < dst.len() {
+            let tail = Row {
+                add: row.add.map(|a| &a[whole * QUAD..]),
+                ..row
+            };
             super::scale_row_scalar(
                 &quads[whole * stride..],
                 0,
                 stride,
-                row_scale,
+                tail,
                 &chan[whole..],
                 &dst[whole * QUAD..],
             );
@@ -180,11 +217,19 @@ mod tests {
             };
             // Offsets 0..3 put the row on and off a 16-byte boundary.
             let at = rng.below(4);
+            // A tiny row's power of two, and an outlier correction, on some rows.
+            let post = if case % 5 == 1 { 2f32.powi(-100) } else { 1.0 };
+            let add: Vec<f32> = (0..width).map(|_| rng.uniform(-1.0, 1.0)).collect();
+            let row = Row {
+                scale: rs,
+                post,
+                add: (case % 3 == 1).then_some(&add[..]),
+            };
             let run = |isa| {
                 let dst: Vec<AtomicU32> = (0..at + width + 3)
                     .map(|_| AtomicU32::new(0xdead_beef))
                     .collect();
-                scale_row(isa, &quads, first, m, rs, &chan, &dst[at..at + width]);
+                scale_row(isa, &quads, first, m, row, &chan, &dst[at..at + width]);
                 publish(isa);
                 dst.iter()
                     .map(|d| d.load(Ordering::Relaxed))
@@ -197,7 +242,13 @@ mod tests {
                 .all(|&x| x == 0xdead_beef));
             for (i, &got) in want[at..at + width].iter().enumerate() {
                 let (t, j) = (i / 4, i % 4);
-                let y = quads[first + t * m][j] as f32 * (rs * chan[t][j]);
+                let mut y = quads[first + t * m][j] as f32 * (rs * chan[t][j]);
+                if post != 1.0 {
+                    y *= post;
+                }
+                if let Some(add) = row.add {
+                    y += add[i];
+                }
                 assert_eq!(got, y.to_bits(), "scalar, case {case} element {i}");
             }
             for isa in Isa::available() {
