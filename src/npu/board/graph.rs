@@ -6,6 +6,7 @@ use super::params::Params;
 use super::shape::DenseWork;
 use crate::layout::Tiles;
 use crate::npu::exec::split_channels;
+use crate::npu::rknn::CONTEXT_CACHE;
 use crate::npu::{in_stream_envelope, Primitive};
 use crate::quant::GgmlType;
 use std::collections::{HashSet, VecDeque};
@@ -345,13 +346,14 @@ impl EngineModel {
     }
 
     /// Pipelined with fewer submits: gate and up fused, one run per expert and projection on any
-    /// core, M rounded up to multiples of 32 (contexts once per bucket).
+    /// core, M rounded up to multiples of 16 (the rows of one hardware task at K = 2048), so
+    /// contexts are created once per bucket.
     pub fn pipelined_fused() -> EngineModel {
         EngineModel {
             name: "pipelined+fused",
             rknn_placement: false,
             fuse_gate_up: true,
-            m_bucket: 32,
+            m_bucket: 16,
             ..EngineModel::pipelined()
         }
     }
@@ -367,12 +369,13 @@ pub struct ContextCache {
 }
 
 impl ContextCache {
-    /// Uses the context of `key` (M, K, N, core); true when it had to be created.
-    fn get(&mut self, key: (u32, u32, u32, u8)) -> bool {
+    /// Uses the context of `key` (M, K, N, core) from a cache of `capacity`; true when it had
+    /// to be created.
+    fn get(&mut self, key: (u32, u32, u32, u8), capacity: usize) -> bool {
         if self.keys.contains(&key) {
             return false;
         }
-        if self.keys.len() >= crate::npu::rknn::CONTEXT_CACHE {
+        if self.keys.len() >= capacity {
             // Between calls no context is in use: the backend's retain drops them all.
             self.keys.clear();
         }
@@ -734,7 +737,7 @@ impl Builder<'_> {
                 let n = (n1 - n0) as u32;
                 let (unit, new_context) = if e.rknn_placement && e.blocking_submits {
                     let key = (m, kp as u32, n, core as u8);
-                    (Unit::Npu(core as u8), self.contexts.get(key))
+                    (Unit::Npu(core as u8), self.contexts.get(key, CONTEXT_CACHE))
                 } else {
                     (Unit::AnyNpu, self.any_core_context(m, kp as u32, n, cores))
                 };
@@ -749,11 +752,14 @@ impl Builder<'_> {
             .collect()
     }
 
-    /// A run that may land on any core needs its shape's context on every core.
+    /// A run that may land on any core needs its shape's context on every core; each core's
+    /// submitter keeps a cache of its own.
     fn any_core_context(&mut self, m: u32, k: u32, n: u32, cores: usize) -> bool {
         let mut new = false;
         for core in 0..cores {
-            new |= self.contexts.get((m, k, n, core as u8));
+            new |= self
+                .contexts
+                .get((m, k, n, core as u8), CONTEXT_CACHE * cores);
         }
         new
     }

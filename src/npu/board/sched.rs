@@ -153,8 +153,8 @@ pub struct Timeline {
     pub buffers_created: u64,
     /// When each layer's last task ended in the schedule.
     pub layer_end_us: Vec<f64>,
-    /// Serial time of each layer's tasks.
-    pub layer_serial_us: Vec<f64>,
+    /// Serial time of each layer's tasks per stage (indexed like [`Stage::REPORTED`]).
+    pub layer_stage_us: Vec<Vec<f64>>,
     /// Peak device bytes of inflated experts resident (as the graph allocates and frees them).
     pub peak_resident_bytes: u64,
 }
@@ -170,7 +170,7 @@ pub fn timeline(g: &Graph, p: &Params) -> Result<Timeline, String> {
     let mut tl = Timeline {
         stage_us: vec![0.0; n_stages],
         stage_bytes: vec![0; n_stages],
-        layer_serial_us: vec![0.0; layers],
+        layer_stage_us: vec![vec![0.0; n_stages]; layers],
         ..Timeline::default()
     };
     let (big, little) = (p.big_cores, p.little_cores);
@@ -182,8 +182,8 @@ pub fn timeline(g: &Graph, p: &Params) -> Result<Timeline, String> {
         let (us, bytes) = price(&t.work, core_of(t.unit), p);
         tl.serial_us += us;
         tl.dram_bytes += bytes;
-        tl.layer_serial_us[t.layer as usize] += us;
         if let Some(s) = stage_index(t.work.stage()) {
+            tl.layer_stage_us[t.layer as usize][s] += us;
             tl.stage_us[s] += us;
             tl.stage_bytes[s] += bytes;
         }
