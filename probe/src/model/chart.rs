@@ -15,9 +15,9 @@ pub struct Panel {
     pub groups: Vec<Vec<Bar>>,
 }
 
-const COLORS: [&str; 12] = [
+const COLORS: [&str; 16] = [
     "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
-    "#bcbd22", "#17becf", "#393b79", "#637939",
+    "#bcbd22", "#17becf", "#393b79", "#637939", "#000000", "#e6550d", "#843c39", "#7b4173",
 ];
 const PANEL_H: f64 = 300.0;
 const MARGIN_L: f64 = 64.0;
@@ -180,7 +180,12 @@ pub fn render(title: &str, x_label: &str, y_label: &str, panels: &[Panel], width
 
 fn format_tick(v: f64) -> String {
     if v >= 1000.0 {
-        format!("{:.0}k", v / 1000.0)
+        let k = v / 1000.0;
+        if k.fract() == 0.0 {
+            format!("{k:.0}k")
+        } else {
+            format!("{k:.1}k")
+        }
     } else if v.fract() == 0.0 {
         format!("{v:.0}")
     } else {
@@ -208,5 +213,7 @@ mod tests {
         assert!(svg.contains("q4_0 &amp; ub512") && svg.contains("npu &lt;run&gt;"));
         assert_eq!(step(4.3), 1.0);
         assert_eq!(step(430.0), 100.0);
+        assert_eq!(format_tick(1500.0), "1.5k");
+        assert_eq!(format_tick(2000.0), "2k");
     }
 }

@@ -804,27 +804,31 @@ fn print_json(o: &Options, cfg: &Config, cases: &[Case]) {
     println!("[\n{}\n]", rows.join(",\n"));
 }
 
-/// Per layer of the last ubatch of each case: today's serial time stacked by stage, today's
-/// as-scheduled span and the pipelined one.
+/// Per layer of the last ubatch of each case: today's expert part stacked by stage (serial) on
+/// the dense part's wall time, today's as-scheduled span and the pipelined one.
 fn svg(cases: &[Case]) -> String {
     let panels: Vec<chart::Panel> = cases
         .iter()
         .map(|c| {
             let u = c.ubatches.last().expect("at least one ubatch");
+            let experts = &u.models[0].experts;
             let (today, piped) = (&u.models[0].whole, &u.models[1].whole);
+            let dense_ms = ms(c.dense_us) / c.shape.layers as f64;
             let span = |t: &Timeline, l: usize| {
                 let before = if l == 0 { 0.0 } else { t.layer_end_us[l - 1] };
                 ms(t.layer_end_us[l] - before)
             };
             let groups = (0..c.shape.layers)
                 .map(|l| {
-                    let serial = chart::Bar {
-                        segments: Stage::REPORTED
+                    let mut segments = vec![("dense (wall)".to_string(), dense_ms)];
+                    segments.extend(
+                        Stage::REPORTED
                             .iter()
-                            .zip(&today.layer_stage_us[l])
-                            .map(|(s, &v)| (s.name().to_string(), ms(v)))
-                            .collect(),
-                    };
+                            .zip(&experts.layer_stage_us[l])
+                            .filter(|(s, _)| **s != Stage::Dense)
+                            .map(|(s, &v)| (s.name().to_string(), ms(v))),
+                    );
+                    let serial = chart::Bar { segments };
                     let one = |name: &str, v: f64| chart::Bar {
                         segments: vec![(name.to_string(), v)],
                     };
@@ -837,7 +841,7 @@ fn svg(cases: &[Case]) -> String {
                 .collect();
             chart::Panel {
                 title: format!(
-                    "{} {} ub{}: per layer, serial by stage | today as scheduled | pipelined (modelled RK3588)",
+                    "{} {} ub{}: per layer, dense + today's expert stages serial | today as scheduled | pipelined",
                     c.shape.name,
                     c.ty.name(),
                     c.tokens

@@ -145,8 +145,8 @@ params! {
         "prompt length of the reference measurement (pp64)";
     mul_mat_id_share: "of CPU time" = 0.725;
         "assumption: MUL_MAT_ID's share of CPU-only prefill time, the middle of issue 10's \
-         70-75 %; the MAC share of Qwen3-30B-A3B at pp64 is 0.64 and ggml's MUL_MAT_ID runs \
-         below its MUL_MAT efficiency";
+         70-75 %; measured on the x86 dev box (plain llama.cpp, repack on, 1 thread, pp512, a \
+         4-layer Qwen3-30B-A3B-shaped model): 74 % Q4_0, 67 % Q4_K_M (docs/BOARD-MODEL.md)";
     dense_weight_bytes: "bytes/weight" = 0.5625;
         "assumption: the dense part's weights at Q4_K (4.5 bits), read once per ubatch";
 }
