@@ -385,8 +385,8 @@ impl ContextCache {
     }
 }
 
-/// Device bytes held in first-in, first-out order: the cache's LRU under a streaming sweep,
-/// or the prefetch ring. Each entry remembers the task after which its bytes may be reused.
+/// Device bytes held in first-in, first-out order: the expert cache under a streaming sweep (for
+/// the occupancy count only), or the prefetch ring. Each entry remembers the task after which its bytes may be reused.
 struct Fifo {
     capacity: u64,
     held: u64,
@@ -680,7 +680,7 @@ impl Builder<'_> {
             deps.extend(self.ring_gate);
             0
         } else {
-            // Today's LRU cache: under a streaming sweep the oldest entries leave.
+            // Today's cache: under a streaming sweep the oldest entries leave (occupancy only).
             self.cache.take(bytes).0
         };
         let work = Work::Inflate {
