@@ -11,8 +11,9 @@
 //! - [`config`]: the environment, read once, into the typed configuration passed down;
 //! - [`ffi`]: the C ABI.
 //!
-//! [`isa`] (instruction-set detection) and [`pool`] (the one worker pool) sit beside the bottom
-//! layers and are shared by the kernels and the devices.
+//! [`isa`] (instruction-set detection), [`pool`] (the one worker pool) and [`json`] (the reader
+//! and writer of board profiles) sit beside the bottom layers and are shared by the kernels, the
+//! devices and the tools.
 
 #![warn(clippy::undocumented_unsafe_blocks)]
 
@@ -21,6 +22,7 @@ pub mod ffi;
 pub mod gemm;
 pub mod inflate;
 pub mod isa;
+pub mod json;
 pub mod layout;
 pub mod moe;
 pub mod npu;

@@ -8,6 +8,7 @@ mod accuracy;
 mod bench;
 mod gemm;
 mod inflate;
+mod model;
 mod moe;
 mod peak;
 mod svg;
@@ -16,7 +17,7 @@ mod sweep;
 use std::process::ExitCode;
 
 const USAGE: &str = "\
-usage: ork-probe [sweep|inflate|gemm|peak|moe|accuracy] [options]
+usage: ork-probe [sweep|inflate|gemm|peak|moe|accuracy|model] [options]
 
 subcommands:
   sweep     (default) the M0 viability sweep: per expert shape, weight type and rows per expert,
@@ -28,6 +29,8 @@ subcommands:
   moe       the whole MUL_MAT_ID call (qwen3-30b-a3b case), time split by stage, cold and warm cache
   accuracy  NMSE of ggml's Q4xQ8 path, the library and its accuracy levers against an f64
             reference, on issue 13's cases and real weights (--data), plus the levers' costs
+  model     whole forward passes' MUL_MAT_ID calls of a MoE model through the engine, and the
+            modelled RK3588 timeline of the same work (its own options: ork-probe model --help)
 
 options (each subcommand uses those that apply to it):
   --json               one JSON array on stdout instead of the table
@@ -52,13 +55,20 @@ Exit status: 0, or 1 when a bit-exact check fails, 2 on bad usage or errors.
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.iter().any(|a| a == "-h" || a == "--help") {
-        print!("{USAGE}");
+        if args.first().is_some_and(|a| a == "model") {
+            print!("{}", model::USAGE);
+        } else {
+            print!("{USAGE}");
+        }
         return ExitCode::SUCCESS;
     }
     let (sub, rest) = match args.first().map(String::as_str) {
         Some(s) if !s.starts_with('-') => (s, &args[1..]),
         _ => ("sweep", &args[..]),
     };
+    if sub == "model" {
+        return finish(model::run(rest));
+    }
     let opts = match bench::Options::parse(rest) {
         Ok(o) => o,
         Err(e) => {
@@ -90,6 +100,10 @@ fn main() -> ExitCode {
         "accuracy" => accuracy::run(&opts),
         other => Err(format!("unknown subcommand {other:?}")),
     };
+    finish(result)
+}
+
+fn finish(result: Result<ExitCode, String>) -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {

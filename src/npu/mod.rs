@@ -34,6 +34,7 @@
 //! group calls [`Submission::run_share`]`(ith, nth)` (ggml drives ops from its own threads), then
 //! one of them calls [`Submission::finish`]. The `run_*` forms do the same on the crate's pool.
 
+pub mod board;
 pub mod cpu;
 pub mod emu;
 mod exec;

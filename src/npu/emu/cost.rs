@@ -40,6 +40,12 @@ pub struct TaskCost {
 impl CostModel {
     /// Modelled time of one submit of `tasks`, µs.
     pub fn submit_us(&self, tasks: &[TaskCost]) -> f64 {
+        self.parts(tasks).total_us(self)
+    }
+
+    /// What a submit of `tasks` costs, before the DRAM term is combined with the compute term:
+    /// the board model shares the DRAM among the NPU and the CPU cores, so it needs the parts.
+    pub fn parts(&self, tasks: &[TaskCost]) -> SubmitParts {
         let mut core_us = [0f64; super::super::CoreMask::CORES];
         let mut bytes = 0u64;
         for t in tasks {
@@ -47,9 +53,32 @@ impl CostModel {
             core_us[t.core] += self.task_us + 2.0 * t.macs as f64 / (self.core_tops * 1e6);
             bytes += t.bytes;
         }
-        let compute = core_us.into_iter().fold(0.0, f64::max);
-        let memory = bytes as f64 / (self.dram_gbps * 1e3);
-        self.submit_us + compute.max(memory)
+        SubmitParts {
+            fixed_us: self.submit_us,
+            compute_us: core_us.into_iter().fold(0.0, f64::max),
+            bytes,
+        }
+    }
+}
+
+/// The terms of one submit's modelled time.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct SubmitParts {
+    /// The fixed per-submit cost.
+    pub fixed_us: f64,
+    /// The busiest core's compute.
+    pub compute_us: f64,
+    /// Bytes the tasks read and write.
+    pub bytes: u64,
+}
+
+impl SubmitParts {
+    /// `fixed + max(compute, DRAM time at the model's bandwidth)`.
+    pub fn total_us(&self, model: &CostModel) -> f64 {
+        self.fixed_us
+            + self
+                .compute_us
+                .max(self.bytes as f64 / (model.dram_gbps * 1e3))
     }
 }
 

@@ -19,7 +19,7 @@
 
 mod cost;
 
-pub use cost::CostModel;
+pub use cost::{CostModel, SubmitParts};
 
 use super::exec::{self, Execution, GemmView, HostExec, Split, Task};
 use super::{
@@ -276,7 +276,7 @@ impl Emu {
     /// The tasks of a submit: `run_i8` over the core count the cost model likes best, stream
     /// with each GEMM over all enabled cores, chain on its one core.
     fn plan(
-        &self,
+        cost: &CostModel,
         tiles: &Tiles,
         primitive: Primitive,
         shapes: &[(usize, usize, usize)],
@@ -299,7 +299,7 @@ impl Emu {
             Primitive::RunI8 => (1..=cores.len())
                 .map(|c| plan_over(&cores[..c]))
                 .min_by(|a, b| {
-                    let t = |p: &Vec<Task>| self.config.cost.submit_us(&Emu::cost_input(shapes, p));
+                    let t = |p: &Vec<Task>| cost.submit_us(&Emu::cost_input(shapes, p));
                     t(a).total_cmp(&t(b))
                 })
                 .unwrap_or_default(),
@@ -330,6 +330,19 @@ impl Emu {
             })
             .collect()
     }
+}
+
+/// The parts of the modelled time of one submit of `primitive` over GEMMs of `shapes` (M, padded
+/// K, padded N) on `cores`, planned exactly as the emulator plans the submit it executes. The
+/// board timeline model prices NPU runs with it.
+pub fn modelled_submit(
+    cost: &CostModel,
+    primitive: Primitive,
+    shapes: &[(usize, usize, usize)],
+    cores: &[usize],
+) -> SubmitParts {
+    let tasks = Emu::plan(cost, &Tiles::RK3588, primitive, shapes, cores);
+    cost.parts(&Emu::cost_input(shapes, &tasks))
 }
 
 impl Backend for Emu {
@@ -397,7 +410,13 @@ impl Backend for Emu {
             });
         }
         let shapes: Vec<_> = gemms.iter().map(|g| (g.m, g.k, g.n)).collect();
-        let tasks = self.plan(&tiles, primitive, &shapes, &cores.cores());
+        let tasks = Emu::plan(
+            &self.config.cost,
+            &tiles,
+            primitive,
+            &shapes,
+            &cores.cores(),
+        );
         let costs = Emu::cost_input(&shapes, &tasks);
         let mut report = Report {
             modelled_us: Some(self.config.cost.submit_us(&costs)),

@@ -1,0 +1,935 @@
+//! `ork-probe model`: whole forward passes' MUL_MAT_ID calls of a named MoE configuration through
+//! the engine on this machine, and the modelled RK3588 timeline of the same work
+//! (`ork_moe::npu::board`).
+//!
+//! Per layer the probe makes the three calls ggml makes (gate, up: the layer input; down: the
+//! SiLU·mul output, one row per token and slot), with synthetic experts at their real sizes
+//! ([`weights`]) and routing from [`routing`]. It measures what the engine does here, then builds
+//! the board model's work graph of the whole model from the counts of each call (rows per used
+//! expert, cache hits and misses, submits): the layers it ran stand for all of the model's
+//! layers, repeated in turn (`modelled_layers_from` in the JSON says so).
+
+mod chart;
+mod routing;
+mod weights;
+
+use ork_moe::json::Value;
+use ork_moe::moe::desc::{TensorDesc, GGML_TYPE_I32};
+use ork_moe::moe::{Config, Engine, Inputs, Stages, Stats};
+use ork_moe::npu::board::{
+    self, CallWork, ContextCache, CpuRates, EngineModel, ExpertCall, ModelShape, Proj, Settings,
+    Stage, Timeline, UbatchModel, UbatchWork,
+};
+use ork_moe::npu::BackendChoice;
+use ork_moe::quant::GgmlType;
+use ork_moe::testutil::Rng;
+use routing::Routing;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::AtomicU32;
+use std::time::Instant;
+
+pub const USAGE: &str = "\
+ork-probe model [options]: the MUL_MAT_ID calls of whole forward passes through the engine, and
+the modelled RK3588 timeline of the same work (today's engine and pipelined variants)
+  --config C,...       qwen3-30b-a3b (default), qwen1.5-moe-a2.7b
+  --types T,...        expert weight types (default q4_0,q4_K; a K that is not whole blocks of
+                       the type uses q5_0, as llama-quantize does)
+  --ubatch U,...       tokens per ubatch (default 512,2048); one ubatch is a prompt of U tokens
+  --layers N           layers run here (default 4); the model repeats them to the full depth
+  --ubatches N         ubatches run per case (default 2); the JSON reports the last
+  --routing R          uniform (default), zipf:S, or trace:FILE (see model/routing.rs)
+  --cache-mb MB        the engine's expert cache (default: the library's, 1024, or ORK_CACHE_MB)
+  --profile FILE       board profile JSON (parameters by name) instead of the defaults
+  --param NAME=VALUE   override one board model parameter (repeatable)
+  --threads N, --backend B, --json, --svg FILE   as for the other subcommands
+";
+
+struct Options {
+    configs: Vec<ModelShape>,
+    types: Vec<GgmlType>,
+    ubatch: Vec<usize>,
+    layers: usize,
+    ubatches: usize,
+    routing: Routing,
+    cache_mb: Option<u64>,
+    settings: Settings,
+    threads: Option<usize>,
+    backend: Option<BackendChoice>,
+    json: bool,
+    svg: Option<PathBuf>,
+}
+
+fn positive(s: &str) -> Result<usize, String> {
+    s.parse::<usize>()
+        .ok()
+        .filter(|&v| v > 0)
+        .ok_or_else(|| format!("{s:?} is not a positive whole number"))
+}
+
+impl Options {
+    fn parse(args: &[String]) -> Result<Options, String> {
+        let mut o = Options {
+            configs: vec![ModelShape::QWEN3_30B_A3B],
+            types: vec![GgmlType::Q4_0, GgmlType::Q4_K],
+            ubatch: vec![512, 2048],
+            layers: 4,
+            ubatches: 2,
+            routing: Routing::Uniform,
+            cache_mb: None,
+            settings: Settings::default(),
+            threads: None,
+            backend: None,
+            json: false,
+            svg: None,
+        };
+        let mut overrides = Vec::new();
+        let mut it = args.iter();
+        while let Some(arg) = it.next() {
+            let (flag, inline) = match arg.split_once('=') {
+                Some((f, v)) if f.starts_with("--") => (f, Some(v.to_string())),
+                _ => (arg.as_str(), None),
+            };
+            let mut value = || {
+                inline
+                    .clone()
+                    .or_else(|| it.next().cloned())
+                    .ok_or_else(|| format!("{flag} needs a value"))
+            };
+            let list = |v: String| -> Vec<String> {
+                v.split(',')
+                    .filter(|p| !p.is_empty())
+                    .map(|p| p.trim().to_string())
+                    .collect()
+            };
+            match flag {
+                "--json" => o.json = true,
+                "--svg" => o.svg = Some(PathBuf::from(value()?)),
+                "--config" => {
+                    o.configs = list(value()?)
+                        .iter()
+                        .map(|c| {
+                            ModelShape::named(c).ok_or_else(|| {
+                                format!("unknown --config {c:?}: qwen3-30b-a3b, qwen1.5-moe-a2.7b")
+                            })
+                        })
+                        .collect::<Result<_, _>>()?
+                }
+                "--types" => {
+                    o.types = list(value()?)
+                        .iter()
+                        .map(|t| {
+                            GgmlType::from_name(t)
+                                .filter(|t| GgmlType::QUANTIZED.contains(t))
+                                .ok_or_else(|| format!("unknown weight type {t:?}"))
+                        })
+                        .collect::<Result<_, _>>()?
+                }
+                "--ubatch" => {
+                    o.ubatch = list(value()?)
+                        .iter()
+                        .map(|u| positive(u))
+                        .collect::<Result<_, _>>()?
+                }
+                "--layers" => o.layers = positive(&value()?)?,
+                "--ubatches" => o.ubatches = positive(&value()?)?,
+                "--routing" => o.routing = Routing::parse(&value()?)?,
+                "--cache-mb" => {
+                    let v = value()?;
+                    o.cache_mb = Some(v.parse().map_err(|_| format!("--cache-mb {v:?}"))?)
+                }
+                "--profile" => {
+                    let path = value()?;
+                    let text =
+                        std::fs::read_to_string(&path).map_err(|e| format!("{path}: {e}"))?;
+                    o.settings = Settings::from_profile(&text, &path)?;
+                }
+                "--param" => overrides.push(value()?),
+                "--threads" => o.threads = Some(positive(&value()?)?),
+                "--backend" => {
+                    let v = value()?;
+                    o.backend = Some(BackendChoice::parse(&v).ok_or_else(|| {
+                        format!("--backend {v:?}: expected auto, emu, rknn or cpu")
+                    })?);
+                }
+                other => return Err(format!("unknown option {other:?}\n\n{USAGE}")),
+            }
+        }
+        // Overrides apply on top of a profile, whatever the order they were given in.
+        for a in overrides {
+            o.settings.apply_override(&a)?;
+        }
+        Ok(o)
+    }
+}
+
+/// Bytes of all of `shape`'s experts inflated to int8.
+fn full_expert_bytes(shape: &ModelShape) -> u64 {
+    (shape.layers * 3 * shape.n_expert * shape.hidden * shape.expert_ff) as u64
+}
+
+/// The weight type of an expert tensor with rows of `k`: `ty`, unless `k` is not whole blocks
+/// of it (Q4_K at K = 1408), then Q5_0 as llama-quantize chooses.
+fn type_for(ty: GgmlType, k: usize) -> GgmlType {
+    if k.is_multiple_of(ty.block_elems()) {
+        ty
+    } else {
+        GgmlType::Q5_0
+    }
+}
+
+/// What the engine did in one ubatch here.
+#[derive(Clone, Default)]
+struct Measured {
+    stages: Stages,
+    wall_us: f64,
+    hits: u64,
+    misses: u64,
+    evictions: u64,
+    bytes_inflated: u64,
+    submits: u64,
+}
+
+/// One ubatch: measured here, and modelled under each engine model.
+struct UbatchResult {
+    index: usize,
+    measured: Measured,
+    models: Vec<UbatchModel>,
+}
+
+struct Case {
+    shape: ModelShape,
+    ty: GgmlType,
+    tokens: usize,
+    backend: &'static str,
+    ubatches: Vec<UbatchResult>,
+    cpu_only_tokps: f64,
+    dense_us: f64,
+}
+
+const ENGINES: usize = 3;
+
+fn engines() -> [EngineModel; ENGINES] {
+    [
+        EngineModel::today(),
+        EngineModel::pipelined(),
+        EngineModel::pipelined_fused(),
+    ]
+}
+
+fn add_stages(a: &mut Stages, b: Stages) {
+    a.route += b.route;
+    a.quant += b.quant;
+    a.inflate += b.inflate;
+    a.gemm += b.gemm;
+    a.scatter += b.scatter;
+}
+
+/// The used experts of a call in the engine's order (most rows first, ties by id), with the
+/// call's misses on the first of them: the engine does not say which experts hit (only how
+/// many), and the model needs only the count.
+fn experts_of(ids: &[i32], n_expert: usize, misses: u64) -> Vec<ExpertCall> {
+    let mut rows = vec![0u32; n_expert];
+    for &e in ids {
+        rows[e as usize] += 1;
+    }
+    let mut used: Vec<(u32, usize)> = rows
+        .iter()
+        .enumerate()
+        .filter(|(_, &r)| r > 0)
+        .map(|(e, &r)| (r, e))
+        .collect();
+    used.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    used.iter()
+        .enumerate()
+        .map(|(i, &(rows, _))| ExpertCall {
+            rows,
+            hit: i as u64 >= misses,
+        })
+        .collect()
+}
+
+fn delta(after: &Stats, before: &Stats, m: &mut Measured) {
+    m.hits += after.cache_hits - before.cache_hits;
+    m.misses += after.cache_misses - before.cache_misses;
+    m.evictions += after.cache_evictions - before.cache_evictions;
+    m.bytes_inflated += after.bytes_inflated - before.bytes_inflated;
+    m.submits += (after.submits_run_i8 + after.submits_stream + after.submits_chain)
+        - (before.submits_run_i8 + before.submits_stream + before.submits_chain);
+}
+
+fn run_case(
+    o: &Options,
+    shape: ModelShape,
+    ty: GgmlType,
+    tokens: usize,
+    cfg: &Config,
+) -> Result<Case, String> {
+    let (h, ff, ne, nu) = (shape.hidden, shape.expert_ff, shape.n_expert, shape.n_used);
+    let projs = [
+        (Proj::Gate, type_for(ty, h), h, ff),
+        (Proj::Up, type_for(ty, h), h, ff),
+        (Proj::Down, type_for(ty, ff), ff, h),
+    ];
+    let tensors = weights::layout(projs.map(|(_, t, k, n)| (t, k, n)), ne);
+    let file = format!("{}-{}-v1", shape.name, ty.name());
+    let maps = weights::map_layers(&file, &tensors, o.layers)?;
+    let engine = Engine::new(cfg.clone()).map_err(|e| e.to_string())?;
+    let backend = engine.device().backend().name();
+    let mut rng = Rng::new(0x6d6f_6465 ^ tokens as u64);
+    let b_up: Vec<f32> = (0..h * tokens).map(|_| rng.uniform(-1.0, 1.0)).collect();
+    let b_down: Vec<f32> = (0..ff * nu * tokens)
+        .map(|_| rng.uniform(-1.0, 1.0))
+        .collect();
+    let dst: Vec<AtomicU32> = (0..h.max(ff) * nu * tokens)
+        .map(|_| AtomicU32::new(0))
+        .collect();
+    let params = &o.settings.params;
+    let rates = CpuRates::from_reference(params);
+    let dense = rates.dense_layer(&shape, tokens, params);
+    let mut contexts: Vec<ContextCache> = (0..ENGINES).map(|_| ContextCache::default()).collect();
+    let mut ubatches = Vec::new();
+    for u in 0..o.ubatches {
+        let mut m = Measured::default();
+        let mut calls = Vec::new();
+        for (layer, map) in maps.iter().enumerate() {
+            let ids = o.routing.ids(layer, u, tokens, ne, nu, &mut rng);
+            for (i, &(proj, wty, k, n)) in projs.iter().enumerate() {
+                let t = tensors[i];
+                let weights = &map[t.offset..t.offset + t.bytes()];
+                let (b, b_rows) = if proj == Proj::Down {
+                    (&b_down, nu)
+                } else {
+                    (&b_up, 1)
+                };
+                let descs = descs(t, weights, b, b_rows, &ids, &dst, tokens, nu, proj);
+                let before = engine.stats();
+                let start = Instant::now();
+                let plan = engine
+                    .plan(&descs[0], &descs[1], &descs[2], &descs[3])
+                    .map_err(|e| e.to_string())?;
+                let io = Inputs {
+                    weights,
+                    name: descs[0].name,
+                    b,
+                    ids: &ids,
+                    dst: &dst[..n * nu * tokens],
+                    pair: None,
+                };
+                let stages = engine.run(plan, &io).map_err(|e| e.to_string())?;
+                m.wall_us += start.elapsed().as_secs_f64() * 1e6;
+                add_stages(&mut m.stages, stages);
+                let after = engine.stats();
+                let misses = after.cache_misses - before.cache_misses;
+                delta(&after, &before, &mut m);
+                calls.push(CallWork {
+                    layer: layer as u32,
+                    proj,
+                    k,
+                    n,
+                    ty: wty,
+                    act_rows: (tokens * b_rows) as u64,
+                    n_expert: ne,
+                    experts: experts_of(&ids, ne, misses),
+                });
+            }
+        }
+        // The layers run here stand for all of the model's, in turn. Their hits repeat only if
+        // every layer's experts fit the cache; otherwise the layers run here already fill the
+        // budget (checked in `run`), so whatever the policy keeps, the full model hits no more
+        // experts per ubatch than were hit here.
+        let repeat_hits = full_expert_bytes(&shape) <= cfg.cache_bytes;
+        let mut full = Vec::new();
+        for l in 0..shape.layers {
+            for c in calls.iter().filter(|c| c.layer as usize == l % o.layers) {
+                let mut c = CallWork {
+                    layer: l as u32,
+                    ..c.clone()
+                };
+                if l >= o.layers && !repeat_hits {
+                    c.experts.iter_mut().for_each(|x| x.hit = false);
+                }
+                full.push(c);
+            }
+        }
+        let work = UbatchWork {
+            tokens,
+            calls: full,
+            dense: vec![dense; shape.layers],
+        };
+        let cache_bytes = cfg.cache_bytes;
+        let models = engines()
+            .iter()
+            .zip(contexts.iter_mut())
+            .map(|(e, ctx)| board::model_ubatch(&work, e, params, cache_bytes, ctx))
+            .collect::<Result<Vec<_>, _>>()?;
+        eprintln!(
+            "model: {} {} ub{tokens} ubatch {}/{}: {:.0} ms here for {} layers; modelled RK3588 \
+             prefill {:.1} tok/s today, {:.1} pipelined",
+            shape.name,
+            ty.name(),
+            u + 1,
+            o.ubatches,
+            m.wall_us / 1e3,
+            o.layers,
+            models[0].prefill_tokps(tokens),
+            models[1].prefill_tokps(tokens),
+        );
+        ubatches.push(UbatchResult {
+            index: u,
+            measured: m,
+            models,
+        });
+    }
+    let cpu_only_tokps = rates.cpu_only_tokps(&shape, tokens);
+    let dense_us = (dense.before_us
+        + rates.elementwise_us(dense.act_elems + dense.combine_elems, params))
+        * shape.layers as f64;
+    Ok(Case {
+        shape,
+        ty,
+        tokens,
+        backend,
+        ubatches,
+        cpu_only_tokps,
+        dense_us,
+    })
+}
+
+/// The four descriptors of one call (`b` has `b_rows` rows per token: 1, or n_used for down).
+#[allow(clippy::too_many_arguments)]
+fn descs<'a>(
+    t: weights::Tensor,
+    weights: &'a [u8],
+    b: &'a [f32],
+    b_rows: usize,
+    ids: &'a [i32],
+    dst: &'a [AtomicU32],
+    tokens: usize,
+    n_used: usize,
+    proj: Proj,
+) -> [TensorDesc<'a>; 4] {
+    let (k, n, row) = (t.k, t.n, t.row_bytes());
+    let name = match proj {
+        Proj::Gate => "blk.0.ffn_gate_exps.weight",
+        Proj::Up => "blk.0.ffn_up_exps.weight",
+        Proj::GateUp => "blk.0.ffn_gate_up_exps.weight",
+        Proj::Down => "blk.0.ffn_down_exps.weight",
+    };
+    let (tk, u) = (tokens as i64, n_used as i64);
+    [
+        TensorDesc {
+            ty: t.ty.id(),
+            ne: [k as i64, n as i64, t.n_expert as i64, 1],
+            nb: [t.ty.block_bytes(), row, row * n, row * n * t.n_expert],
+            addr: weights.as_ptr() as usize,
+            name: Some(name),
+        },
+        TensorDesc {
+            ty: GgmlType::F32.id(),
+            ne: [k as i64, b_rows as i64, tk, 1],
+            nb: [4, 4 * k, 4 * k * b_rows, 4 * k * b_rows * tokens],
+            addr: b.as_ptr() as usize,
+            name: None,
+        },
+        TensorDesc {
+            ty: GGML_TYPE_I32,
+            ne: [u, tk, 1, 1],
+            nb: [4, 4 * n_used, ids.len() * 4, ids.len() * 4],
+            addr: ids.as_ptr() as usize,
+            name: None,
+        },
+        TensorDesc {
+            ty: GgmlType::F32.id(),
+            ne: [n as i64, u, tk, 1],
+            nb: [4, 4 * n, 4 * n * n_used, 4 * n * n_used * tokens],
+            addr: dst.as_ptr() as usize,
+            name: None,
+        },
+    ]
+}
+
+fn ms(us: f64) -> f64 {
+    us / 1e3
+}
+
+fn stage_us(t: &Timeline, s: Stage) -> f64 {
+    let i = Stage::REPORTED
+        .iter()
+        .position(|&x| x == s)
+        .expect("reported");
+    t.stage_us[i]
+}
+
+pub fn run(args: &[String]) -> Result<ExitCode, String> {
+    let o = Options::parse(args)?;
+    let mut cfg = ork_moe::config::from_env()?;
+    if let Some(mb) = o.cache_mb {
+        cfg.cache_bytes = mb << 20;
+    }
+    if let Some(t) = o.threads {
+        cfg.device.host.threads = ork_moe::config::threads(t);
+    }
+    if let Some(b) = o.backend {
+        cfg.device.backend = b;
+    }
+    ork_moe::ffi::log_install(cfg.log_level);
+    for shape in &o.configs {
+        o.routing.check(shape.n_expert, shape.n_used)?;
+        let full_bytes = full_expert_bytes(shape);
+        let run_bytes = full_bytes / shape.layers as u64 * o.layers as u64;
+        if run_bytes <= cfg.cache_bytes && full_bytes > cfg.cache_bytes {
+            eprintln!(
+                "model: warning: the experts of {} layers ({} MB int8) fit the {} MB cache, those \
+                 of all {} do not: the modelled hits are too many; raise --layers",
+                o.layers,
+                run_bytes >> 20,
+                cfg.cache_bytes >> 20,
+                shape.layers
+            );
+        }
+    }
+    let started = Instant::now();
+    let mut cases = Vec::new();
+    for &shape in &o.configs {
+        for &ty in &o.types {
+            for &tokens in &o.ubatch {
+                cases.push(run_case(&o, shape, ty, tokens, &cfg)?);
+            }
+        }
+    }
+    eprintln!("model: done in {:.1} s", started.elapsed().as_secs_f64());
+    if o.json {
+        print_json(&o, &cfg, &cases);
+    } else {
+        print_tables(&o, &cfg, &cases);
+    }
+    if let Some(path) = &o.svg {
+        std::fs::write(path, svg(&cases)).map_err(|e| format!("{}: {e}", path.display()))?;
+        eprintln!("model: wrote {}", path.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The published CPU-only figure this case compares against, and where it comes from.
+fn reference(case: &Case, o: &Options) -> (f64, String) {
+    let p = &o.settings.params;
+    if case.shape == ModelShape::QWEN3_30B_A3B {
+        let src = board::SPECS
+            .iter()
+            .find(|s| s.name == "cpu_only_reference_tokps")
+            .expect("a parameter");
+        (p.cpu_only_reference_tokps, src.source.to_string())
+    } else {
+        (
+            case.cpu_only_tokps,
+            format!(
+                "no published RK3588 figure: the {} tok/s reference scaled by this model's dense \
+                 and expert MACs (CpuRates::cpu_only_tokps)",
+                p.cpu_only_reference_tokps
+            ),
+        )
+    }
+}
+
+fn print_tables(o: &Options, cfg: &Config, cases: &[Case]) {
+    let threads = cfg.device.host.threads;
+    println!(
+        "ork-probe model: routing {}, cache {} MiB, {} layer(s) run here per ubatch ({} thread(s) of \
+         this machine, backend {}); the RK3588 figures are MODELLED for all layers of the model",
+        o.routing.name(),
+        cfg.cache_bytes >> 20,
+        o.layers,
+        threads,
+        cases.first().map_or("-", |c| c.backend)
+    );
+    println!();
+    println!("measured here, per ubatch, the layers run here (quant includes the gather into native A; ms):");
+    println!(
+        "{:<18} {:<5} {:>5} {:>2} {:>7} {:>8} {:>8} {:>8} {:>8} {:>8} {:>6} {:>6} {:>6} {:>7} {:>7} {:>10}",
+        "config", "type", "ub", "#", "route", "quant", "inflate", "gemm", "scatter", "wall", "hits",
+        "misses", "evict", "GB infl", "submits", "tok/s(all)"
+    );
+    for c in cases {
+        for u in &c.ubatches {
+            let m = &u.measured;
+            let s = m.stages;
+            let scale = c.shape.layers as f64 / o.layers as f64;
+            println!(
+                "{:<18} {:<5} {:>5} {:>2} {:>7.1} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>6} {:>6} {:>6} {:>7.2} {:>7} {:>10.1}",
+                c.shape.name,
+                c.ty.name(),
+                c.tokens,
+                u.index,
+                s.route as f64 / 1e6,
+                s.quant as f64 / 1e6,
+                s.inflate as f64 / 1e6,
+                s.gemm as f64 / 1e6,
+                s.scatter as f64 / 1e6,
+                ms(m.wall_us),
+                m.hits,
+                m.misses,
+                m.evictions,
+                m.bytes_inflated as f64 / 1e9,
+                m.submits,
+                c.tokens as f64 * 1e6 / (m.wall_us * scale),
+            );
+        }
+    }
+    println!();
+    println!(
+        "modelled RK3588, whole model, per ubatch (expert part: serial / as scheduled / bound and \
+         what sets it; ms):"
+    );
+    println!(
+        "{:<18} {:<5} {:>5} {:>2} | {:>8} {:>8} {:>8} {:<4} | {:>8} {:>8} {:<4} | {:>8} {:>8} {:<4} | {:>6} {:>4} | {:>7} {:>7} {:>7} {:>7} {:>6}",
+        "config", "type", "ub", "#", "today", "sched", "bound", "", "piped", "bound", "", "fused",
+        "bound", "", "runs", "ctx", "today", "piped", "fused", "ref", "best×"
+    );
+    for c in cases {
+        let (ref_tokps, _) = reference(c, o);
+        for u in &c.ubatches {
+            let [t, p, f] = [&u.models[0], &u.models[1], &u.models[2]];
+            let best = u
+                .models
+                .iter()
+                .map(|m| m.prefill_tokps(c.tokens))
+                .fold(0.0, f64::max);
+            println!(
+                "{:<18} {:<5} {:>5} {:>2} | {:>8.0} {:>8.0} {:>8.0} {:<4} | {:>8.0} {:>8.0} {:<4} | {:>8.0} {:>8.0} {:<4} | {:>6} {:>4} | {:>7.1} {:>7.1} {:>7.1} {:>7.1} {:>5.2}×",
+                c.shape.name,
+                c.ty.name(),
+                c.tokens,
+                u.index,
+                ms(t.experts.serial_us),
+                ms(t.experts.scheduled_us),
+                ms(t.experts.bound.us()),
+                t.experts.bound.limit(),
+                ms(p.experts.scheduled_us),
+                ms(p.experts.bound.us()),
+                p.experts.bound.limit(),
+                ms(f.experts.scheduled_us),
+                ms(f.experts.bound.us()),
+                f.experts.bound.limit(),
+                t.experts.runs,
+                t.experts.contexts_created,
+                t.prefill_tokps(c.tokens),
+                p.prefill_tokps(c.tokens),
+                f.prefill_tokps(c.tokens),
+                ref_tokps,
+                best / ref_tokps,
+            );
+        }
+    }
+    println!();
+    println!("modelled RK3588, last ubatch: serial time per stage of the expert part (ms), and the whole ubatch");
+    let names: Vec<&str> = Stage::REPORTED[..Stage::REPORTED.len() - 1]
+        .iter()
+        .map(|s| s.name())
+        .collect();
+    println!(
+        "{:<18} {:<5} {:>5} {:<16} {} {:>9} {:>8} {:>9} {:>8}",
+        "config",
+        "type",
+        "ub",
+        "engine",
+        names
+            .iter()
+            .map(|n| format!(
+                "{:>11}",
+                n.replace("buffer_", "buf_").replace("context_", "ctx_")
+            ))
+            .collect::<String>(),
+        "GB dram",
+        "dense",
+        "ubatch",
+        "amdahl"
+    );
+    for c in cases {
+        let last = c.ubatches.last().expect("at least one ubatch");
+        for (e, m) in engines().iter().zip(&last.models) {
+            let x = &m.experts;
+            let cols: String = Stage::REPORTED[..Stage::REPORTED.len() - 1]
+                .iter()
+                .map(|&s| format!("{:>11.0}", ms(stage_us(x, s))))
+                .collect();
+            println!(
+                "{:<18} {:<5} {:>5} {:<16} {} {:>9.1} {:>8.0} {:>9.0} {:>7.1}",
+                c.shape.name,
+                c.ty.name(),
+                c.tokens,
+                e.name,
+                cols,
+                x.dram_bytes as f64 / 1e9,
+                ms(c.dense_us),
+                ms(m.whole.scheduled_us),
+                c.tokens as f64 * 1e6 / c.dense_us,
+            );
+        }
+    }
+    println!();
+    println!("board model parameters (value, unit, source):");
+    for line in o.settings.describe() {
+        println!("  {line}");
+    }
+    for c in cases {
+        let (tokps, src) = reference(c, o);
+        println!(
+            "reference for {}: {:.1} tok/s CPU-only ({src}); modelled CPU-only for a {}-token prompt: {:.1} tok/s",
+            c.shape.name, tokps, c.tokens, c.cpu_only_tokps
+        );
+    }
+}
+
+fn num(x: f64) -> Value {
+    Value::Num(x)
+}
+
+fn print_json(o: &Options, cfg: &Config, cases: &[Case]) {
+    let params: Vec<(String, Value)> = board::SPECS
+        .iter()
+        .map(|s| {
+            let v = o.settings.params.get(s.name).expect("a parameter");
+            (s.name.to_string(), num(v))
+        })
+        .collect();
+    let mut rows = Vec::new();
+    for c in cases {
+        let u = c.ubatches.last().expect("at least one ubatch");
+        let first = c.ubatches.first().expect("at least one ubatch");
+        let m = &u.measured;
+        let scale = c.shape.layers as f64 / o.layers as f64;
+        let [t, p, f] = [&u.models[0], &u.models[1], &u.models[2]];
+        let (ref_tokps, ref_src) = reference(c, o);
+        // Full model: the hits of the layers run here, repeated only when every layer's
+        // experts fit the cache (see `run_case`); every other lookup a miss.
+        let lookups = (m.hits + m.misses) as f64 * scale;
+        let hits = if full_expert_bytes(&c.shape) <= cfg.cache_bytes {
+            m.hits as f64 * scale
+        } else {
+            m.hits as f64
+        };
+        let misses = lookups - hits;
+        let per_miss = m.bytes_inflated as f64 / m.misses.max(1) as f64;
+        let mut fields: Vec<(String, Value)> = vec![
+            ("config".into(), Value::Str(c.shape.name.into())),
+            ("layers".into(), num(c.shape.layers as f64)),
+            ("measured_layers".into(), num(o.layers as f64)),
+            (
+                "modelled_layers_from".into(),
+                Value::Str(format!(
+                    "the {} layer(s) measured here, repeated to {} (measured counts scaled by {:.1})",
+                    o.layers, c.shape.layers, scale
+                )),
+            ),
+            ("type".into(), Value::Str(c.ty.name().into())),
+            ("ubatch".into(), num(c.tokens as f64)),
+            ("ubatch_index".into(), num(u.index as f64)),
+            ("routing".into(), Value::Str(o.routing.name())),
+            ("backend_here".into(), Value::Str(c.backend.into())),
+            ("cache_mb".into(), num((cfg.cache_bytes >> 20) as f64)),
+            ("hit_rate".into(), num(hits / lookups.max(1.0))),
+            ("cache_hits".into(), num(hits)),
+            ("cache_misses".into(), num(misses)),
+            ("bytes_inflated".into(), num(misses * per_miss)),
+            (
+                "measured_hit_rate".into(),
+                num(m.hits as f64 / (m.hits + m.misses).max(1) as f64),
+            ),
+            ("measured_cache_evictions".into(), num(m.evictions as f64)),
+            ("measured_bytes_inflated".into(), num(m.bytes_inflated as f64)),
+            ("submits".into(), num(m.submits as f64 * scale)),
+            ("npu_runs".into(), num(t.experts.runs as f64)),
+            ("contexts_created".into(), num(t.experts.contexts_created as f64)),
+            (
+                "contexts_created_first_ubatch".into(),
+                num(first.models[0].experts.contexts_created as f64),
+            ),
+            ("measured_route_us".into(), num(m.stages.route as f64 / 1e3)),
+            (
+                "measured_quant_gather_us".into(),
+                num(m.stages.quant as f64 / 1e3),
+            ),
+            ("measured_inflate_us".into(), num(m.stages.inflate as f64 / 1e3)),
+            ("measured_gemm_us".into(), num(m.stages.gemm as f64 / 1e3)),
+            ("measured_scatter_us".into(), num(m.stages.scatter as f64 / 1e3)),
+            ("measured_wall_us".into(), num(m.wall_us)),
+            (
+                "measured_expert_tokps".into(),
+                num(c.tokens as f64 * 1e6 / (m.wall_us * scale)),
+            ),
+            ("modelled_serial_us".into(), num(t.experts.serial_us)),
+            ("modelled_scheduled_us".into(), num(t.experts.scheduled_us)),
+            ("modelled_bound_us".into(), num(t.experts.bound.us())),
+            (
+                "modelled_bound_limit".into(),
+                Value::Str(t.experts.bound.limit().into()),
+            ),
+            (
+                "modelled_critical_path_us".into(),
+                num(t.experts.bound.critical_path_us),
+            ),
+            ("modelled_dram_bytes".into(), num(t.experts.dram_bytes as f64)),
+            ("modelled_dense_us".into(), num(c.dense_us)),
+            ("modelled_ubatch_us".into(), num(t.whole.scheduled_us)),
+            ("modelled_prefill_tokps".into(), num(t.prefill_tokps(c.tokens))),
+            (
+                "amdahl_ceiling_tokps".into(),
+                num(c.tokens as f64 * 1e6 / c.dense_us),
+            ),
+            ("cpu_only_reference_tokps".into(), num(ref_tokps)),
+            ("cpu_only_reference_source".into(), Value::Str(ref_src)),
+            ("cpu_only_modelled_tokps".into(), num(c.cpu_only_tokps)),
+        ];
+        for (name, x) in [("pipelined", p), ("fused", f)] {
+            fields.extend([
+                (format!("{name}_serial_us"), num(x.experts.serial_us)),
+                (format!("{name}_scheduled_us"), num(x.experts.scheduled_us)),
+                (format!("{name}_bound_us"), num(x.experts.bound.us())),
+                (
+                    format!("{name}_bound_limit"),
+                    Value::Str(x.experts.bound.limit().into()),
+                ),
+                (format!("{name}_ubatch_us"), num(x.whole.scheduled_us)),
+                (
+                    format!("{name}_prefill_tokps"),
+                    num(x.prefill_tokps(c.tokens)),
+                ),
+                (format!("{name}_npu_runs"), num(x.experts.runs as f64)),
+                (
+                    format!("{name}_contexts_created_first_ubatch"),
+                    num(first.models[if name == "fused" { 2 } else { 1 }]
+                        .experts
+                        .contexts_created as f64),
+                ),
+                (
+                    format!("{name}_peak_resident_mib"),
+                    num(x.experts.peak_resident_bytes as f64 / (1u64 << 20) as f64),
+                ),
+            ]);
+        }
+        for (i, s) in Stage::REPORTED.iter().enumerate() {
+            if *s != Stage::Dense {
+                fields.push((
+                    format!("modelled_{}_serial_us", s.name()),
+                    num(t.experts.stage_us[i]),
+                ));
+            }
+        }
+        fields.push(("board_params".into(), Value::Obj(params.clone())));
+        if let Some(info) = &o.settings.profile {
+            fields.push(("board_profile".into(), Value::Str(info.path.clone())));
+        }
+        rows.push(Value::Obj(fields).to_string());
+    }
+    println!("[\n{}\n]", rows.join(",\n"));
+}
+
+/// Per layer of the last ubatch of each case: today's expert part stacked by stage (serial) on
+/// the dense part's wall time, today's as-scheduled span and the pipelined one.
+fn svg(cases: &[Case]) -> String {
+    let panels: Vec<chart::Panel> = cases
+        .iter()
+        .map(|c| {
+            let u = c.ubatches.last().expect("at least one ubatch");
+            let experts = &u.models[0].experts;
+            let (today, piped) = (&u.models[0].whole, &u.models[1].whole);
+            let dense_ms = ms(c.dense_us) / c.shape.layers as f64;
+            let span = |t: &Timeline, l: usize| {
+                let before = if l == 0 { 0.0 } else { t.layer_end_us[l - 1] };
+                ms(t.layer_end_us[l] - before)
+            };
+            let groups = (0..c.shape.layers)
+                .map(|l| {
+                    let mut segments = vec![("dense (wall)".to_string(), dense_ms)];
+                    segments.extend(
+                        Stage::REPORTED
+                            .iter()
+                            .zip(&experts.layer_stage_us[l])
+                            .filter(|(s, _)| **s != Stage::Dense)
+                            .map(|(s, &v)| (s.name().to_string(), ms(v))),
+                    );
+                    let serial = chart::Bar { segments };
+                    let one = |name: &str, v: f64| chart::Bar {
+                        segments: vec![(name.to_string(), v)],
+                    };
+                    vec![
+                        serial,
+                        one("today, as scheduled", span(today, l)),
+                        one("pipelined, as scheduled", span(piped, l)),
+                    ]
+                })
+                .collect();
+            chart::Panel {
+                title: format!(
+                    "{} {} ub{}: per layer, dense + today's expert stages serial | today as scheduled | pipelined",
+                    c.shape.name,
+                    c.ty.name(),
+                    c.tokens
+                ),
+                groups,
+            }
+        })
+        .collect();
+    chart::render(
+        "ork-probe model: modelled RK3588 time per layer (ms), dense part included",
+        "layer",
+        "ms",
+        &panels,
+        1400.0,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn experts_come_in_the_engines_order_with_the_misses_first() {
+        let ids = [3, 1, 3, 0, 3, 1];
+        let e = experts_of(&ids, 4, 2);
+        assert_eq!(
+            e,
+            vec![
+                ExpertCall {
+                    rows: 3,
+                    hit: false
+                },
+                ExpertCall {
+                    rows: 2,
+                    hit: false
+                },
+                ExpertCall { rows: 1, hit: true },
+            ]
+        );
+    }
+
+    #[test]
+    fn options_parse_and_reject() {
+        let args = |s: &str| s.split_whitespace().map(String::from).collect::<Vec<_>>();
+        let o = Options::parse(&args(
+            "--config qwen1.5-moe-a2.7b --types q4_K --ubatch 512 --layers 2 --routing zipf:1.1 \
+             --cache-mb 256 --param shared_dram_gbps=25",
+        ))
+        .unwrap();
+        assert_eq!(o.configs, vec![ModelShape::QWEN15_MOE_A27B]);
+        assert_eq!(
+            (o.layers, o.ubatch.clone(), o.cache_mb),
+            (2, vec![512], Some(256))
+        );
+        assert_eq!(o.settings.params.shared_dram_gbps, 25.0);
+        assert_eq!(o.routing, Routing::Zipf(1.1));
+        for bad in [
+            "--config gpt",
+            "--layers 0",
+            "--routing skewed",
+            "--param nope=1",
+            "--frobnicate",
+            "--ubatch",
+        ] {
+            assert!(Options::parse(&args(bad)).is_err(), "{bad}");
+        }
+        assert_eq!(type_for(GgmlType::Q4_K, 1408), GgmlType::Q5_0);
+        assert_eq!(type_for(GgmlType::Q4_0, 1408), GgmlType::Q4_0);
+    }
+}

@@ -1,0 +1,785 @@
+//! The work graph of one ubatch: tasks with a resource, an amount of work in the units the
+//! parameters price, and dependencies; and the builder that makes it from what the engine did
+//! per MUL_MAT_ID call (counts the engine or the probe supply).
+
+use super::params::Params;
+use super::shape::DenseWork;
+use crate::layout::Tiles;
+use crate::npu::exec::split_channels;
+use crate::npu::rknn::CONTEXT_CACHE;
+use crate::npu::{in_stream_envelope, Primitive};
+use crate::quant::GgmlType;
+use std::collections::{HashSet, VecDeque};
+
+/// What a task's time is reported under.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Stage {
+    Route,
+    Quant,
+    Gather,
+    Lookup,
+    BufferCreate,
+    Inflate,
+    Sync,
+    ContextCreate,
+    Npu,
+    Scatter,
+    Dense,
+    Join,
+}
+
+impl Stage {
+    /// Every stage but `Join` (which takes no time), in report order.
+    pub const REPORTED: [Stage; 11] = [
+        Stage::Route,
+        Stage::Quant,
+        Stage::Gather,
+        Stage::Lookup,
+        Stage::BufferCreate,
+        Stage::Inflate,
+        Stage::Sync,
+        Stage::ContextCreate,
+        Stage::Npu,
+        Stage::Scatter,
+        Stage::Dense,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Stage::Route => "route",
+            Stage::Quant => "quant",
+            Stage::Gather => "gather",
+            Stage::Lookup => "lookup",
+            Stage::BufferCreate => "buffer_create",
+            Stage::Inflate => "inflate",
+            Stage::Sync => "sync",
+            Stage::ContextCreate => "context_create",
+            Stage::Npu => "npu",
+            Stage::Scatter => "scatter",
+            Stage::Dense => "dense",
+            Stage::Join => "join",
+        }
+    }
+}
+
+/// The resource a task needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unit {
+    /// Nothing: a join of its dependencies, done when they are.
+    Free,
+    /// A Cortex-A76.
+    Big,
+    /// A Cortex-A55.
+    Little,
+    /// Any CPU core.
+    AnyCpu,
+    /// NPU core `n`.
+    Npu(u8),
+    /// Any NPU core.
+    AnyNpu,
+}
+
+/// A task's amount of work, in the units the parameters price.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Work {
+    Join,
+    /// Routing of `rows` (token, slot) pairs.
+    Route {
+        rows: u64,
+    },
+    /// Activation elements quantized (f32 read, int8 written).
+    Quant {
+        elems: u64,
+    },
+    /// Bytes of native A written from the quantized rows.
+    Gather {
+        bytes: u64,
+    },
+    /// One expert-cache hit.
+    Lookup,
+    /// Creating a device buffer of `bytes`.
+    BufferCreate {
+        bytes: u64,
+    },
+    /// Inflating `q_bytes` of `ty` into `out_bytes` of native int8 B.
+    Inflate {
+        ty: GgmlType,
+        q_bytes: u64,
+        out_bytes: u64,
+    },
+    /// A cache sync (flush or invalidate) of `bytes`.
+    Sync {
+        bytes: u64,
+    },
+    /// Creating a matmul context.
+    ContextCreate,
+    /// One `rknn_matmul_run` of an `m × k × n` GEMM (padded k, n) on one core.
+    Run {
+        primitive: Primitive,
+        m: u32,
+        k: u32,
+        n: u32,
+    },
+    /// int32 C read, scaled f32 written to dst.
+    Scatter {
+        c_bytes: u64,
+        dst_bytes: u64,
+    },
+    /// A ggml element-wise op (SiLU·mul, the expert combine) share.
+    Elementwise {
+        elems: u64,
+    },
+    /// A share of the dense part: wall time on one big core, and the DRAM bytes it reads.
+    Dense {
+        us: f64,
+        bytes: u64,
+    },
+}
+
+impl Work {
+    pub fn stage(&self) -> Stage {
+        match self {
+            Work::Join => Stage::Join,
+            Work::Route { .. } => Stage::Route,
+            Work::Quant { .. } => Stage::Quant,
+            Work::Gather { .. } => Stage::Gather,
+            Work::Lookup => Stage::Lookup,
+            Work::BufferCreate { .. } => Stage::BufferCreate,
+            Work::Inflate { .. } => Stage::Inflate,
+            Work::Sync { .. } => Stage::Sync,
+            Work::ContextCreate => Stage::ContextCreate,
+            Work::Run { .. } => Stage::Npu,
+            Work::Scatter { .. } => Stage::Scatter,
+            Work::Elementwise { .. } | Work::Dense { .. } => Stage::Dense,
+        }
+    }
+}
+
+/// One task of the graph.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Task {
+    pub work: Work,
+    pub unit: Unit,
+    /// Tasks that must finish first (all earlier in the graph).
+    pub deps: Vec<u32>,
+    /// Runs on, and until then keeps, the CPU thread of this dependency: a thread that works
+    /// through one expert item (and blocks in the NPU run) in today's engine.
+    pub thread_of: Option<u32>,
+    pub layer: u32,
+    /// Device bytes this task makes resident when it starts...
+    pub alloc: u64,
+    /// ...and releases when it ends (IOMMU domain occupancy).
+    pub free: u64,
+}
+
+/// A work graph: tasks in a topological order (dependencies point backwards). The order is
+/// also the scheduler's priority: earlier tasks first.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Graph {
+    pub tasks: Vec<Task>,
+}
+
+impl Graph {
+    /// Appends a task; `deps` must be earlier tasks.
+    pub fn push(&mut self, work: Work, unit: Unit, deps: &[u32], layer: u32) -> u32 {
+        let id = self.tasks.len() as u32;
+        assert!(deps.iter().all(|&d| d < id), "dependencies point backwards");
+        self.tasks.push(Task {
+            work,
+            unit,
+            deps: deps.to_vec(),
+            thread_of: None,
+            layer,
+            alloc: 0,
+            free: 0,
+        });
+        id
+    }
+
+    /// Appends a task that continues on `thread`'s CPU thread (and depends on it).
+    pub fn push_on(
+        &mut self,
+        work: Work,
+        unit: Unit,
+        thread: u32,
+        deps: &[u32],
+        layer: u32,
+    ) -> u32 {
+        let mut all = deps.to_vec();
+        all.push(thread);
+        let id = self.push(work, unit, &all, layer);
+        self.tasks[id as usize].thread_of = Some(thread);
+        id
+    }
+
+    /// A task that is done when all of `deps` are.
+    pub fn join(&mut self, deps: &[u32], layer: u32) -> u32 {
+        self.push(Work::Join, Unit::Free, deps, layer)
+    }
+}
+
+/// The projection a MUL_MAT_ID call computes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Proj {
+    Gate,
+    Up,
+    /// llama.cpp's fused `ffn_gate_up_exps`: one call, N = 2·n_ff.
+    GateUp,
+    Down,
+}
+
+/// One used expert of a call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExpertCall {
+    /// Rows routed to it.
+    pub rows: u32,
+    /// Found in the cache (no inflate).
+    pub hit: bool,
+}
+
+/// One MUL_MAT_ID call as the engine ran it: what the engine (or the probe, from the engine's
+/// statistics and the routing) can count.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CallWork {
+    pub layer: u32,
+    pub proj: Proj,
+    /// K and N of one expert (unpadded).
+    pub k: usize,
+    pub n: usize,
+    pub ty: GgmlType,
+    /// Distinct activation rows quantized (tokens, or tokens × n_used for down).
+    pub act_rows: u64,
+    pub n_expert: usize,
+    /// The used experts, in the order the engine handles them.
+    pub experts: Vec<ExpertCall>,
+}
+
+impl CallWork {
+    /// Bytes of one expert's quantized weights.
+    pub fn q_bytes(&self) -> u64 {
+        (self.n * self.ty.row_bytes(self.k).expect("K is whole blocks")) as u64
+    }
+
+    /// Bytes of one expert's native int8 B.
+    pub fn b_bytes(&self) -> u64 {
+        let t = Tiles::RK3588;
+        t.b_len(t.pad(self.k), t.pad(self.n)) as u64
+    }
+
+    /// (token, slot) rows of the call.
+    pub fn rows(&self) -> u64 {
+        self.experts.iter().map(|e| e.rows as u64).sum()
+    }
+}
+
+/// One ubatch's expert work and dense part.
+#[derive(Clone, Debug, PartialEq)]
+pub struct UbatchWork {
+    pub tokens: usize,
+    /// The calls in the order ggml runs them: per layer gate, up (or gate_up), down.
+    pub calls: Vec<CallWork>,
+    /// The dense part, per layer (index = `CallWork::layer`).
+    pub dense: Vec<DenseWork>,
+}
+
+/// How the engine turns the calls into tasks: today's engine, or a variant the lead may build.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EngineModel {
+    pub name: &'static str,
+    /// ggml runs one op at a time on all its threads: a call starts when the previous op ended,
+    /// and within a call phase 1 (route, quantize) is a barrier before phase 2.
+    pub ops_in_sequence: bool,
+    /// Each expert item is one thread's chain (weights, gather, submit, scatter) and the
+    /// thread blocks in `rknn_matmul_run`, as the engine does today. Otherwise runs go to
+    /// per-core submitter threads that cost no CPU and items' CPU stages are independent tasks.
+    pub blocking_submits: bool,
+    /// A cache miss allocates a fresh device buffer for B (today's cache frees evicted
+    /// experts); otherwise B comes from a ring of buffers allocated once.
+    pub fresh_b_per_miss: bool,
+    /// The rknn backend's placement: a one-GEMM stream runs on core 0, `run_i8` is split over
+    /// the cores into runs issued one after another. Otherwise each expert is one run on any core.
+    pub rknn_placement: bool,
+    /// Gate and up as one call with N = 2·n_ff (one gather, one run per expert).
+    pub fuse_gate_up: bool,
+    /// Rows of a run rounded up to a multiple of this (1: exact M), so contexts are per bucket.
+    pub m_bucket: u32,
+    /// Inflate every expert of a call ahead of its routing (at prefill sizes every expert is
+    /// used), bounded by `window_bytes` of resident inflated experts; otherwise an expert is
+    /// inflated when its item runs.
+    pub prefetch: bool,
+    /// Where inflates run: ggml's threads (`Big`), any core, or the A55s only (leaving the A76s
+    /// to the dense part and the items' CPU stages).
+    pub inflate_on: Unit,
+}
+
+impl EngineModel {
+    /// The engine as it is: what `Engine::run_mt` does with ggml's threads on the rknn backend.
+    pub fn today() -> EngineModel {
+        EngineModel {
+            name: "today",
+            ops_in_sequence: true,
+            blocking_submits: true,
+            fresh_b_per_miss: true,
+            rknn_placement: true,
+            fuse_gate_up: false,
+            m_bucket: 1,
+            prefetch: false,
+            inflate_on: Unit::Big,
+        }
+    }
+
+    /// The same submits, pipelined: experts inflated ahead on all eight cores into a ring of
+    /// buffers inside one IOMMU domain while the NPU runs the current ones, runs issued by
+    /// per-core submitter threads, calls overlapping wherever the data allows.
+    pub fn pipelined() -> EngineModel {
+        EngineModel {
+            name: "pipelined",
+            ops_in_sequence: false,
+            blocking_submits: false,
+            fresh_b_per_miss: false,
+            rknn_placement: true,
+            fuse_gate_up: false,
+            m_bucket: 1,
+            prefetch: true,
+            inflate_on: Unit::AnyCpu,
+        }
+    }
+
+    /// Pipelined with fewer submits: gate and up fused, one run per expert and projection on any
+    /// core, M rounded up to multiples of 16 (the rows of one hardware task at K = 2048), so
+    /// contexts are created once per bucket.
+    pub fn pipelined_fused() -> EngineModel {
+        EngineModel {
+            name: "pipelined+fused",
+            rknn_placement: false,
+            fuse_gate_up: true,
+            m_bucket: 16,
+            ..EngineModel::pipelined()
+        }
+    }
+}
+
+/// The rknn backend's matmul contexts: created on first use of a key, kept in a cache that
+/// drops the unused ones when full (`src/npu/rknn`). Carried across ubatches.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ContextCache {
+    keys: HashSet<(u32, u32, u32, u8)>,
+    /// Contexts created so far.
+    pub created: u64,
+}
+
+impl ContextCache {
+    /// Uses the context of `key` (M, K, N, core) from a cache of `capacity`; true when it had
+    /// to be created.
+    fn get(&mut self, key: (u32, u32, u32, u8), capacity: usize) -> bool {
+        if self.keys.contains(&key) {
+            return false;
+        }
+        if self.keys.len() >= capacity {
+            // Between calls no context is in use: the backend's retain drops them all.
+            self.keys.clear();
+        }
+        self.keys.insert(key);
+        self.created += 1;
+        true
+    }
+}
+
+/// Device bytes held in first-in, first-out order: the expert cache under a streaming sweep (for
+/// the occupancy count only), or the prefetch ring. Each entry remembers the task after which its bytes may be reused.
+struct Fifo {
+    capacity: u64,
+    held: u64,
+    entries: VecDeque<(u64, u32)>,
+}
+
+impl Fifo {
+    fn new(capacity: u64) -> Fifo {
+        Fifo {
+            capacity,
+            held: 0,
+            entries: VecDeque::new(),
+        }
+    }
+
+    /// Takes `bytes`, first letting the oldest entries go: returns (their bytes, their
+    /// release tasks).
+    fn take(&mut self, bytes: u64) -> (u64, Vec<u32>) {
+        let (mut freed, mut releases) = (0, Vec::new());
+        while self.held + bytes > self.capacity {
+            let Some((b, release)) = self.entries.pop_front() else {
+                break;
+            };
+            self.held -= b;
+            freed += b;
+            releases.push(release);
+        }
+        (freed, releases)
+    }
+
+    /// Holds `bytes` until `release` ended.
+    fn hold(&mut self, bytes: u64, release: u32) {
+        self.held += bytes;
+        self.entries.push_back((bytes, release));
+    }
+}
+
+/// Builds the work graph of one ubatch; `cache_bytes` is the engine's expert-cache budget,
+/// `contexts` the backend's context cache carried over from earlier ubatches. `dense` false
+/// leaves the dense part out (its tasks take no time): the expert part alone.
+pub fn build(
+    ub: &UbatchWork,
+    engine: &EngineModel,
+    params: &Params,
+    cache_bytes: u64,
+    contexts: &mut ContextCache,
+    dense: bool,
+) -> Graph {
+    let mut b = Builder {
+        g: Graph::default(),
+        engine,
+        params,
+        contexts,
+        cache: Fifo::new(cache_bytes),
+        ring: Fifo::new((params.domain_mb * (1u64 << 20) as f64) as u64),
+        ring_gate: None,
+        dense,
+    };
+    let layers = ub.calls.iter().map(|c| c.layer).max().map_or(0, |l| l + 1);
+    let mut last: Option<u32> = None;
+    for layer in 0..layers {
+        let calls: Vec<&CallWork> = ub.calls.iter().filter(|c| c.layer == layer).collect();
+        let d = ub.dense.get(layer as usize).copied().unwrap_or(DenseWork {
+            before_us: 0.0,
+            act_elems: 0,
+            combine_elems: 0,
+            bytes: 0,
+        });
+        last = Some(b.layer(layer, &calls, &d, last));
+    }
+    b.g
+}
+
+struct Builder<'a> {
+    g: Graph,
+    engine: &'a EngineModel,
+    params: &'a Params,
+    contexts: &'a mut ContextCache,
+    cache: Fifo,
+    ring: Fifo,
+    /// Ends when every ring slot given up so far is free.
+    ring_gate: Option<u32>,
+    dense: bool,
+}
+
+/// One run of an expert item.
+struct RunPlan {
+    primitive: Primitive,
+    m: u32,
+    n: u32,
+    unit: Unit,
+    /// Its context must be created first.
+    new_context: bool,
+}
+
+impl Builder<'_> {
+    /// A share on each big core, joined: the dense part and ggml's element-wise ops run on
+    /// ggml's threads.
+    fn on_big_cores(&mut self, work: Work, deps: &[u32], layer: u32) -> u32 {
+        let n = self.params.big_cores as usize;
+        let shares: Vec<u32> = (0..n)
+            .map(|_| self.g.push(work, Unit::Big, deps, layer))
+            .collect();
+        self.g.join(&shares, layer)
+    }
+
+    fn elementwise(&mut self, elems: u64, deps: &[u32], layer: u32) -> u32 {
+        let n = self.params.big_cores as u64;
+        let elems = if self.dense { elems.div_ceil(n) } else { 0 };
+        self.on_big_cores(Work::Elementwise { elems }, deps, layer)
+    }
+
+    fn layer(&mut self, layer: u32, calls: &[&CallWork], d: &DenseWork, prev: Option<u32>) -> u32 {
+        let prev: Vec<u32> = prev.into_iter().collect();
+        let (us, bytes) = if self.dense {
+            (d.before_us, d.bytes / self.params.big_cores as u64)
+        } else {
+            (0.0, 0)
+        };
+        let input = self.on_big_cores(Work::Dense { us, bytes }, &prev, layer);
+        let gate_up: Vec<&CallWork> = calls
+            .iter()
+            .copied()
+            .filter(|c| c.proj != Proj::Down)
+            .collect();
+        let mut ends = Vec::new();
+        if self.engine.fuse_gate_up && gate_up.len() == 2 {
+            ends.push(self.call(&fuse(gate_up[0], gate_up[1]), input, input));
+        } else {
+            let mut after = input;
+            for c in gate_up {
+                // In sequence each op waits for the previous one; otherwise for its input only.
+                after = self.call(c, input, after);
+                ends.push(after);
+            }
+        }
+        let act = self.elementwise(d.act_elems, &ends, layer);
+        let mut end = act;
+        for c in calls.iter().filter(|c| c.proj == Proj::Down) {
+            end = self.call(c, act, end);
+        }
+        self.elementwise(d.combine_elems, &[end], layer)
+    }
+
+    /// The tasks of one call; `input` is where its activations come from, `previous` the op
+    /// before it (which it waits for when ops run in sequence). Returns its end.
+    fn call(&mut self, c: &CallWork, input: u32, previous: u32) -> u32 {
+        let e = self.engine;
+        let layer = c.layer;
+        let seq = e.ops_in_sequence;
+        // Today every CPU stage runs on ggml's threads, the big cores.
+        let cpu = if e.blocking_submits {
+            Unit::Big
+        } else {
+            Unit::AnyCpu
+        };
+        let begin = if seq { previous } else { input };
+        let route = self
+            .g
+            .push(Work::Route { rows: c.rows() }, Unit::Big, &[begin], layer);
+        let big = self.params.big_cores as u64;
+        let share = Work::Quant {
+            elems: (c.act_rows * c.k as u64).div_ceil(big),
+        };
+        let mut phase1 = vec![route];
+        for i in 0..big {
+            phase1.push(if seq && i == 0 {
+                // The thread that routed quantizes its own share next.
+                self.g.push_on(share, Unit::Big, route, &[], layer)
+            } else if seq {
+                self.g.push(share, Unit::Big, &[route], layer)
+            } else {
+                // Quantizing needs the activations, not the routing.
+                self.g.push(share, cpu, &[input], layer)
+            });
+        }
+        let phase1 = self.g.join(&phase1, layer);
+        let t = Tiles::RK3588;
+        let (kp, np) = (t.pad(c.k), t.pad(c.n));
+        let mut scatters = Vec::new();
+        for x in &c.experts {
+            // Today an item's thread starts after phase 1 and keeps going through the item:
+            // `chain` is its last task so far. The weights are ready at `weights`.
+            let (chain, weights) = if x.hit {
+                let w = self.g.push(
+                    Work::Lookup,
+                    cpu,
+                    &[if seq { phase1 } else { route }],
+                    layer,
+                );
+                (w, w)
+            } else if e.prefetch {
+                (phase1, self.weights(c, &[]))
+            } else {
+                let w = self.weights(c, &[phase1]);
+                (w, w)
+            };
+            let m = x.rows as u64;
+            let a_bytes = m * kp as u64;
+            let gather = if e.blocking_submits {
+                self.g.push_on(
+                    Work::Gather { bytes: a_bytes },
+                    cpu,
+                    chain,
+                    &[phase1],
+                    layer,
+                )
+            } else {
+                self.g
+                    .push(Work::Gather { bytes: a_bytes }, cpu, &[phase1], layer)
+            };
+            let sync_a = self
+                .g
+                .push_on(Work::Sync { bytes: a_bytes }, cpu, gather, &[], layer);
+            let mut last = sync_a;
+            let mut runs = Vec::new();
+            for r in self.runs(c, x.rows, kp, np) {
+                let mut deps = vec![sync_a, weights];
+                if r.new_context {
+                    let ctx = if e.blocking_submits {
+                        self.g.push_on(Work::ContextCreate, cpu, last, &[], layer)
+                    } else {
+                        self.g.push(Work::ContextCreate, Unit::Big, &[route], layer)
+                    };
+                    deps.push(ctx);
+                    last = ctx;
+                }
+                let work = Work::Run {
+                    primitive: r.primitive,
+                    m: r.m,
+                    k: kp as u32,
+                    n: r.n,
+                };
+                last = if e.blocking_submits {
+                    // The calling thread issues the runs one after another and waits in each.
+                    self.g.push_on(work, r.unit, last, &deps, layer)
+                } else {
+                    self.g.push(work, r.unit, &deps, layer)
+                };
+                runs.push(last);
+            }
+            let done = if runs.len() == 1 {
+                runs[0]
+            } else {
+                self.g.join(&runs, layer)
+            };
+            if !x.hit {
+                self.release(c.b_bytes(), done);
+            }
+            let c_bytes = m * np as u64 * 4;
+            let sync_c = if e.blocking_submits {
+                self.g
+                    .push_on(Work::Sync { bytes: c_bytes }, cpu, last, &[], layer)
+            } else {
+                self.g
+                    .push(Work::Sync { bytes: c_bytes }, cpu, &[done], layer)
+            };
+            let scatter = Work::Scatter {
+                c_bytes,
+                dst_bytes: m * c.n as u64 * 4,
+            };
+            scatters.push(self.g.push_on(scatter, cpu, sync_c, &[], layer));
+        }
+        if e.prefetch {
+            // Prefetching inflates every expert of the call, the unused ones too.
+            for _ in c.experts.len()..c.n_expert {
+                let w = self.weights(c, &[]);
+                self.release(c.b_bytes(), w);
+            }
+        }
+        self.g.join(&scatters, layer)
+    }
+
+    /// The tasks that make one expert's B ready, the last of them returned: a fresh device
+    /// buffer (or a ring slot, waiting for the runs of the expert that held it), the inflate,
+    /// the flush. They run on one thread, the first of them after `deps`.
+    fn weights(&mut self, c: &CallWork, deps: &[u32]) -> u32 {
+        let e = self.engine;
+        let layer = c.layer;
+        let unit = e.inflate_on;
+        let bytes = c.b_bytes();
+        let mut deps = deps.to_vec();
+        let freed = if e.prefetch {
+            // Inflates may run in any order: each waits for every slot given up so far, not
+            // only its own, or the ring could overfill.
+            let (_, mut releases) = self.ring.take(bytes);
+            if !releases.is_empty() {
+                releases.extend(self.ring_gate);
+                self.ring_gate = Some(self.g.join(&releases, layer));
+            }
+            deps.extend(self.ring_gate);
+            0
+        } else {
+            // Today's cache: under a streaming sweep the oldest entries leave (occupancy only).
+            self.cache.take(bytes).0
+        };
+        let work = Work::Inflate {
+            ty: c.ty,
+            q_bytes: c.q_bytes(),
+            out_bytes: bytes,
+        };
+        let inflate = if e.fresh_b_per_miss {
+            let buffer = self
+                .g
+                .push(Work::BufferCreate { bytes }, unit, &deps, layer);
+            self.g.push_on(work, unit, buffer, &[], layer)
+        } else {
+            self.g.push(work, unit, &deps, layer)
+        };
+        let t = &mut self.g.tasks[inflate as usize];
+        t.alloc = bytes;
+        t.free = freed;
+        self.g
+            .push_on(Work::Sync { bytes }, unit, inflate, &[], layer)
+    }
+
+    /// The expert B just made ready may be reused (ring) or evicted (cache) after `done`.
+    fn release(&mut self, bytes: u64, done: u32) {
+        if self.engine.prefetch {
+            self.ring.hold(bytes, done);
+            self.g.tasks[done as usize].free += bytes;
+        } else {
+            self.cache.hold(bytes, done);
+        }
+    }
+
+    /// The runs of one expert item of `rows` rows.
+    fn runs(&mut self, c: &CallWork, rows: u32, kp: usize, np: usize) -> Vec<RunPlan> {
+        let e = self.engine;
+        let m = rows.div_ceil(e.m_bucket) * e.m_bucket;
+        let stream = in_stream_envelope(c.k);
+        let primitive = if stream {
+            Primitive::StreamI8
+        } else {
+            Primitive::RunI8
+        };
+        let cores = self.params.cores as usize;
+        let slices = if e.rknn_placement && !stream {
+            let all: Vec<usize> = (0..cores).collect();
+            split_channels(&Tiles::RK3588, 0, np, &all)
+        } else {
+            // A one-GEMM stream: one run, on core 0 in the rknn backend.
+            vec![(0, 0, np)]
+        };
+        slices
+            .into_iter()
+            .map(|(core, n0, n1)| {
+                let n = (n1 - n0) as u32;
+                let (unit, new_context) = if e.rknn_placement && e.blocking_submits {
+                    let key = (m, kp as u32, n, core as u8);
+                    (Unit::Npu(core as u8), self.contexts.get(key, CONTEXT_CACHE))
+                } else {
+                    (Unit::AnyNpu, self.any_core_context(m, kp as u32, n, cores))
+                };
+                RunPlan {
+                    primitive,
+                    m,
+                    n,
+                    unit,
+                    new_context,
+                }
+            })
+            .collect()
+    }
+
+    /// A run that may land on any core needs its shape's context on every core; each core's
+    /// submitter keeps a cache of its own.
+    fn any_core_context(&mut self, m: u32, k: u32, n: u32, cores: usize) -> bool {
+        let mut new = false;
+        for core in 0..cores {
+            new |= self
+                .contexts
+                .get((m, k, n, core as u8), CONTEXT_CACHE * cores);
+        }
+        new
+    }
+}
+
+/// Gate and up of one layer as llama.cpp's fused tensor: one call of N = 2·n_ff.
+fn fuse(gate: &CallWork, up: &CallWork) -> CallWork {
+    let experts = gate
+        .experts
+        .iter()
+        .zip(&up.experts)
+        .map(|(g, u)| ExpertCall {
+            rows: g.rows,
+            hit: g.hit && u.hit,
+        })
+        .collect();
+    CallWork {
+        proj: Proj::GateUp,
+        n: gate.n + up.n,
+        experts,
+        ..gate.clone()
+    }
+}

@@ -1,0 +1,226 @@
+//! The board timeline model: what one ubatch of a MoE prefill would take on an RK3588, from the
+//! work the engine does, priced at board rates. Every figure it gives is *modelled*.
+//!
+//! - [`graph`]: the work graph of one ubatch (tasks with a resource, an amount of work,
+//!   dependencies), built from per-call counts ([`CallWork`]) under an [`EngineModel`]: today's
+//!   engine, or a pipelined one;
+//! - [`params`]: the parameters with their sources, loadable from a board profile;
+//! - [`sched`]: serial time, the as-scheduled time of a list scheduler over the graph (DRAM
+//!   shared among the running tasks), and the resource lower bound;
+//! - [`shape`]: model shapes and the dense part (priced from a published CPU-only figure).
+//!
+//! The NPU runs are priced by the emulator's cost model ([`crate::npu::emu::modelled_submit`]).
+//! docs/BOARD-MODEL.md explains the model and its parameters.
+
+pub mod graph;
+pub mod params;
+pub mod sched;
+pub mod shape;
+
+pub use graph::{
+    build, CallWork, ContextCache, EngineModel, ExpertCall, Graph, Proj, Stage, UbatchWork,
+};
+pub use params::{Params, ProfileInfo, Settings, SPECS};
+pub use sched::{timeline, Bound, Timeline};
+pub use shape::{CpuRates, DenseWork, ModelShape};
+
+/// One ubatch under one engine model.
+#[derive(Clone, Debug, PartialEq)]
+pub struct UbatchModel {
+    /// The expert part alone (the dense part's tasks take no time).
+    pub experts: Timeline,
+    /// The whole ubatch, the dense part on ggml's threads included.
+    pub whole: Timeline,
+}
+
+impl UbatchModel {
+    /// Prefill tokens per second of the whole ubatch, as scheduled.
+    pub fn prefill_tokps(&self, tokens: usize) -> f64 {
+        tokens as f64 * 1e6 / self.whole.scheduled_us
+    }
+}
+
+/// Models `ub` under `engine`: the expert part alone and the whole ubatch. `contexts` carries
+/// the backend's matmul contexts from one ubatch to the next (both graphs start from its state;
+/// it ends as the whole ubatch leaves it).
+pub fn model_ubatch(
+    ub: &UbatchWork,
+    engine: &EngineModel,
+    params: &Params,
+    cache_bytes: u64,
+    contexts: &mut ContextCache,
+) -> Result<UbatchModel, String> {
+    let mut alone = contexts.clone();
+    let g = build(ub, engine, params, cache_bytes, &mut alone, false);
+    let experts = timeline(&g, params)?;
+    let g = build(ub, engine, params, cache_bytes, contexts, true);
+    let whole = timeline(&g, params)?;
+    Ok(UbatchModel { experts, whole })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quant::GgmlType;
+
+    /// A ubatch of `shape` with every used expert getting the same rows, every one a miss.
+    fn even(shape: &ModelShape, layers: usize, tokens: usize, p: &Params) -> UbatchWork {
+        let rates = CpuRates::from_reference(p);
+        let used = shape.n_expert.min(tokens * shape.n_used);
+        let rows = (tokens * shape.n_used / used) as u32;
+        let mut calls = Vec::new();
+        for layer in 0..layers as u32 {
+            for (proj, k, n) in [
+                (Proj::Gate, shape.hidden, shape.expert_ff),
+                (Proj::Up, shape.hidden, shape.expert_ff),
+                (Proj::Down, shape.expert_ff, shape.hidden),
+            ] {
+                let act_rows = if proj == Proj::Down {
+                    tokens * shape.n_used
+                } else {
+                    tokens
+                };
+                calls.push(CallWork {
+                    layer,
+                    proj,
+                    k,
+                    n,
+                    ty: GgmlType::Q4_0,
+                    act_rows: act_rows as u64,
+                    n_expert: shape.n_expert,
+                    experts: vec![ExpertCall { rows, hit: false }; used],
+                });
+            }
+        }
+        UbatchWork {
+            tokens,
+            calls,
+            dense: vec![rates.dense_layer(shape, tokens, p); layers],
+        }
+    }
+
+    #[test]
+    fn the_rough_resource_count_of_issue_10() {
+        // Per 512-token ubatch of Qwen3-30B-A3B, all 48 layers streamed: Q4 read + int8 written
+        // by inflate + int8 read by the NPU is about 75 GB.
+        let p = Params::default();
+        let s = ModelShape::QWEN3_30B_A3B;
+        let ub = even(&s, s.layers, 512, &p);
+        let mut ctx = ContextCache::default();
+        let g = build(&ub, &EngineModel::pipelined(), &p, 1 << 30, &mut ctx, false);
+        let t = timeline(&g, &p).unwrap();
+        let inflate = t.stage_bytes[Stage::REPORTED
+            .iter()
+            .position(|&x| x == Stage::Inflate)
+            .unwrap()];
+        let npu = t.stage_bytes[Stage::REPORTED
+            .iter()
+            .position(|&x| x == Stage::Npu)
+            .unwrap()];
+        let experts = (s.layers * 3 * s.n_expert) as u64;
+        let q4 = experts * 768 * (2048 / 32 * 18);
+        let int8 = experts * 768 * 2048;
+        assert_eq!(inflate, q4 + int8);
+        // The NPU also reads A and writes C: a little more than the weights.
+        assert!(npu > int8 && npu < int8 + int8 / 5, "{npu}");
+        let moved = (inflate + npu) as f64 / 1e9;
+        assert!((72.0..80.0).contains(&moved), "{moved} GB");
+        // NPU compute at 3 x 0.4 TOPS: about 1.5 s.
+        let macs = 512.0 * s.expert_macs_per_token_layer() * s.layers as f64;
+        let compute_s = 2.0 * macs / (3.0 * p.core_tops * 1e12);
+        assert!((1.4..1.7).contains(&compute_s), "{compute_s}");
+        assert!(t.bound.npu_us > compute_s * 1e6);
+    }
+
+    #[test]
+    fn a_profile_gives_the_same_figures_as_the_same_parameters_given_directly() {
+        let mut p = Params::default();
+        p.set("run_us_floor", 61.0).unwrap();
+        p.set("core_tops", 0.9).unwrap();
+        p.set("inflate_gbps_big_core", 7.5).unwrap();
+        p.set("context_create_us", 800.0).unwrap();
+        let s = ModelShape::QWEN3_30B_A3B;
+        let ub = even(&s, 2, 512, &p);
+        let info = ProfileInfo {
+            backend: "emu".into(),
+            runtime_version: "n/a".into(),
+            ..ProfileInfo::default()
+        };
+        let loaded = Settings::from_profile(&p.to_profile(&info), "board.json").unwrap();
+        for engine in [EngineModel::today(), EngineModel::pipelined()] {
+            let direct = model_ubatch(&ub, &engine, &p, 1 << 30, &mut ContextCache::default());
+            let profiled = model_ubatch(
+                &ub,
+                &engine,
+                &loaded.params,
+                1 << 30,
+                &mut ContextCache::default(),
+            );
+            assert_eq!(direct.unwrap(), profiled.unwrap());
+        }
+    }
+
+    #[test]
+    fn pipelining_gets_closer_to_the_bound_than_today() {
+        let p = Params::default();
+        let s = ModelShape::QWEN3_30B_A3B;
+        let ub = even(&s, 4, 512, &p);
+        let mut results = Vec::new();
+        for engine in [
+            EngineModel::today(),
+            EngineModel::pipelined(),
+            EngineModel::pipelined_fused(),
+        ] {
+            let m = model_ubatch(&ub, &engine, &p, 1 << 30, &mut ContextCache::default()).unwrap();
+            let e = &m.experts;
+            // No schedule beats the resources or the dependencies, or is slower than serial.
+            assert!(
+                e.scheduled_us >= e.bound.us() * (1.0 - 1e-9),
+                "{}",
+                engine.name
+            );
+            assert!(e.scheduled_us >= e.bound.critical_path_us * (1.0 - 1e-9));
+            assert!(e.scheduled_us <= e.serial_us * (1.0 + 1e-9));
+            assert!(m.whole.scheduled_us >= e.scheduled_us);
+            results.push(m);
+        }
+        let (today, piped, fused) = (&results[0], &results[1], &results[2]);
+        assert!(piped.experts.scheduled_us < today.experts.scheduled_us);
+        assert!(fused.experts.runs < piped.experts.runs);
+        assert_eq!(today.experts.runs, piped.experts.runs);
+        // Today: one fresh buffer per miss; the pipelined ring allocates none.
+        assert_eq!(today.experts.buffers_created, 4 * 3 * 128);
+        assert_eq!(piped.experts.buffers_created, 0);
+        // Pipelined, inflated experts stay inside one IOMMU domain.
+        assert!(piped.experts.peak_resident_bytes as f64 <= p.domain_mb * (1u64 << 20) as f64);
+    }
+
+    #[test]
+    fn inflated_experts_never_overfill_the_ring() {
+        // A domain of 64 MiB holds 42 experts of 1.5 MiB: the ring binds within a call.
+        let mut p = Params::default();
+        p.set("domain_mb", 64.0).unwrap();
+        let s = ModelShape::QWEN3_30B_A3B;
+        let ub = even(&s, 3, 512, &p);
+        for engine in [EngineModel::pipelined(), EngineModel::pipelined_fused()] {
+            let m = model_ubatch(&ub, &engine, &p, 1 << 30, &mut ContextCache::default()).unwrap();
+            assert!(m.experts.peak_resident_bytes <= 64 << 20, "{}", engine.name);
+            assert!(m.experts.peak_resident_bytes > 32 << 20);
+        }
+    }
+
+    #[test]
+    fn contexts_are_created_once_per_shape_and_core() {
+        let p = Params::default();
+        let s = ModelShape::QWEN3_30B_A3B;
+        let ub = even(&s, 2, 512, &p);
+        let mut ctx = ContextCache::default();
+        let g = build(&ub, &EngineModel::today(), &p, 1 << 30, &mut ctx, false);
+        let first = timeline(&g, &p).unwrap();
+        // One M (32 rows per expert): gate/up on core 0 share one context, down has 3 slices.
+        assert_eq!(first.contexts_created, 1 + 3);
+        let g = build(&ub, &EngineModel::today(), &p, 1 << 30, &mut ctx, false);
+        assert_eq!(timeline(&g, &p).unwrap().contexts_created, 0);
+        assert_eq!(ctx.created, 4);
+    }
+}

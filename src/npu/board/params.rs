@@ -1,0 +1,407 @@
+//! The board model's parameters: every one with its unit and source (or "assumption"),
+//! overridable by name, loadable from a board profile (a flat JSON object whose keys are these
+//! names, written by the board check of issue 12), and printed with every result.
+
+use crate::json::{self, Value};
+use crate::npu::emu::{CostModel, DOMAIN_BYTES};
+
+/// Name, unit and source of one parameter.
+#[derive(Clone, Copy, Debug)]
+pub struct Spec {
+    pub name: &'static str,
+    pub unit: &'static str,
+    pub source: &'static str,
+}
+
+const MIB: f64 = (1u64 << 20) as f64;
+
+/// One definition per parameter: the struct field, the [`SPECS`] row and the by-name access are
+/// generated from the same line, so they cannot drift apart.
+macro_rules! params {
+    ($($field:ident: $unit:literal = $default:expr; $source:literal;)*) => {
+        /// The parameters, by field; [`SPECS`] lists them with units and sources, in this order.
+        #[derive(Clone, Debug, PartialEq)]
+        pub struct Params {
+            $(pub $field: f64,)*
+        }
+
+        impl Default for Params {
+            fn default() -> Params {
+                Params { $($field: $default,)* }
+            }
+        }
+
+        /// Every parameter, in the order the results print them.
+        pub const SPECS: &[Spec] = &[$(Spec {
+            name: stringify!($field),
+            unit: $unit,
+            source: $source,
+        },)*];
+
+        impl Params {
+            /// The value of parameter `name`.
+            pub fn get(&self, name: &str) -> Option<f64> {
+                match name {
+                    $(stringify!($field) => Some(self.$field),)*
+                    _ => None,
+                }
+            }
+
+            fn slot(&mut self, name: &str) -> Option<&mut f64> {
+                match name {
+                    $(stringify!($field) => Some(&mut self.$field),)*
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+
+params! {
+    run_us_floor: "us" = CostModel::default().submit_us;
+        "fixed cost of one rknn_matmul_run: published 54-67 us (resident, M=1) up to 174-407 us \
+         (oRKLLM/ork-driver board runs, shared/reference/rk3588-npu-facts.md); the cost model's \
+         default (src/npu/emu/cost.rs)";
+    task_us: "us" = CostModel::default().task_us;
+        "assumption (cost model): set-up of one hardware task on a core";
+    core_tops: "TOPS" = CostModel::default().core_tops;
+        "sustained int8 per NPU core: peak 2, 0.4-1.4 seen on large GEMMs (cost model default)";
+    dram_gbps: "GB/s" = CostModel::default().dram_gbps;
+        "DRAM bytes (read+written) one NPU run moves per second: 10-20 GB/s for streams the CPU \
+         fills (cost model default)";
+    cores: "NPU cores" = 3.0;
+        "RK3588: 3 NPU cores (rknn_matmul_set_core_mask CORE_0..2)";
+    context_create_us: "us" = 5000.0;
+        "assumption: no public figure for rknn_matmul_create; a context compiles a register \
+         program and creates its own buffers, each a MEM_CREATE (see buffer_create_us). The board \
+         check measures it";
+    buffer_create_us: "us" = 3400.0;
+        "creating one expert-sized device buffer (MEM_CREATE + IOMMU map): 3.4 ms per 1.75 MiB \
+         expert measured on a ROCK 5B, 'pure MEM_CREATE+IOMMU-map+DMA' (oRKLLM/ork-driver \
+         MOE_LAYER_BLOCK_WIP.md, S0)";
+    sync_us: "us" = 10.0;
+        "assumption: fixed cost of one rknn_mem_sync (an ioctl); the board check measures it";
+    sync_gbps: "GB/s" = 20.0;
+        "assumption: CPU cache maintenance by address over a buffer whose lines are mostly \
+         written back already; the board check measures it";
+    domain_mb: "MiB" = DOMAIN_BYTES as f64 / MIB;
+        "usable IOVA of one IOMMU domain, about 3.9 GiB of 4 (ork-driver board notes; \
+         src/npu/emu DOMAIN_BYTES)";
+    big_cores: "cores" = 4.0;
+        "RK3588: 4 Cortex-A76 at 2.2-2.4 GHz (sbc-bench results/41BH.txt, ROCK 5B); ggml's \
+         threads run on them (the CPU-only reference used taskset 4-7, -t 4)";
+    little_cores: "cores" = 4.0;
+        "RK3588: 4 Cortex-A55 at 1.8 GHz (same source)";
+    little_core_factor: "x big core" = 0.4;
+        "assumption: an A55 does a stage at 0.4x an A76 (in-order, half the NEON width, \
+         1.8 vs 2.35 GHz; its memcpy is 0.56x the A76's, sbc-bench 41BH)";
+    memcpy_gbps_big_core: "GB/s" = 10.8;
+        "tinymembench standard memcpy on one A76 of a ROCK 5B: 10814 MB/s copied (sbc-bench \
+         results/41BH.txt; 10.9-13.6 GB/s on other RK3588 boards in sbc-bench Results.md); \
+         a core moves at most twice this (read + write)";
+    memcpy_gbps_little_core: "GB/s" = 6.1;
+        "tinymembench standard memcpy on one A55 of a ROCK 5B: 6114 MB/s (sbc-bench 41BH)";
+    shared_dram_gbps: "GB/s" = 20.0;
+        "DRAM bytes read+written per second shared by all CPU cores and the NPU: 17-22 GB/s \
+         sequential on an RK1 (Turing Pi, RK1 compute module benchmarks); one A76's memcpy \
+         already moves 21.6; the Mali GPU reads 25-27 (clpeak, Mixtile Blade 3)";
+    inflate_gbps_big_core: "GB/s" = 5.5;
+        "assumption: Q4_0 inflate, int8 bytes written per second on one A76 = this x86's direct \
+         inflate (6.4-8.1 GB/s, docs/PERFORMANCE.md) x 0.75 (A76 memcpy 10.8 / this x86's \
+         12-15 GB/s); the board check measures it";
+    inflate_gbps_big_core_q4_k: "GB/s" = 4.1;
+        "assumption: Q4_K, derived as inflate_gbps_big_core (x86 4.0-7.1 GB/s x 0.75)";
+    inflate_gbps_big_core_q5_0: "GB/s" = 3.6;
+        "assumption: Q5_0, derived as inflate_gbps_big_core (x86 3.3-5.7 GB/s x 0.75)";
+    inflate_gbps_big_core_q8_0: "GB/s" = 4.9;
+        "assumption: Q8_0, derived as inflate_gbps_big_core (x86 4.6-7.5 GB/s x 0.75)";
+    inflate_gbps_big_core_q6_k: "GB/s" = 3.5;
+        "assumption: Q6_K, derived as inflate_gbps_big_core (x86 3.7-5.3 GB/s x 0.75)";
+    inflate_gbps_big_core_q4_1: "GB/s" = 2.6;
+        "assumption: Q4_1, derived as inflate_gbps_big_core (x86 2.7-4.7 GB/s x 0.75)";
+    quant_gelems_big_core: "Gelem/s" = 0.75;
+        "assumption: activation quantization (f32 read, int8 written) on one A76 = this x86's \
+         ~1 Gelem/s (perf split of ork-probe moe, docs/PERFORMANCE.md) x 0.75";
+    gather_gbps_big_core: "GB/s" = 6.0;
+        "assumption: gathering rows into native A, bytes written per second on one A76 = this \
+         x86's ~8 GB/s x 0.75";
+    scatter_gbps_big_core: "GB/s" = 4.7;
+        "assumption: int32 C to scaled f32 dst, dst bytes per second on one A76 = this x86's \
+         ~6.3 GB/s x 0.75";
+    route_mrows_big_core: "Mrows/s" = 140.0;
+        "assumption: routing (count + group the (token, slot) rows) on one A76 = this x86's \
+         ~190 Mrows/s x 0.75";
+    lookup_us: "us" = 4.0;
+        "assumption: one expert-cache hit (key + sampled fingerprint) on one A76 = this x86's \
+         ~2.7 us / 0.75";
+    elementwise_gelems_big_core: "Gelem/s" = 1.0;
+        "assumption: ggml's SiLU*mul and expert combine on one A76 (streaming f32 ops)";
+    cpu_only_reference_tokps: "tok/s" = 21.3;
+        "CPU-only llama.cpp prefill on a ROCK 5B (RK3588), Qwen3.6-35B-A3B Q4_K_M, llama-bench \
+         pp64, taskset 4-7, -t 4: 21.30 tok/s (oRKLLM/ork-driver MOE_LAYER_BLOCK_WIP.md); for \
+         context: Raspberry Pi 5 (4x A76), Qwen3-30B-A3B Q3_K_S, pp512 10.91 tok/s \
+         (geerlingguy/ai-benchmarks issue 47)";
+    reference_context: "tokens" = 64.0;
+        "prompt length of the reference measurement (pp64)";
+    mul_mat_id_share: "of CPU time" = 0.725;
+        "assumption: MUL_MAT_ID's share of CPU-only prefill time, the middle of issue 10's \
+         70-75 %; measured on the x86 dev box (plain llama.cpp, repack on, 1 thread, pp512, a \
+         4-layer Qwen3-30B-A3B-shaped model): 74 % Q4_0, 67 % Q4_K_M (docs/BOARD-MODEL.md)";
+    dense_weight_bytes: "bytes/weight" = 0.5625;
+        "assumption: the dense part's weights at Q4_K (4.5 bits), read once per ubatch";
+}
+
+/// Where a parameter's value came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Origin {
+    Default,
+    /// A board profile (its path).
+    Profile(String),
+    /// Given on the command line.
+    Override,
+}
+
+/// What a board profile says about the board it was written on.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ProfileInfo {
+    pub path: String,
+    pub backend: String,
+    pub runtime_version: String,
+    pub all_bit_exact: Option<bool>,
+}
+
+/// Parameters with the origin of each value.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Settings {
+    pub params: Params,
+    /// Indexed like [`SPECS`].
+    pub origins: Vec<Origin>,
+    pub profile: Option<ProfileInfo>,
+}
+
+impl Default for Settings {
+    fn default() -> Settings {
+        Settings {
+            params: Params::default(),
+            origins: vec![Origin::Default; SPECS.len()],
+            profile: None,
+        }
+    }
+}
+
+fn index(name: &str) -> Option<usize> {
+    SPECS.iter().position(|s| s.name == name)
+}
+
+impl Params {
+    /// Sets parameter `name` after checking the value is one the model can use.
+    pub fn set(&mut self, name: &str, value: f64) -> Result<(), String> {
+        let ok = match name {
+            _ if !value.is_finite() => false,
+            "mul_mat_id_share" => value > 0.0 && value < 1.0,
+            "cores" => (1.0..=3.0).contains(&value) && value.fract() == 0.0,
+            "big_cores" => value >= 1.0 && value.fract() == 0.0,
+            "little_cores" => value >= 0.0 && value.fract() == 0.0,
+            "task_us" | "sync_us" | "lookup_us" | "context_create_us" | "buffer_create_us"
+            | "run_us_floor" => value >= 0.0,
+            _ => value > 0.0,
+        };
+        let slot = self
+            .slot(name)
+            .ok_or_else(|| format!("unknown board model parameter {name:?}"))?;
+        if !ok {
+            return Err(format!("{name} = {value} is out of range"));
+        }
+        *slot = value;
+        Ok(())
+    }
+
+    /// The NPU part, as the emulator's cost model.
+    pub fn npu_cost(&self) -> CostModel {
+        CostModel {
+            submit_us: self.run_us_floor,
+            task_us: self.task_us,
+            core_tops: self.core_tops,
+            dram_gbps: self.dram_gbps,
+        }
+    }
+
+    /// Writes these parameters as a board profile: a flat JSON object of every parameter plus
+    /// `info`'s fields.
+    pub fn to_profile(&self, info: &ProfileInfo) -> String {
+        let mut fields = vec![
+            ("backend".to_string(), Value::Str(info.backend.clone())),
+            (
+                "runtime_version".to_string(),
+                Value::Str(info.runtime_version.clone()),
+            ),
+            (
+                "all_bit_exact".to_string(),
+                info.all_bit_exact.map_or(Value::Null, Value::Bool),
+            ),
+        ];
+        for s in SPECS {
+            let v = self.get(s.name).expect("every spec has a field");
+            fields.push((s.name.to_string(), Value::Num(v)));
+        }
+        Value::Obj(fields).to_string()
+    }
+}
+
+impl Settings {
+    /// Defaults overridden by the parameters a board profile carries. Keys that are not
+    /// parameters (the board check's per-shape rows, timings of its own) are ignored; a
+    /// parameter with a value that is not a usable number is an error.
+    pub fn from_profile(text: &str, path: &str) -> Result<Settings, String> {
+        let v = json::parse(text).map_err(|e| format!("{path}: {e}"))?;
+        let Value::Obj(fields) = &v else {
+            return Err(format!("{path}: a board profile is a JSON object"));
+        };
+        let mut s = Settings::default();
+        for (key, value) in fields {
+            let Some(i) = index(key) else { continue };
+            let x = value
+                .as_f64()
+                .ok_or_else(|| format!("{path}: {key} is not a number"))?;
+            s.params.set(key, x).map_err(|e| format!("{path}: {e}"))?;
+            s.origins[i] = Origin::Profile(path.to_string());
+        }
+        let text_of = |k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+        s.profile = Some(ProfileInfo {
+            path: path.to_string(),
+            backend: text_of("backend"),
+            runtime_version: text_of("runtime_version"),
+            all_bit_exact: v.get("all_bit_exact").and_then(Value::as_bool),
+        });
+        Ok(s)
+    }
+
+    /// Applies `name=value`.
+    pub fn apply_override(&mut self, assignment: &str) -> Result<(), String> {
+        let (name, value) = assignment
+            .split_once('=')
+            .ok_or_else(|| format!("{assignment:?} is not NAME=VALUE"))?;
+        let (name, value) = (name.trim(), value.trim());
+        let x: f64 = value
+            .parse()
+            .map_err(|_| format!("{name}: {value:?} is not a number"))?;
+        self.params.set(name, x)?;
+        self.origins[index(name).expect("set checked the name")] = Origin::Override;
+        Ok(())
+    }
+
+    /// One line per parameter: name, value, unit, and where the value came from (the source
+    /// text for defaults).
+    pub fn describe(&self) -> Vec<String> {
+        SPECS
+            .iter()
+            .zip(&self.origins)
+            .map(|(s, o)| {
+                let v = self.params.get(s.name).expect("every spec has a field");
+                let from = match o {
+                    Origin::Default => s.source.to_string(),
+                    Origin::Profile(p) => format!("board profile {p}"),
+                    Origin::Override => "set on the command line".to_string(),
+                };
+                format!(
+                    "{:<28} {:>10} {:<12} {}",
+                    s.name,
+                    fmt_value(v),
+                    s.unit,
+                    from
+                )
+            })
+            .collect()
+    }
+}
+
+fn fmt_value(v: f64) -> String {
+    if v.fract() == 0.0 && v.abs() < 1e9 {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.4}")
+            .trim_end_matches('0')
+            .trim_end_matches('.')
+            .to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_parameter_has_a_source_and_a_settable_field() {
+        let mut p = Params::default();
+        for s in SPECS {
+            assert!(!s.source.is_empty() && !s.unit.is_empty(), "{}", s.name);
+            let v = p.get(s.name).unwrap();
+            p.set(s.name, v).unwrap();
+        }
+        assert_eq!(p, Params::default());
+        assert_eq!(p.npu_cost(), CostModel::default());
+        assert!(p.set("nonsense", 1.0).is_err());
+        assert!(p.set("mul_mat_id_share", 1.0).is_err());
+        assert!(p.set("cores", 4.0).is_err());
+        assert!(p.set("shared_dram_gbps", 0.0).is_err());
+        assert!(p.set("core_tops", f64::NAN).is_err());
+    }
+
+    #[test]
+    fn a_profile_sets_its_parameters_and_ignores_other_keys() {
+        let text = r#"{"backend": "rknn", "runtime_version": "2.3.2", "cores": 3,
+            "all_bit_exact": true, "run_us_floor": 61.5, "context_create_us": 1234,
+            "core_tops": 0.9, "dram_gbps": 17, "inflate_gbps_big_core": 6.25,
+            "shapes": [{"k": 2048, "n": 768, "us": 80}], "host": "rock-5b"}"#;
+        let s = Settings::from_profile(text, "board.json").unwrap();
+        assert_eq!(s.params.run_us_floor, 61.5);
+        assert_eq!(s.params.context_create_us, 1234.0);
+        assert_eq!(s.params.inflate_gbps_big_core, 6.25);
+        assert_eq!(
+            s.params.shared_dram_gbps,
+            Params::default().shared_dram_gbps
+        );
+        let info = s.profile.as_ref().unwrap();
+        assert_eq!(
+            (info.backend.as_str(), info.runtime_version.as_str()),
+            ("rknn", "2.3.2")
+        );
+        assert_eq!(info.all_bit_exact, Some(true));
+        let i = index("core_tops").unwrap();
+        assert_eq!(s.origins[i], Origin::Profile("board.json".into()));
+        assert!(s.describe()[i].contains("board profile board.json"));
+        for bad in [r#"{"core_tops": "fast"}"#, r#"{"cores": 7}"#, "[1]", "{"] {
+            assert!(Settings::from_profile(bad, "p").is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn overrides_name_a_parameter_and_a_number() {
+        let mut s = Settings::default();
+        s.apply_override("shared_dram_gbps=25").unwrap();
+        assert_eq!(s.params.shared_dram_gbps, 25.0);
+        assert_eq!(
+            s.origins[index("shared_dram_gbps").unwrap()],
+            Origin::Override
+        );
+        for bad in ["shared_dram_gbps", "nope=1", "core_tops=x", "cores=0"] {
+            assert!(s.apply_override(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_written_profile_reads_back_to_the_same_parameters() {
+        let mut p = Params::default();
+        p.set("run_us_floor", 77.25).unwrap();
+        p.set("mul_mat_id_share", 0.7).unwrap();
+        let info = ProfileInfo {
+            path: String::new(),
+            backend: "emu".into(),
+            runtime_version: "n/a".into(),
+            all_bit_exact: Some(true),
+        };
+        let s = Settings::from_profile(&p.to_profile(&info), "x.json").unwrap();
+        assert_eq!(s.params, p);
+        assert_eq!(s.profile.unwrap().backend, "emu");
+    }
+}

@@ -1,0 +1,193 @@
+//! Model shapes, and the dense part (everything but the routed experts: attention, norms, the
+//! router, a shared expert) priced at a CPU rate derived from a published CPU-only figure.
+
+use super::params::Params;
+
+/// What the board model needs of a MoE transformer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ModelShape {
+    pub name: &'static str,
+    pub layers: usize,
+    pub hidden: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    pub n_expert: usize,
+    pub n_used: usize,
+    /// FFN width of one routed expert.
+    pub expert_ff: usize,
+    /// FFN width of the shared expert (a dense matmul left to ggml), 0 if none.
+    pub shared_ff: usize,
+}
+
+impl ModelShape {
+    /// Qwen3-30B-A3B (Hugging Face config: 48 layers, 128 experts, 8 used, hidden 2048, expert
+    /// FFN 768, 32 query / 4 KV heads of 128). The CPU-only reference figure is taken for it.
+    pub const QWEN3_30B_A3B: ModelShape = ModelShape {
+        name: "qwen3-30b-a3b",
+        layers: 48,
+        hidden: 2048,
+        heads: 32,
+        kv_heads: 4,
+        head_dim: 128,
+        n_expert: 128,
+        n_used: 8,
+        expert_ff: 768,
+        shared_ff: 0,
+    };
+
+    /// Qwen1.5-MoE-A2.7B (24 layers, 60 experts, 4 used, hidden 2048, expert FFN 1408, 16 heads
+    /// of 128, a shared expert of FFN 5632).
+    pub const QWEN15_MOE_A27B: ModelShape = ModelShape {
+        name: "qwen1.5-moe-a2.7b",
+        layers: 24,
+        hidden: 2048,
+        heads: 16,
+        kv_heads: 16,
+        head_dim: 128,
+        n_expert: 60,
+        n_used: 4,
+        expert_ff: 1408,
+        shared_ff: 5632,
+    };
+
+    pub const NAMED: [ModelShape; 2] = [ModelShape::QWEN3_30B_A3B, ModelShape::QWEN15_MOE_A27B];
+
+    pub fn named(name: &str) -> Option<ModelShape> {
+        ModelShape::NAMED.iter().copied().find(|s| s.name == name)
+    }
+
+    /// Weights of one layer's dense part: attention projections, router, shared expert (with its
+    /// one-channel gate).
+    pub fn dense_weights_per_layer(&self) -> u64 {
+        let q = self.heads * self.head_dim;
+        let kv = self.kv_heads * self.head_dim;
+        let attn = self.hidden * (q + 2 * kv) + q * self.hidden;
+        let shared = if self.shared_ff > 0 {
+            3 * self.hidden * self.shared_ff + self.hidden
+        } else {
+            0
+        };
+        (attn + self.hidden * self.n_expert + shared) as u64
+    }
+
+    /// Multiply-accumulates of the dense part per token and layer, the attention over `ctx`
+    /// earlier positions included.
+    pub fn dense_macs_per_token_layer(&self, ctx: f64) -> f64 {
+        self.dense_weights_per_layer() as f64 + 2.0 * (self.heads * self.head_dim) as f64 * ctx
+    }
+
+    /// Multiply-accumulates of the routed experts per token and layer.
+    pub fn expert_macs_per_token_layer(&self) -> f64 {
+        (self.n_used * 3 * self.hidden * self.expert_ff) as f64
+    }
+}
+
+/// The dense part of one layer for one ubatch: what ggml runs on the CPU between the
+/// MUL_MAT_ID calls, on the big cores (the reference ran `-t 4` on the A76).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DenseWork {
+    /// Wall time of attention, norms, router (and shared expert) before the gate call.
+    pub before_us: f64,
+    /// Elements of ggml's SiLU·mul between up and down.
+    pub act_elems: u64,
+    /// Elements of the weighted sum of the experts' outputs after down.
+    pub combine_elems: u64,
+    /// DRAM bytes of `before`'s weights.
+    pub bytes: u64,
+}
+
+/// CPU rates of the two parts of a prefill, derived from a published CPU-only figure: its time
+/// per token split by `mul_mat_id_share`, each part divided by the reference model's MACs.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CpuRates {
+    /// µs per dense MAC (one token, the big cores together).
+    pub dense_us_per_mac: f64,
+    /// µs per routed-expert MAC on the CPU (the CPU-only run's MUL_MAT_ID).
+    pub expert_us_per_mac: f64,
+}
+
+impl CpuRates {
+    /// From the reference figure, taken for [`ModelShape::QWEN3_30B_A3B`] at the reference's
+    /// prompt length (attention over half of it on average).
+    pub fn from_reference(p: &Params) -> CpuRates {
+        let r = ModelShape::QWEN3_30B_A3B;
+        let token_us = 1e6 / p.cpu_only_reference_tokps;
+        let layers = r.layers as f64;
+        let dense = r.dense_macs_per_token_layer(p.reference_context / 2.0) * layers;
+        let expert = r.expert_macs_per_token_layer() * layers;
+        CpuRates {
+            dense_us_per_mac: token_us * (1.0 - p.mul_mat_id_share) / dense,
+            expert_us_per_mac: token_us * p.mul_mat_id_share / expert,
+        }
+    }
+
+    /// CPU-only prefill tok/s of `shape` for a prompt of `tokens` (attention over half of it on
+    /// average), at these rates.
+    pub fn cpu_only_tokps(&self, shape: &ModelShape, tokens: usize) -> f64 {
+        let layers = shape.layers as f64;
+        let dense = shape.dense_macs_per_token_layer(tokens as f64 / 2.0) * layers;
+        let expert = shape.expert_macs_per_token_layer() * layers;
+        1e6 / (dense * self.dense_us_per_mac + expert * self.expert_us_per_mac)
+    }
+
+    /// The dense part of one layer for a prompt ubatch of `tokens` starting at position 0.
+    pub fn dense_layer(&self, shape: &ModelShape, tokens: usize, p: &Params) -> DenseWork {
+        let t = tokens as u64;
+        let act_elems = t * (shape.n_used * shape.expert_ff) as u64;
+        let combine_elems = t * (shape.n_used * shape.hidden) as u64;
+        let total_us = shape.dense_macs_per_token_layer(tokens as f64 / 2.0)
+            * tokens as f64
+            * self.dense_us_per_mac;
+        DenseWork {
+            // SiLU·mul and the combine are part of the measured dense time: taken out of it
+            // here so that they can sit between the calls.
+            before_us: (total_us - self.elementwise_us(act_elems + combine_elems, p)).max(0.0),
+            act_elems,
+            combine_elems,
+            bytes: (shape.dense_weights_per_layer() as f64 * p.dense_weight_bytes) as u64,
+        }
+    }
+
+    /// Wall time of an element-wise ggml op over `elems` on the big cores together.
+    pub fn elementwise_us(&self, elems: u64, p: &Params) -> f64 {
+        elems as f64 / (p.elementwise_gelems_big_core * 1e3 * p.big_cores)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_reference_model_reproduces_the_reference_figure() {
+        let p = Params::default();
+        let r = CpuRates::from_reference(&p);
+        let at_ref = r.cpu_only_tokps(&ModelShape::QWEN3_30B_A3B, p.reference_context as usize);
+        assert!((at_ref - p.cpu_only_reference_tokps).abs() < 1e-9);
+        // Longer prompts attend over more positions: slower per token.
+        assert!(r.cpu_only_tokps(&ModelShape::QWEN3_30B_A3B, 2048) < at_ref);
+    }
+
+    #[test]
+    fn qwen3_expert_mac_share_is_about_two_thirds() {
+        let s = ModelShape::QWEN3_30B_A3B;
+        let e = s.expert_macs_per_token_layer();
+        let share = e / (e + s.dense_macs_per_token_layer(32.0));
+        assert!((0.6..0.7).contains(&share), "{share}");
+        assert_eq!(e, 8.0 * 3.0 * 2048.0 * 768.0);
+    }
+
+    #[test]
+    fn dense_layers_add_up_to_the_dense_share() {
+        let p = Params::default();
+        let r = CpuRates::from_reference(&p);
+        let s = ModelShape::QWEN3_30B_A3B;
+        let tokens = p.reference_context as usize;
+        let d = r.dense_layer(&s, tokens, &p);
+        let elementwise = r.elementwise_us(d.act_elems + d.combine_elems, &p);
+        let per_token = (d.before_us + elementwise) * s.layers as f64 / tokens as f64;
+        let expected = 1e6 / p.cpu_only_reference_tokps * (1.0 - p.mul_mat_id_share);
+        assert!((per_token - expected).abs() < 1e-6 * expected);
+    }
+}
