@@ -70,6 +70,7 @@ pub struct Engine {
     counters: Counters,
     joining: Joining,
     spare_a: Spares<i8>,
+    spare_b: Spares<i8>,
     spare_c: Spares<i32>,
 }
 
@@ -95,8 +96,10 @@ impl Engine {
             tiles,
             counters: Counters::default(),
             joining: Joining::default(),
-            spare_a: Spares::default(),
-            spare_c: Spares::default(),
+            spare_a: Spares::new(256, 128 << 20),
+            // Enough for the streamed experts of a few calls (a 2048x768 expert is 1.5 MiB).
+            spare_b: Spares::new(256, 256 << 20),
+            spare_c: Spares::new(256, 128 << 20),
         })
     }
 
@@ -300,10 +303,14 @@ impl Engine {
         r
     }
 
-    /// Returns a finished call's A buffers to the spares.
+    /// Returns a finished call's A buffers to the spares, and the B buffers of its experts that
+    /// nothing holds any more (not kept by the cache, or evicted since).
     fn recycle(&self, call: Call) {
         for p in call.into_prepared() {
             self.spare_a.give(p.a);
+            if let Ok(expert) = Arc::try_unwrap(p.expert) {
+                self.spare_b.give(expert.b);
+            }
         }
     }
 
@@ -418,7 +425,7 @@ impl Engine {
         }
         let (expert, source) =
             self.experts
-                .get(&self.device, &self.tiles, self.isa, &weights, g.expert)?;
+                .get(&self.device, &self.spare_b, &self.tiles, self.isa, &weights, g.expert)?;
         if let Source::Inflated(bytes) = source {
             bump(&self.counters.experts_inflated, 1);
             bump(&self.counters.bytes_inflated, bytes);

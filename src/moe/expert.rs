@@ -14,7 +14,8 @@ use super::{Error, ErrorKind};
 use crate::inflate::{inflate_expert_with, ExpertWeights, InflateError};
 use crate::isa::Isa;
 use crate::layout::Tiles;
-use crate::npu::{flags, Device};
+use super::spares::Spares;
+use crate::npu::Device;
 use std::sync::Arc;
 
 /// The cache and how a hit is verified.
@@ -82,6 +83,7 @@ impl Experts {
     pub fn get(
         &self,
         device: &Device,
+        spares: &Spares<i8>,
         tiles: &Tiles,
         isa: Isa,
         weights: &[Weights],
@@ -99,7 +101,9 @@ impl Experts {
         let p = weights[0].problem;
         let (kp, np) = (tiles.pad(p.k), tiles.pad(p.n));
         let n_all = np * weights.len();
-        let mut b = device.alloc::<i8>(tiles.b_len(kp, n_all), flags::CPU_FILLED, 0)?;
+        // A spare may be longer than asked: everything reads B through `segments`.
+        let b_len = tiles.b_len(kp, n_all);
+        let mut b = spares.take(device, b_len)?;
         let mut chan = try_vec(n_all, 0f32, "channel scales")?;
         let inflate = |bytes: &[u8], out: &mut [i8], chan: &mut [f32]| {
             let w = ExpertWeights {
@@ -134,7 +138,7 @@ impl Experts {
                 k1,
                 b_offset: 0,
             }];
-            return self.keep(key, fp, Expert { b, chan, segments });
+            return self.keep(key, fp, b_len, Expert { b, chan, segments });
         }
         // Deeper than one device GEMM: inflate the whole rows (one scale per channel over all of
         // K), then lay each depth range out as a native B of its own, projections back to back.
@@ -158,7 +162,7 @@ impl Experts {
                 at += len;
             }
         }
-        self.keep(key, fp, Expert { b, chan, segments })
+        self.keep(key, fp, b_len, Expert { b, chan, segments })
     }
 
     /// Syncs a freshly inflated expert to the device and offers it to the cache.
@@ -166,10 +170,11 @@ impl Experts {
         &self,
         key: Key,
         fp: Fingerprint,
+        written: usize,
         mut x: Expert,
     ) -> Result<(Arc<Expert>, Source), Error> {
         x.b.sync_to_device()?;
-        let written = x.b.len() as u64;
+        let written = written as u64;
         let x = Arc::new(x);
         self.cache.insert(key, fp, Arc::clone(&x));
         Ok((x, Source::Inflated(written)))
