@@ -130,6 +130,8 @@ typedef struct ork_config {
   uint32_t outlier_max;
   // ... above this multiple of the row's RMS are computed in f32; 0 turns the split off.
   double outlier_factor;
+  // Submitter threads (`ORK_SUBMITTERS`): -1 = auto (one per NPU core on rknn), else a count.
+  int32_t submitters;
 } ork_config;
 
 // Result of every fallible call.

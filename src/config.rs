@@ -134,6 +134,18 @@ pub const VARS: &[Var] = &[
         },
     },
     Var {
+        name: "ORK_SUBMITTERS",
+        default: "auto",
+        meaning: "threads that submit the GEMMs, one per NPU core, while the caller's threads prepare experts and scatter: `auto` (one per enabled core on `rknn`, none on `emu`/`cpu`, whose GEMMs are CPU work) or a number (0: the caller's threads submit)",
+        apply: |c, v| {
+            c.submitters = match v {
+                "auto" => None,
+                n => Some(n.parse().map_err(|_| "auto or a whole number")?),
+            };
+            Ok(())
+        },
+    },
+    Var {
         name: "ORK_SIMD",
         default: "best",
         meaning: "kernel path: `best`, `scalar`, `ssse3`, `avx2`, `avx512`, `neon`, `dotprod` (must exist on this CPU)",

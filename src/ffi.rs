@@ -170,6 +170,8 @@ pub struct ork_config {
     pub outlier_max: u32,
     /// ... above this multiple of the row's RMS are computed in f32; 0 turns the split off.
     pub outlier_factor: f64,
+    /// Submitter threads (`ORK_SUBMITTERS`): -1 = auto (one per NPU core on rknn), else a count.
+    pub submitters: i32,
 }
 
 /// The caller's threads for `ork_mul_mat_id_mt`.
@@ -331,6 +333,7 @@ fn to_c_config(c: &Config) -> ork_config {
         cache_policy: code_of(&POLICY, &c.cache_policy),
         outlier_max: c.outliers.map_or(0, |r| r.max_channels as u32),
         outlier_factor: c.outliers.map_or(0.0, |r| r.factor as f64),
+        submitters: c.submitters.map_or(-1, |n| n as i32),
     }
 }
 
@@ -390,6 +393,13 @@ fn from_c_config(c: &ork_config, base: Config) -> Result<Config, Error> {
     cfg.small_batch = value_of(&SMALL_BATCH, c.min_rows_mode, "min_rows_mode")?;
     cfg.cache_verify = value_of(&VERIFY, c.cache_verify, "cache_verify")?;
     cfg.cache_policy = value_of(&POLICY, c.cache_policy, "cache_policy")?;
+    cfg.submitters = match c.submitters {
+        -1 => None,
+        n => Some(
+            usize::try_from(n)
+                .map_err(|_| invalid(&format!("config: submitters {n}: -1 (auto) or a count")))?,
+        ),
+    };
     cfg.outliers = match (c.outlier_factor, c.outlier_max) {
         (0.0, _) => None,
         (f, max) if f.is_finite() && f > 0.0 && max > 0 => Some(Rule {

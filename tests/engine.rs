@@ -226,6 +226,22 @@ fn engine(backend: BackendChoice) -> Engine {
     engine_on(backend, DeviceConfig::default().host.threads)
 }
 
+/// An emulator engine whose GEMMs go through `n` submitter threads (one per NPU core, as on rknn).
+fn engine_with_submitters(n: usize) -> Engine {
+    let mut device = DeviceConfig {
+        backend: BackendChoice::Emu,
+        ..DeviceConfig::default()
+    };
+    device.host.threads = DeviceConfig::default().host.threads;
+    Engine::new(Config {
+        device,
+        min_rows: 0,
+        submitters: Some(n),
+        ..Config::default()
+    })
+    .expect("the emulator opens")
+}
+
 /// An engine whose single-caller runs use `threads` threads.
 fn engine_on(backend: BackendChoice, threads: usize) -> Engine {
     let mut device = DeviceConfig {
@@ -521,4 +537,43 @@ fn a_tiny_row_keeps_int8_resolution() {
     }
     let e = nmse(&case, &case.run(&emu, 1));
     assert!(e < 5e-4, "tiny row NMSE {e:e}");
+}
+
+#[test]
+fn submitter_threads_give_the_same_bits() {
+    // Phase 2 as on the board: the caller's threads prepare experts and scatter, submitter
+    // threads (one per NPU core) run the GEMMs, each on one core.
+    let inline = engine(BackendChoice::Emu);
+    for n in [1, 3, 5] {
+        let piped = engine_with_submitters(n);
+        for (i, &shape) in SHAPES.iter().enumerate() {
+            let case = Case::new(shape, 800 + i as u64);
+            let want = case.run(&inline, 1);
+            assert!(case.run(&piped, 1) == want, "{n} submitters, {shape:?}");
+            assert!(
+                case.run(&piped, 3) == want,
+                "{n} submitters, cooperative, {shape:?}"
+            );
+        }
+        let gate = Case::new(SHAPES[4], 900);
+        let up = gate.sibling(901);
+        assert!(gate.run_pair(&up, &piped, 2) == gate.run_pair(&up, &inline, 1));
+        let deep = Case::new(
+            Shape {
+                ty: GgmlType::Q4_0,
+                k: 14336,
+                n: 32,
+                n_expert: 4,
+                n_used: 2,
+                n_tokens: 8,
+                b_rows: 2,
+                dst_gap: 1,
+            },
+            902,
+        );
+        assert!(
+            deep.run(&piped, 2) == deep.run(&inline, 1),
+            "deep K, {n} submitters"
+        );
+    }
 }

@@ -9,8 +9,9 @@ use super::stats::StageClock;
 use super::{Error, ErrorKind};
 use crate::npu::Buffer;
 use crate::sync::lock;
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 
 /// Identity of a cooperative call: the four data addresses and the caller's thread count.
 pub(super) type CallKey = ([usize; 4], usize);
@@ -90,6 +91,42 @@ pub(super) struct Item {
     pub n1: usize,
 }
 
+/// The int32 product of one work item (native C of its rows × channels): a device buffer, and
+/// for an expert deeper than one device GEMM the sum of its depth segments' products.
+pub(super) struct Product {
+    pub c: Buffer<i32>,
+    pub sum: Option<Vec<i32>>,
+}
+
+impl Product {
+    /// The product's `len` int32 values.
+    pub fn ints(&self, len: usize) -> &[i32] {
+        match &self.sum {
+            Some(sum) => &sum[..len],
+            None => &self.c.as_slice()[..len],
+        }
+    }
+}
+
+/// Phase 2 with submitter threads (an offloaded device): items the caller's threads prepared wait
+/// in `ready` for a submitter (one per NPU core), their products in `done` for a caller thread's
+/// scatter. One lock and one condition for both queues: a call has a few hundred items at most.
+#[derive(Default)]
+pub(super) struct Pipe {
+    pub state: Mutex<PipeState>,
+    pub moved: Condvar,
+}
+
+#[derive(Default)]
+pub(super) struct PipeState {
+    pub ready: VecDeque<usize>,
+    pub done: VecDeque<(usize, Product)>,
+    /// Items put into `ready`, taken by submitters, and scattered.
+    pub queued: usize,
+    pub submitted: usize,
+    pub scattered: usize,
+}
+
 /// State shared by the threads of one call.
 pub(super) struct Call {
     pub plan: Plan,
@@ -110,6 +147,7 @@ pub(super) struct Call {
     pub failed: AtomicBool,
     failure: Mutex<Option<Error>>,
     pub clock: StageClock,
+    pub pipe: Pipe,
 }
 
 impl Call {
@@ -130,6 +168,7 @@ impl Call {
             failed: AtomicBool::new(false),
             failure: Mutex::new(None),
             clock: StageClock::default(),
+            pipe: Pipe::default(),
         }
     }
 
@@ -137,6 +176,10 @@ impl Call {
     pub fn fail(&self, e: Error) {
         self.failed.store(true, Ordering::Relaxed);
         lock(&self.failure).get_or_insert(e);
+        // Threads waiting in the pipe look at `failed` again (taking the lock first: none of
+        // them can be between its check and its wait).
+        drop(lock(&self.pipe.state));
+        self.pipe.moved.notify_all();
     }
 
     pub fn result(&self) -> Result<super::Stages, Error> {

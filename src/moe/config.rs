@@ -38,6 +38,11 @@ pub struct Config {
     pub min_rows: u32,
     pub small_batch: SmallBatch,
     pub mt_mode: MtMode,
+    /// Submitter threads, one per NPU core (round robin over the enabled cores), that keep the
+    /// NPU busy while the caller's threads prepare experts and scatter results; `None`: one per
+    /// enabled core when the device offloads its runs (rknn), none otherwise (the caller's
+    /// threads run the GEMMs themselves, as on the emulator, whose GEMMs are CPU work).
+    pub submitters: Option<usize>,
     /// The outlier split of activation rows (docs/ACCURACY.md); `None`: one int8 scale per row.
     pub outliers: Option<Rule>,
     /// Most verbose library log level (process-wide: the last context created sets it).
@@ -54,6 +59,7 @@ impl Default for Config {
             min_rows: 8,
             small_batch: SmallBatch::Decline,
             mt_mode: MtMode::Coop,
+            submitters: None,
             outliers: Some(Rule::DEFAULT),
             log_level: log::LevelFilter::Warn,
         }

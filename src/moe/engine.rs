@@ -1,7 +1,10 @@
 //! The engine: the two phases of a call, on the library's pool or on the caller's threads.
 
 use super::cache::Segment;
-use super::call::{plan_items, try_vec, Call, CallKey, Corrections, Joining, Prepared, QuantShare};
+use super::call::{
+    plan_items, try_vec, Call, CallKey, Corrections, Item, Joining, Prepared, PreparedSlot,
+    Product, QuantShare,
+};
 use super::desc::{validate, Problem, TensorDesc};
 use super::expert::{Experts, Source, Weights};
 use super::outliers::split_row;
@@ -14,7 +17,8 @@ use super::{Config, Error, ErrorKind, MtMode, SmallBatch};
 use crate::inflate::ExpertWeights;
 use crate::isa::Isa;
 use crate::layout::Tiles;
-use crate::npu::{in_stream_envelope, BackendKind, Buffer, Device, MatMul};
+use crate::npu::{in_stream_envelope, BackendKind, Buffer, CoreMask, Device, MatMul};
+use crate::sync::lock;
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -73,6 +77,11 @@ pub struct Engine {
     spare_b: Spares<i8>,
     spare_c: Spares<i32>,
 }
+
+/// Items a caller thread prepares ahead of the scatters, per submitter thread: enough to keep a
+/// core busy while the next ones are prepared, few enough that the streamed experts' B buffers
+/// stay a small part of one IOMMU domain.
+const AHEAD: usize = 3;
 
 /// The RK3588's A tile width, fixed so that row pieces are constant-sized (inlined copies);
 /// [`Engine::new`] checks the device's, and its C quad against [`QUAD`].
@@ -212,8 +221,45 @@ impl Engine {
         let pool = crate::pool::global();
         pool.run(call.nth, |ith, _| self.phase1(call, io, ith));
         if let Some(Ok(_)) = call.routing.get() {
-            pool.run(call.nth, |_, _| self.phase2(call, io));
+            self.with_submitters(call, || pool.run(call.nth, |_, _| self.phase2(call, io)));
         }
+    }
+
+    /// The NPU cores submitter threads run on (one thread each; empty: the caller's threads run
+    /// the GEMMs themselves). `Config::submitters`, by default one per enabled core when the
+    /// device offloads its runs (the threads wait for the NPU without using a core), else none.
+    fn submitter_cores(&self) -> Vec<CoreMask> {
+        let cores = self.device.core_mask().cores();
+        let n = match self.config.submitters {
+            Some(n) => n,
+            None if self.device.offloads() => cores.len(),
+            None => 0,
+        };
+        (0..n)
+            .map(|i| CoreMask(1 << cores[i % cores.len()]))
+            .collect()
+    }
+
+    /// Runs `phase2` (the caller's threads' share of phase 2) with this call's submitter threads
+    /// alive, if it has any: they start once the work items exist and end with the call's GEMMs.
+    fn with_submitters<R>(&self, call: &Call, phase2: impl FnOnce() -> R) -> R {
+        let cores = self.submitter_cores();
+        if cores.is_empty() || call.failed.load(Ordering::Relaxed) {
+            return phase2();
+        }
+        self.items(call);
+        std::thread::scope(|scope| {
+            for core in cores {
+                scope.spawn(move || {
+                    // A panic must end the call, not leave the other threads waiting for items.
+                    let r = panic::catch_unwind(AssertUnwindSafe(|| self.submitter(call, core)));
+                    if let Err(p) = r {
+                        call.fail(Error::from_panic(p));
+                    }
+                });
+            }
+            phase2()
+        })
     }
 
     /// Runs a planned call cooperatively: every one of `nth` threads calls this with the same
@@ -261,7 +307,12 @@ impl Engine {
                 return Err(e.clone());
             }
             barrier();
-            guarded(&|| self.phase2(&call, io));
+            // Thread 0 keeps the call's submitter threads, if any, while it works.
+            if ith == 0 {
+                guarded(&|| self.with_submitters(&call, || self.phase2(&call, io)));
+            } else {
+                guarded(&|| self.phase2(&call, io));
+            }
         }
         barrier();
         let r = if ith == 0 {
@@ -370,15 +421,12 @@ impl Engine {
         call.clock.add(Stage::Quant, t);
     }
 
-    /// Phase 2, on one thread: take items until none is left.
-    fn phase2(&self, call: &Call, io: &Inputs) {
-        if call.failed.load(Ordering::Relaxed) {
-            return;
-        }
-        let routing = call.routing();
-        // A pair's GEMM covers both projections' padded channels.
-        let np = self.tiles.pad(call.plan.problem.n) * call.plan.problems().count();
-        let (items, prepared) = call.items.get_or_init(|| {
+    /// The call's phase-2 work items and the slots of its prepared experts (made once).
+    fn items<'c>(&self, call: &'c Call) -> &'c (Vec<Item>, Vec<PreparedSlot>) {
+        call.items.get_or_init(|| {
+            let routing = call.routing();
+            // A pair's GEMM covers both projections' padded channels.
+            let np = self.tiles.pad(call.plan.problem.n) * call.plan.problems().count();
             // The real NPU takes one submit per expert; splitting one over threads only pays
             // where the GEMM itself runs on the CPU.
             let split = if self.device.backend() == BackendKind::Rknn {
@@ -387,22 +435,131 @@ impl Engine {
                 call.nth
             };
             let items = plan_items(&routing.groups, np, self.tiles.b_n, split);
-            (
-                items,
-                routing.groups.iter().map(|_| OnceLock::new()).collect(),
-            )
-        });
+            let slots = routing.groups.iter().map(|_| OnceLock::new()).collect();
+            (items, slots)
+        })
+    }
+
+    /// The prepared expert of `item`, made now by this thread if no other did.
+    fn prepared<'c>(
+        &self,
+        call: &'c Call,
+        io: &Inputs,
+        item: &Item,
+    ) -> &'c Result<Prepared, Error> {
+        let (_, prepared) = self.items(call);
+        let group = &call.routing().groups[item.group];
+        prepared[item.group].get_or_init(|| self.prepare_group(call, io, group))
+    }
+
+    /// Phase 2 on one of the caller's threads: take items until none is left, and with submitter
+    /// threads, scatter their products until every item is done.
+    fn phase2(&self, call: &Call, io: &Inputs) {
+        if call.failed.load(Ordering::Relaxed) {
+            return;
+        }
+        if !self.submitter_cores().is_empty() {
+            return self.phase2_piped(call, io);
+        }
+        let (items, _) = self.items(call);
         while !call.failed.load(Ordering::Relaxed) {
             let i = call.next.fetch_add(1, Ordering::Relaxed);
             let Some(item) = items.get(i) else { break };
-            let group = &routing.groups[item.group];
-            let prep = prepared[item.group].get_or_init(|| self.prepare_group(call, io, group));
-            let done = match prep {
-                Ok(prep) => self.run_item(call, io, group, prep, (item.n0, item.n1)),
+            let done = match self.prepared(call, io, item) {
+                Ok(prep) => self
+                    .product(call, prep, item, None)
+                    .and_then(|product| self.scatter_item(call, io, prep, item, product)),
                 Err(e) => Err(e.clone()),
             };
             if let Err(e) = done {
                 call.fail(e);
+            }
+        }
+    }
+
+    /// Phase 2 with submitter threads, on a caller thread: prepares items (weights, gathered A)
+    /// for the submitters, at most [`AHEAD`] per submitter beyond those already scattered, and
+    /// scatters the products they hand back, until every item is scattered or the call failed.
+    fn phase2_piped(&self, call: &Call, io: &Inputs) {
+        let (items, _) = self.items(call);
+        let ahead = AHEAD * self.submitter_cores().len();
+        let pipe = &call.pipe;
+        loop {
+            // Under the lock: scatter a product if one is done, else prepare the next item if the
+            // lookahead allows, else wait for a change.
+            let mut st = lock(&pipe.state);
+            let next = loop {
+                if call.failed.load(Ordering::Relaxed) || st.scattered == items.len() {
+                    return;
+                }
+                if let Some(done) = st.done.pop_front() {
+                    break Some(done);
+                }
+                let more = call.next.load(Ordering::Relaxed) < items.len();
+                if more && st.queued - st.scattered < ahead {
+                    break None;
+                }
+                st = pipe.moved.wait(st).unwrap_or_else(|e| e.into_inner());
+            };
+            drop(st);
+            match next {
+                Some((i, product)) => {
+                    let item = &items[i];
+                    let done = match self.prepared(call, io, item) {
+                        Ok(prep) => self.scatter_item(call, io, prep, item, product),
+                        Err(e) => Err(e.clone()),
+                    };
+                    if let Err(e) = done {
+                        call.fail(e);
+                    }
+                    lock(&pipe.state).scattered += 1;
+                    pipe.moved.notify_all();
+                }
+                None => {
+                    let i = call.next.fetch_add(1, Ordering::Relaxed);
+                    let Some(item) = items.get(i) else { continue };
+                    if let Err(e) = self.prepared(call, io, item) {
+                        call.fail(e.clone());
+                        continue;
+                    }
+                    let mut st = lock(&pipe.state);
+                    st.ready.push_back(i);
+                    st.queued += 1;
+                    drop(st);
+                    pipe.moved.notify_all();
+                }
+            }
+        }
+    }
+
+    /// A submitter thread: runs the GEMMs of the items the caller's threads prepared, on `core`,
+    /// until every item is submitted or the call failed.
+    fn submitter(&self, call: &Call, core: CoreMask) {
+        let (items, prepared) = self.items(call);
+        let pipe = &call.pipe;
+        loop {
+            let mut st = lock(&pipe.state);
+            let i = loop {
+                if call.failed.load(Ordering::Relaxed) || st.submitted == items.len() {
+                    return;
+                }
+                if let Some(i) = st.ready.pop_front() {
+                    st.submitted += 1;
+                    break i;
+                }
+                st = pipe.moved.wait(st).unwrap_or_else(|e| e.into_inner());
+            };
+            drop(st);
+            let item = &items[i];
+            let Some(Ok(prep)) = prepared[item.group].get() else {
+                unreachable!("items are queued once their expert is prepared")
+            };
+            match self.product(call, prep, item, Some(core)) {
+                Ok(product) => {
+                    lock(&pipe.state).done.push_back((i, product));
+                    pipe.moved.notify_all();
+                }
+                Err(e) => call.fail(e),
             }
         }
     }
@@ -423,9 +580,14 @@ impl Engine {
                 name: second.name,
             });
         }
-        let (expert, source) =
-            self.experts
-                .get(&self.device, &self.spare_b, &self.tiles, self.isa, &weights, g.expert)?;
+        let (expert, source) = self.experts.get(
+            &self.device,
+            &self.spare_b,
+            &self.tiles,
+            self.isa,
+            &weights,
+            g.expert,
+        )?;
         if let Source::Inflated(bytes) = source {
             bump(&self.counters.experts_inflated, 1);
             bump(&self.counters.bytes_inflated, bytes);
@@ -526,19 +688,19 @@ impl Engine {
         }))
     }
 
-    /// GEMM of padded channels `n0..n1` of one group and the scatter of their f32 results.
-    fn run_item(
+    /// The int32 product of `item` (its group's rows × padded channels `n0..n1`): on the device
+    /// (on `core`, or over the device's core mask), or on the CPU kernels for a small batch.
+    fn product(
         &self,
         call: &Call,
-        io: &Inputs,
-        g: &Group,
         prep: &Prepared,
-        (n0, n1): (usize, usize),
-    ) -> Result<(), Error> {
+        item: &Item,
+        core: Option<CoreMask>,
+    ) -> Result<Product, Error> {
         let t = Instant::now();
-        let p = &call.plan.problem;
-        let rows = call.routing().rows_of(g);
-        let (m, nc) = (g.len, n1 - n0);
+        let (n0, n1) = (item.n0, item.n1);
+        let m = call.routing().groups[item.group].len;
+        let nc = n1 - n0;
         let segments = &prep.expert.segments;
         // The int32 product of one depth segment, into `c` (native C, m × nc).
         let product = |seg: &Segment, c: &mut Buffer<i32>| -> Result<(), Error> {
@@ -563,10 +725,10 @@ impl Engine {
                 c_offset: 0,
             };
             // The stream envelope holds for the padded K too: 512 is a multiple of the padding.
-            let sub = if in_stream_envelope(ks) {
-                self.device.prepare_stream_i8(vec![mm], c)?
-            } else {
-                self.device.prepare_i8(mm, c)?
+            let sub = match core {
+                Some(core) => self.device.prepare_i8_on(mm, c, core)?,
+                None if in_stream_envelope(ks) => self.device.prepare_stream_i8(vec![mm], c)?,
+                None => self.device.prepare_i8(mm, c)?,
             };
             sub.run_share(0, 1);
             sub.finish()?;
@@ -588,8 +750,23 @@ impl Engine {
             }
         }
         call.clock.add(Stage::Gemm, t);
+        Ok(Product { c, sum })
+    }
+
+    /// Scatters the f32 results of `item`'s `product` to the call's dst(s).
+    fn scatter_item(
+        &self,
+        call: &Call,
+        io: &Inputs,
+        prep: &Prepared,
+        item: &Item,
+        product: Product,
+    ) -> Result<(), Error> {
         let t = Instant::now();
-        let c_int = sum.as_deref().unwrap_or(c.as_slice());
+        let p = &call.plan.problem;
+        let rows = call.routing().rows_of(&call.routing().groups[item.group]);
+        let (n0, n1, m) = (item.n0, item.n1, rows.len());
+        let c_int = product.ints(self.tiles.c_len(m, n1 - n0));
         // Channel block j·np.. of a pair's product is projection j's.
         let np = self.tiles.pad(p.n);
         let dsts = std::iter::once(io.dst).chain(io.pair.as_ref().map(|x| x.dst));
@@ -602,7 +779,7 @@ impl Engine {
                 self.scatter(p, rows, prep, part, chan, c_part, dst);
             }
         }
-        self.spare_c.give(c);
+        self.spare_c.give(product.c);
         call.clock.add(Stage::Scatter, t);
         Ok(())
     }

@@ -10,11 +10,11 @@ use super::cache::{
 };
 use super::call::try_vec;
 use super::desc::Problem;
+use super::spares::Spares;
 use super::{Error, ErrorKind};
 use crate::inflate::{inflate_expert_with, ExpertWeights, InflateError};
 use crate::isa::Isa;
 use crate::layout::Tiles;
-use super::spares::Spares;
 use crate::npu::Device;
 use std::sync::Arc;
 

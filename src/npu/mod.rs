@@ -403,6 +403,10 @@ pub trait Backend: Send + Sync {
     fn tiles(&self) -> Tiles;
     /// The deepest (padded) K one `run_i8` GEMM takes; deeper ones are split by the caller.
     fn max_k(&self) -> usize;
+    /// See [`Device::offloads`].
+    fn offloads(&self) -> bool {
+        false
+    }
     fn alloc_i8(&self, len: usize, flags: u32, domain: u32) -> Result<Box<dyn Storage<i8>>>;
     fn alloc_i32(&self, len: usize, flags: u32, domain: u32) -> Result<Box<dyn Storage<i32>>>;
     /// Checks the backend's own rules (envelopes, domains, syncs) and plans the submit.
@@ -646,6 +650,24 @@ impl Device {
         c: &'a mut Buffer<i32>,
     ) -> Result<Submission<'a>> {
         self.prepare(Primitive::RunI8, vec![mm], c, self.core_mask())
+    }
+
+    /// Prepares one GEMM over the cores of `cores` (one, for a caller that keeps each core busy
+    /// with its own GEMMs).
+    pub fn prepare_i8_on<'a>(
+        &'a self,
+        mm: MatMul<'a>,
+        c: &'a mut Buffer<i32>,
+        cores: CoreMask,
+    ) -> Result<Submission<'a>> {
+        self.prepare(Primitive::RunI8, vec![mm], c, cores)
+    }
+
+    /// Whether a submit's runs wait for the NPU on the thread that runs them, without using its
+    /// CPU (`rknn`), rather than computing on it (`emu`, `cpu`): callers then keep the NPU busy
+    /// from threads of their own and their CPU threads free for the work around the GEMMs.
+    pub fn offloads(&self) -> bool {
+        self.backend.offloads()
     }
 
     /// Prepares several GEMMs as one submit on one core (the lowest of `core`).

@@ -460,6 +460,10 @@ impl Backend for Rknn {
         MAX_K
     }
 
+    fn offloads(&self) -> bool {
+        true
+    }
+
     fn alloc_i8(&self, len: usize, flags: u32, domain: u32) -> Result<Box<dyn Storage<i8>>> {
         Ok(Box::new(self.alloc::<i8>(len, flags, domain)?))
     }
