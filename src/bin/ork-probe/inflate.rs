@@ -152,7 +152,7 @@ fn measure(tiles: &Tiles, ty: GgmlType, k: usize, n: usize) -> Result<Row, Strin
     })
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+pub(super) fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
 }

@@ -6,19 +6,21 @@ mod bench;
 mod gemm;
 mod inflate;
 mod moe;
+mod repacked;
 mod svg;
 mod sweep;
 
 use std::process::ExitCode;
 
 const USAGE: &str = "\
-usage: ork-probe [sweep|inflate|gemm|moe] [options]
+usage: ork-probe [sweep|inflate|repacked|gemm|moe] [options]
 
 subcommands:
   sweep     (default) the M0 viability sweep: per expert shape, weight type and rows per expert,
             inflate direct vs via f32, the GEMM on the NPU backend vs CPU int8 on 1 and all
             threads, primitive, bit-exact check; on the emulator also the modelled RK3588 time
   inflate   direct int4->int8 inflate vs the via-f32 path vs memcpy, per expert shape and type
+  repacked  the inflate from each of ggml's repacked layouts vs from plain blocks, per shape
   gemm      NPU backend GEMM vs CPU int8 (1 thread, all threads) at the A3B expert shapes
   moe       the whole MUL_MAT_ID call (qwen3-30b-a3b case), time split by stage, cold and warm cache
 
@@ -64,6 +66,7 @@ fn main() -> ExitCode {
     let result = match sub {
         "sweep" => sweep::run(&opts),
         "inflate" => inflate::run(&opts),
+        "repacked" => repacked::run(&opts),
         "gemm" => gemm::run(&opts),
         "moe" => moe::run(&opts),
         other => Err(format!("unknown subcommand {other:?}")),
