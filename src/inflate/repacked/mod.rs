@@ -20,7 +20,7 @@ mod x86;
 
 use super::params::q4k_scales_mins;
 use super::{check, check_weights, inflate_expert_with, ExpertWeights, InflateError, TileInflater};
-use crate::isa::{self, Isa};
+use crate::isa::Isa;
 use crate::layout::Tiles;
 use crate::quant::{GgmlType, K_SCALE_SIZE};
 
@@ -177,7 +177,7 @@ impl Groups {
     }
 }
 
-/// Inflates `w`, stored in `layout`, on the kernel path [`isa::selected`]: the same native B
+/// Inflates `w`, stored in `layout`, on the best kernel path ([`Isa::best`]): the same native B
 /// and channel scales as [`super::inflate_expert`] gives for the same weights in plain blocks.
 ///
 /// In a repacked layout, `w.data` starts at the expert's first row group (ggml's `nb[2]` apart
@@ -191,7 +191,7 @@ pub fn inflate_expert_in(
     b_native: &mut [i8],
     chan_scales: &mut [f32],
 ) -> Result<(), InflateError> {
-    inflate_expert_in_with(isa::selected(), layout, w, tiles, b_native, chan_scales)
+    inflate_expert_in_with(Isa::best(), layout, w, tiles, b_native, chan_scales)
 }
 
 /// [`inflate_expert_in`] on an explicit kernel path; every path gives the same bits.

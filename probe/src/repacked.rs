@@ -6,10 +6,11 @@
 use super::bench::{print_json, time, Json, Options};
 use super::inflate::median;
 use ork_moe::inflate::{
-    from_plain, inflate_expert, inflate_expert_in, to_plain_with, ExpertWeights, Layout,
+    from_plain, inflate_expert_in_with, inflate_expert_with, to_plain_with, ExpertWeights, Layout,
 };
-use ork_moe::isa;
+use ork_moe::isa::Isa;
 use ork_moe::layout::Tiles;
+use ork_moe::moe::Config;
 use ork_moe::quant::GgmlType;
 use ork_moe::testutil::Rng;
 use std::hint::black_box;
@@ -31,7 +32,8 @@ struct Row {
     identical: bool,
 }
 
-pub fn run(opts: &Options) -> Result<ExitCode, String> {
+pub fn run(opts: &Options, cfg: &Config) -> Result<ExitCode, String> {
+    let isa = cfg.device.host.isa;
     let tiles = Tiles::RK3588;
     let types = opts.types(&[
         GgmlType::Q4_0,
@@ -43,7 +45,7 @@ pub fn run(opts: &Options) -> Result<ExitCode, String> {
     for (k, n) in opts.shapes() {
         for (ty, layout) in Layout::REPACKED {
             if types.contains(&ty) && k % ty.block_elems() == 0 && n % layout.rows() == 0 {
-                rows.push(measure(&tiles, ty, layout, k, n)?);
+                rows.push(measure(isa, &tiles, ty, layout, k, n)?);
             }
         }
     }
@@ -67,7 +69,7 @@ pub fn run(opts: &Options) -> Result<ExitCode, String> {
             .collect();
         print_json(&json);
     } else {
-        print_table(&rows, &names);
+        print_table(isa, &rows, &names);
     }
     Ok(if rows.iter().all(|r| r.identical) {
         ExitCode::SUCCESS
@@ -76,11 +78,11 @@ pub fn run(opts: &Options) -> Result<ExitCode, String> {
     })
 }
 
-fn print_table(rows: &[Row], names: &[String]) {
+fn print_table(isa: Isa, rows: &[Row], names: &[String]) {
     println!(
         "inflate from ggml's repacked layouts vs plain blocks, 1 thread, kernel path {} \
          (medians of {ROUNDS} interleaved rounds)",
-        isa::selected().name()
+        isa.name()
     );
     println!(
         "{:<10} {:>5} {:>5} {:>9} {:>12} {:>16} {:>12} {:>10}",
@@ -101,7 +103,14 @@ fn print_table(rows: &[Row], names: &[String]) {
     }
 }
 
-fn measure(tiles: &Tiles, ty: GgmlType, layout: Layout, k: usize, n: usize) -> Result<Row, String> {
+fn measure(
+    isa: Isa,
+    tiles: &Tiles,
+    ty: GgmlType,
+    layout: Layout,
+    k: usize,
+    n: usize,
+) -> Result<Row, String> {
     let fail = |e: ork_moe::inflate::InflateError| format!("{} k={k} n={n}: {e}", layout.name(ty));
     let plain = Rng::new((k * 31 + n) as u64).blocks(ty, n * k / ty.block_elems(), 0.05);
     let w = ExpertWeights {
@@ -117,22 +126,23 @@ fn measure(tiles: &Tiles, ty: GgmlType, layout: Layout, k: usize, n: usize) -> R
     let out_len = tiles.b_len(tiles.pad(k), tiles.pad(n));
     let (mut b, mut scales) = (vec![0i8; out_len], vec![0f32; tiles.pad(n)]);
     let (mut b2, mut scales2) = (b.clone(), scales.clone());
-    inflate_expert(&w, tiles, &mut b, &mut scales).map_err(fail)?;
-    inflate_expert_in(layout, &wp, tiles, &mut b2, &mut scales2).map_err(fail)?;
+    inflate_expert_with(isa, &w, tiles, &mut b, &mut scales).map_err(fail)?;
+    inflate_expert_in_with(isa, layout, &wp, tiles, &mut b2, &mut scales2).map_err(fail)?;
     let identical = b == b2 && scales == scales2;
     let mut back = vec![0u8; plain.len()];
     let (mut p, mut q, mut u) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..ROUNDS {
         p.push(
             time(WARMUP, REPEATS, || {
-                inflate_expert(black_box(&w), tiles, &mut b, &mut scales).expect("checked");
+                inflate_expert_with(isa, black_box(&w), tiles, &mut b, &mut scales)
+                    .expect("checked");
                 black_box(&b);
             })
             .median,
         );
         q.push(
             time(WARMUP, REPEATS, || {
-                inflate_expert_in(layout, black_box(&wp), tiles, &mut b, &mut scales)
+                inflate_expert_in_with(isa, layout, black_box(&wp), tiles, &mut b, &mut scales)
                     .expect("checked");
                 black_box(&b);
             })
@@ -140,7 +150,7 @@ fn measure(tiles: &Tiles, ty: GgmlType, layout: Layout, k: usize, n: usize) -> R
         );
         u.push(
             time(WARMUP, REPEATS, || {
-                to_plain_with(isa::selected(), layout, black_box(&wp), &mut back).expect("checked");
+                to_plain_with(isa, layout, black_box(&wp), &mut back).expect("checked");
                 black_box(&back);
             })
             .median,
