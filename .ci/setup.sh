@@ -7,7 +7,8 @@ need_apt=()
 dpkg --print-foreign-architectures | grep -qx arm64 || { dpkg --add-architecture arm64; need_update=1; }
 # libc6:arm64: the aarch64 loader and libc at /lib for qemu-user (pointed at the cross sysroot instead,
 # -L /usr/aarch64-linux-gnu, the C harness hung at its first library call under qemu 7.2).
-for pkg in rustc-web cargo-web libstd-rust-web-dev:arm64 libc6:arm64 gcc-aarch64-linux-gnu libc6-dev-arm64-cross \
+for pkg in rustc-web cargo-web libstd-rust-web-dev:arm64 libc6:arm64 gcc-aarch64-linux-gnu g++-aarch64-linux-gnu \
+           libc6-dev-arm64-cross \
            qemu-user-static cmake ninja-build; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done

@@ -156,7 +156,7 @@ fn measure(isa: Isa, tiles: &Tiles, ty: GgmlType, k: usize, n: usize) -> Result<
     })
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+pub(super) fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
 }

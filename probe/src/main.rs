@@ -11,19 +11,21 @@ mod inflate;
 mod model;
 mod moe;
 mod peak;
+mod repacked;
 mod svg;
 mod sweep;
 
 use std::process::ExitCode;
 
 const USAGE: &str = "\
-usage: ork-probe [sweep|inflate|gemm|peak|moe|accuracy|model] [options]
+usage: ork-probe [sweep|inflate|repacked|gemm|peak|moe|accuracy|model] [options]
 
 subcommands:
   sweep     (default) the M0 viability sweep: per expert shape, weight type and rows per expert,
             inflate direct vs via f32, the GEMM on the NPU backend vs CPU int8 on 1 and all
             threads, primitive, bit-exact check; on the emulator also the modelled RK3588 time
   inflate   direct int4->int8 inflate vs the via-f32 path vs memcpy, per expert shape and type
+  repacked  the inflate from each of ggml's repacked layouts vs from plain blocks, per shape
   gemm      NPU backend GEMM vs CPU int8 (1 thread, all threads) at the A3B expert shapes
   peak      single-thread GOPS of every int8 GEMM path at the A3B shapes vs that path's peak
   moe       the whole MUL_MAT_ID call (qwen3-30b-a3b case), time split by stage, cold and warm cache
@@ -44,10 +46,10 @@ options (each subcommand uses those that apply to it):
   --rounds N           (peak) rounds; each number is the best round's (default 3)
   --quick              fewer rows per expert and repeats
   --data DIR           (accuracy) real-weights vectors (default: tests/data/accuracy/minilm)
+  -h, --help
 
 The library's ORK_* environment variables (README) configure everything else; ORK_LOG sets the
 log level.
-  -h, --help
 
 Exit status: 0, or 1 when a bit-exact check fails, 2 on bad usage or errors.
 ";
@@ -94,6 +96,7 @@ fn main() -> ExitCode {
     let result = match sub {
         "sweep" => sweep::run(&opts, &cfg),
         "inflate" => inflate::run(&opts, &cfg),
+        "repacked" => repacked::run(&opts, &cfg),
         "gemm" => gemm::run(&opts, &cfg),
         "peak" => peak::run(&opts, &cfg),
         "moe" => moe::run(&opts, &cfg),

@@ -54,12 +54,14 @@
 #[cfg(target_arch = "aarch64")]
 mod neon;
 mod params;
+mod repacked;
 mod rotated;
 mod scalar;
 mod via_f32;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
+pub use repacked::{from_plain, inflate_expert_in, inflate_expert_in_with, to_plain_with, Layout};
 pub use rotated::inflate_expert_rotated;
 pub use via_f32::inflate_expert_via_f32;
 
@@ -102,6 +104,12 @@ pub enum InflateError {
     NonFiniteScale { row: usize, block: usize },
     /// The requested kernel path cannot run on this CPU.
     IsaUnavailable(Isa),
+    /// ggml never stores `ty` in `layout`, so no reader for it exists.
+    UnsupportedLayout { ty: GgmlType, layout: Layout },
+    /// A repacked layout interleaves rows in groups of `rows`; `n` is not a multiple of it.
+    RowsNotWholeGroups { n: usize, rows: usize },
+    /// Repacked rows are packed (ggml repacks only contiguous tensors); this stride is not.
+    RepackedRowsNotPacked { row_stride: usize, row_bytes: usize },
     /// A rotation of another order than the expert's K ([`inflate_expert_rotated`]).
     RotationMismatch { k: usize, rotation_k: usize },
 }
@@ -137,6 +145,19 @@ impl std::fmt::Display for InflateError {
             InflateError::IsaUnavailable(i) => {
                 write!(f, "kernel path {} unavailable here", i.name())
             }
+            InflateError::UnsupportedLayout { ty, layout } => {
+                write!(f, "{} weights never come in layout {layout:?}", ty.name())
+            }
+            InflateError::RowsNotWholeGroups { n, rows } => {
+                write!(f, "{n} rows do not split into repacked groups of {rows}")
+            }
+            InflateError::RepackedRowsNotPacked {
+                row_stride,
+                row_bytes,
+            } => write!(
+                f,
+                "repacked rows must be packed: stride {row_stride}, row {row_bytes} bytes"
+            ),
             InflateError::RotationMismatch { k, rotation_k } => {
                 write!(f, "rotation of order {rotation_k} for weights of K = {k}")
             }
@@ -172,10 +193,7 @@ pub fn inflate_expert_with(
         return Err(InflateError::IsaUnavailable(isa));
     }
     let shape = check(w, tiles, b_native.len(), chan_scales.len())?;
-    let kernel = tile_kernel(isa, w.ty);
-    let mut params: Vec<RowParams> = (0..tiles.b_n.min(w.n))
-        .map(|_| RowParams::new(w.ty, w.k))
-        .collect();
+    let mut inflater = TileInflater::new(isa, w, tiles);
     let mut rows: Vec<&[u8]> = Vec::with_capacity(tiles.b_n);
     for (t, tile_out) in b_native[..tiles.b_len(shape.kp, shape.np)]
         .chunks_exact_mut(tiles.b_n * shape.kp)
@@ -183,22 +201,57 @@ pub fn inflate_expert_with(
     {
         let first = t * tiles.b_n;
         rows.clear();
-        for (row, p) in (first..w.n.min(first + tiles.b_n)).zip(&mut params) {
-            let bytes = w.row(row, shape.row_bytes);
-            chan_scales[row] = p
-                .prepare(bytes)
-                .map_err(|block| InflateError::NonFiniteScale { row, block })?;
-            rows.push(bytes);
-        }
-        let mut tile = Tile {
-            out: tile_out,
-            b_n: tiles.b_n,
-        };
-        kernel(&rows, &params[..rows.len()], &mut tile, w.k / RUN);
-        tile.zero_padding(rows.len(), w.k / RUN);
+        rows.extend((first..w.n.min(first + tiles.b_n)).map(|row| w.row(row, shape.row_bytes)));
+        inflater.tile(&rows, first, tile_out, chan_scales)?;
     }
     chan_scales[w.n..shape.np].fill(0.0);
     Ok(())
+}
+
+/// The per-tile half of an inflate, shared by the plain and the repacked drivers: one N-tile of
+/// native B and its channel scales from the tile's rows of plain blocks.
+struct TileInflater {
+    kernel: TileKernel,
+    params: Vec<RowParams>,
+    b_n: usize,
+    runs: usize,
+}
+
+impl TileInflater {
+    fn new(isa: Isa, w: &ExpertWeights, tiles: &Tiles) -> TileInflater {
+        TileInflater {
+            kernel: tile_kernel(isa, w.ty),
+            params: (0..tiles.b_n.min(w.n))
+                .map(|_| RowParams::new(w.ty, w.k))
+                .collect(),
+            b_n: tiles.b_n,
+            runs: w.k / RUN,
+        }
+    }
+
+    /// Fills `tile_out` from `rows` (at most `b_n`; `rows[j]` is row `first + j` of the expert)
+    /// and sets their channel scales.
+    fn tile(
+        &mut self,
+        rows: &[&[u8]],
+        first: usize,
+        tile_out: &mut [i8],
+        chan_scales: &mut [f32],
+    ) -> Result<(), InflateError> {
+        for (j, (bytes, p)) in rows.iter().zip(&mut self.params).enumerate() {
+            let row = first + j;
+            chan_scales[row] = p
+                .prepare(bytes)
+                .map_err(|block| InflateError::NonFiniteScale { row, block })?;
+        }
+        let mut tile = Tile {
+            out: tile_out,
+            b_n: self.b_n,
+        };
+        (self.kernel)(rows, &self.params[..rows.len()], &mut tile, self.runs);
+        tile.zero_padding(rows.len(), self.runs);
+        Ok(())
+    }
 }
 
 impl ExpertWeights<'_> {
@@ -255,38 +308,13 @@ fn check(
     b_len: usize,
     scales_len: usize,
 ) -> Result<Shape, InflateError> {
-    if !GgmlType::QUANTIZED.contains(&w.ty) {
-        return Err(InflateError::UnsupportedType(w.ty));
-    }
-    let row_bytes =
-        w.ty.row_bytes(w.k)
-            .ok_or(InflateError::Quant(QuantError::RowNotWholeBlocks {
-                ty: w.ty,
-                k: w.k,
-            }))?;
+    let row_bytes = check_weights(w)?;
     if tiles.b_k != RUN
         || tiles.b_n == 0
         || !tiles.align.is_multiple_of(tiles.b_k)
         || !tiles.align.is_multiple_of(tiles.b_n)
     {
         return Err(InflateError::UnsupportedTiles(*tiles));
-    }
-    if w.n > 1 && w.row_stride < row_bytes {
-        return Err(InflateError::StrideTooSmall {
-            row_stride: w.row_stride,
-            row_bytes,
-        });
-    }
-    let needed = if w.n == 0 {
-        0
-    } else {
-        (w.n - 1) * w.row_stride + row_bytes
-    };
-    if w.data.len() < needed {
-        return Err(InflateError::SourceTooShort {
-            needed,
-            got: w.data.len(),
-        });
     }
     let (kp, np) = (tiles.pad(w.k), tiles.pad(w.n));
     if b_len < tiles.b_len(kp, np) {
@@ -304,6 +332,37 @@ fn check(
         });
     }
     Ok(Shape { kp, np, row_bytes })
+}
+
+/// Checks the weights alone (type, whole blocks, stride, length); returns a row's bytes.
+fn check_weights(w: &ExpertWeights) -> Result<usize, InflateError> {
+    if !GgmlType::QUANTIZED.contains(&w.ty) {
+        return Err(InflateError::UnsupportedType(w.ty));
+    }
+    let row_bytes =
+        w.ty.row_bytes(w.k)
+            .ok_or(InflateError::Quant(QuantError::RowNotWholeBlocks {
+                ty: w.ty,
+                k: w.k,
+            }))?;
+    if w.n > 1 && w.row_stride < row_bytes {
+        return Err(InflateError::StrideTooSmall {
+            row_stride: w.row_stride,
+            row_bytes,
+        });
+    }
+    let needed = if w.n == 0 {
+        0
+    } else {
+        (w.n - 1) * w.row_stride + row_bytes
+    };
+    if w.data.len() < needed {
+        return Err(InflateError::SourceTooShort {
+            needed,
+            got: w.data.len(),
+        });
+    }
+    Ok(row_bytes)
 }
 
 /// One N-tile of native B: `b_n` rows (output channels) × the padded depth, run by run.

@@ -205,7 +205,7 @@ fn table_block_max(a: f32, b: f32) -> f32 {
 /// All eight 6-bit scales and mins of a Q4_K super-block at once, with 32-bit word operations
 /// (the same unpacking as [`crate::quant::q4k_scale_min`], which decodes one at a time; tested equal).
 #[inline(always)]
-fn q4k_scales_mins(packed: &[u8; K_SCALE_SIZE]) -> ([u8; 8], [u8; 8]) {
+pub(super) fn q4k_scales_mins(packed: &[u8; K_SCALE_SIZE]) -> ([u8; 8], [u8; 8]) {
     let word = |i: usize| u32::from_le_bytes(packed[4 * i..4 * i + 4].try_into().expect("4 bytes"));
     let (w0, w1, w2) = (word(0), word(1), word(2));
     let (low6, low4, top2) = (0x3f3f_3f3f, 0x0f0f_0f0f, 0x0303_0303);

@@ -1,0 +1,169 @@
+//! `ork-probe repacked`: one expert inflated from each of ggml's repacked layouts against the same
+//! weights in plain blocks, single thread, per A3B expert shape and type; the two take turns
+//! round after round, so the ratio holds on a busy machine. Also times the untangling alone
+//! (`to_plain_with` of the whole expert).
+
+use super::bench::{print_json, time, Json, Options};
+use super::inflate::median;
+use ork_moe::inflate::{
+    from_plain, inflate_expert_in_with, inflate_expert_with, to_plain_with, ExpertWeights, Layout,
+};
+use ork_moe::isa::Isa;
+use ork_moe::layout::Tiles;
+use ork_moe::moe::Config;
+use ork_moe::quant::GgmlType;
+use ork_moe::testutil::Rng;
+use std::hint::black_box;
+use std::process::ExitCode;
+
+const ROUNDS: usize = 15;
+const WARMUP: usize = 2;
+const REPEATS: usize = 5;
+
+struct Row {
+    ty: GgmlType,
+    layout: Layout,
+    k: usize,
+    n: usize,
+    plain_us: f64,
+    repacked_us: f64,
+    to_plain_us: f64,
+    /// The two inflates gave the same native B and channel scales.
+    identical: bool,
+}
+
+pub fn run(opts: &Options, cfg: &Config) -> Result<ExitCode, String> {
+    let isa = cfg.device.host.isa;
+    let tiles = Tiles::RK3588;
+    let types = opts.types(&[
+        GgmlType::Q4_0,
+        GgmlType::Q8_0,
+        GgmlType::Q4_K,
+        GgmlType::Q6_K,
+    ]);
+    let mut rows = Vec::new();
+    for (k, n) in opts.shapes() {
+        for (ty, layout) in Layout::REPACKED {
+            if types.contains(&ty) && k % ty.block_elems() == 0 && n % layout.rows() == 0 {
+                rows.push(measure(isa, &tiles, ty, layout, k, n)?);
+            }
+        }
+    }
+    let names: Vec<String> = rows.iter().map(|r| r.layout.name(r.ty)).collect();
+    if opts.json {
+        let json: Vec<Vec<(&str, Json)>> = rows
+            .iter()
+            .zip(&names)
+            .map(|(r, name)| {
+                vec![
+                    ("type", Json::Str(r.ty.name())),
+                    ("layout", Json::Str(name)),
+                    ("k", Json::Int(r.k as i64)),
+                    ("n", Json::Int(r.n as i64)),
+                    ("plain_us", Json::Num(r.plain_us)),
+                    ("repacked_us", Json::Num(r.repacked_us)),
+                    ("to_plain_us", Json::Num(r.to_plain_us)),
+                    ("identical", Json::Bool(r.identical)),
+                ]
+            })
+            .collect();
+        print_json(&json);
+    } else {
+        print_table(isa, &rows, &names);
+    }
+    Ok(if rows.iter().all(|r| r.identical) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+fn print_table(isa: Isa, rows: &[Row], names: &[String]) {
+    println!(
+        "inflate from ggml's repacked layouts vs plain blocks, 1 thread, kernel path {} \
+         (medians of {ROUNDS} interleaved rounds)",
+        isa.name()
+    );
+    println!(
+        "{:<10} {:>5} {:>5} {:>9} {:>12} {:>16} {:>12} {:>10}",
+        "layout", "k", "n", "plain_us", "repacked_us", "repacked/plain", "to_plain_us", "identical"
+    );
+    for (r, name) in rows.iter().zip(names) {
+        println!(
+            "{:<10} {:>5} {:>5} {:>9.1} {:>12.1} {:>16.3} {:>12.1} {:>10}",
+            name,
+            r.k,
+            r.n,
+            r.plain_us,
+            r.repacked_us,
+            r.repacked_us / r.plain_us,
+            r.to_plain_us,
+            if r.identical { "yes" } else { "NO" }
+        );
+    }
+}
+
+fn measure(
+    isa: Isa,
+    tiles: &Tiles,
+    ty: GgmlType,
+    layout: Layout,
+    k: usize,
+    n: usize,
+) -> Result<Row, String> {
+    let fail = |e: ork_moe::inflate::InflateError| format!("{} k={k} n={n}: {e}", layout.name(ty));
+    let plain = Rng::new((k * 31 + n) as u64).blocks(ty, n * k / ty.block_elems(), 0.05);
+    let w = ExpertWeights {
+        ty,
+        data: &plain,
+        row_stride: ty.row_bytes(k).ok_or("k not whole blocks")?,
+        n,
+        k,
+    };
+    let mut packed = vec![0u8; plain.len()];
+    from_plain(layout, &w, &mut packed).map_err(fail)?;
+    let wp = ExpertWeights { data: &packed, ..w };
+    let out_len = tiles.b_len(tiles.pad(k), tiles.pad(n));
+    let (mut b, mut scales) = (vec![0i8; out_len], vec![0f32; tiles.pad(n)]);
+    let (mut b2, mut scales2) = (b.clone(), scales.clone());
+    inflate_expert_with(isa, &w, tiles, &mut b, &mut scales).map_err(fail)?;
+    inflate_expert_in_with(isa, layout, &wp, tiles, &mut b2, &mut scales2).map_err(fail)?;
+    let identical = b == b2 && scales == scales2;
+    let mut back = vec![0u8; plain.len()];
+    let (mut p, mut q, mut u) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..ROUNDS {
+        p.push(
+            time(WARMUP, REPEATS, || {
+                inflate_expert_with(isa, black_box(&w), tiles, &mut b, &mut scales)
+                    .expect("checked");
+                black_box(&b);
+            })
+            .median,
+        );
+        q.push(
+            time(WARMUP, REPEATS, || {
+                inflate_expert_in_with(isa, layout, black_box(&wp), tiles, &mut b, &mut scales)
+                    .expect("checked");
+                black_box(&b);
+            })
+            .median,
+        );
+        u.push(
+            time(WARMUP, REPEATS, || {
+                to_plain_with(isa, layout, black_box(&wp), &mut back).expect("checked");
+                black_box(&back);
+            })
+            .median,
+        );
+    }
+    Ok(Row {
+        ty,
+        layout,
+        k,
+        n,
+        plain_us: median(p) * 1e6,
+        repacked_us: median(q) * 1e6,
+        to_plain_us: median(u) * 1e6,
+        identical,
+    })
+}
