@@ -318,7 +318,7 @@ pub extern "C" fn ork_ctx_new(cfg: *const ork_config) -> *mut ork_ctx {
             };
         }
         let engine = Engine::new(from_c_config(&full)?)?;
-        ctx = Box::into_raw(Box::new(ork_ctx { engine }));
+        ctx = ork_ctx_from_engine(engine);
         Ok(())
     });
     if r == ORK_OK {
@@ -326,6 +326,12 @@ pub extern "C" fn ork_ctx_new(cfg: *const ork_config) -> *mut ork_ctx {
     } else {
         std::ptr::null_mut()
     }
+}
+
+/// Rust only (not in the C header): a context around an engine the caller built, e.g. on an
+/// emulator with injected faults. Free it with `ork_ctx_free`.
+pub fn ork_ctx_from_engine(engine: Engine) -> *mut ork_ctx {
+    Box::into_raw(Box::new(ork_ctx { engine }))
 }
 
 /// Frees a context (NULL is a no-op). No call may be running on it.

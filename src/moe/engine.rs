@@ -443,9 +443,19 @@ fn give_spare<T: crate::npu::Elem>(spares: &Mutex<Vec<Buffer<T>>>, b: Buffer<T>)
 impl Engine {
     pub fn new(config: Config) -> Result<Engine, Error> {
         let device = Device::open(config.backend)?;
+        Engine::with_device(config, device)
+    }
+
+    /// An engine on a device the caller opened (`config.backend` is not looked at), e.g. an
+    /// emulator with injected faults.
+    pub fn with_device(config: Config, device: Device) -> Result<Engine, Error> {
         device.set_core_mask(CoreMask(config.core_mask));
         let tiles = device.tiles();
-        if tiles.a_k != A_K || tiles.c_n != QUAD || tiles.b_n % QUAD != 0 || tiles.b_k != 32 {
+        if tiles.a_k != A_K
+            || tiles.c_n != QUAD
+            || !tiles.b_n.is_multiple_of(QUAD)
+            || tiles.b_k != 32
+        {
             return Err(Error::new(
                 ErrorKind::DeviceError,
                 format!("unsupported tile sizes {tiles:?}"),

@@ -555,7 +555,15 @@ impl Device {
 
     /// The emulated RK3588 NPU with its configuration (see [`emu::Config::from_env`]).
     pub fn emu(config: emu::Config) -> Device {
-        Device::with_backend(Box::new(emu::Emu::new(config)))
+        Device::emu_monitored(config).0
+    }
+
+    /// [`Device::emu`], with a view of the emulator's domain accounting and operation counts
+    /// that stays valid after the device is dropped (leak and fault-injection checks).
+    pub fn emu_monitored(config: emu::Config) -> (Device, emu::Monitor) {
+        let emu = emu::Emu::new(config);
+        let monitor = emu.monitor();
+        (Device::with_backend(Box::new(emu)), monitor)
     }
 
     /// The CPU int8 GEMM behind the device interface.
