@@ -323,3 +323,84 @@ pub fn check_dst(dst: &Arena, dst_addr: usize, want: &[Expected]) -> Result<(), 
         None => Ok(()),
     }
 }
+
+/// A call with its own buffers.
+pub struct Owned {
+    pub d: Descs,
+    pub w: Arena,
+    pub b: Arena,
+    pub ids: Arena,
+    pub dst: Arena,
+}
+
+impl Owned {
+    /// Contiguous tensors (dst rows padded by 8 bytes, so that writes between rows show) with
+    /// random weights and activations; slot 0 of most tokens goes to expert 0 (a hot expert that
+    /// cooperative calls split), ids of one token distinct when `n_used <= n_expert`.
+    pub fn contiguous(ty: GgmlType, shape: [usize; 6], rng: &mut ork_moe::testutil::Rng) -> Owned {
+        let [k, n, n_expert, n_used, n_tokens, b_rows] = shape;
+        let row = ty.row_bytes(k).expect("K whole blocks");
+        let mut w = Arena::new(row * n * n_expert);
+        for e in 0..n_expert * n {
+            let blocks = rng.blocks(ty, k / ty.block_elems(), 0.05);
+            w.bytes_mut()[e * row..(e + 1) * row].copy_from_slice(&blocks);
+        }
+        let mut b = Arena::new(4 * k * b_rows * n_tokens);
+        for i in 0..k * b_rows * n_tokens {
+            b.put_f32(4 * i, rng.normal());
+        }
+        let mut ids = Arena::new(4 * n_used * n_tokens);
+        for t in 0..n_tokens {
+            let mut used = Vec::new();
+            for s in 0..n_used {
+                let mut e = if s == 0 && rng.below(4) != 0 {
+                    0
+                } else {
+                    rng.below(n_expert)
+                };
+                while n_used <= n_expert && used.contains(&e) {
+                    e = rng.below(n_expert);
+                }
+                used.push(e);
+                ids.put_i32(4 * (t * n_used + s), e as i32);
+            }
+        }
+        let dnb1 = 4 * n + 8;
+        let dst = Arena::new(dnb1 * n_used * n_tokens);
+        let d = Descs {
+            w: Tensor {
+                ty: ty.id(),
+                ne: [k as i64, n as i64, n_expert as i64, 1],
+                nb: [ty.block_bytes(), row, row * n, row * n * n_expert],
+                addr: w.addr(),
+            },
+            b: Tensor {
+                ty: 0,
+                ne: [k as i64, b_rows as i64, n_tokens as i64, 1],
+                nb: [4, 4 * k, 4 * k * b_rows, 4 * k * b_rows * n_tokens],
+                addr: b.addr(),
+            },
+            ids: Tensor {
+                ty: 26,
+                ne: [n_used as i64, n_tokens as i64, 1, 1],
+                nb: [4, 4 * n_used, 4 * n_used * n_tokens, 4 * n_used * n_tokens],
+                addr: ids.addr(),
+            },
+            dst: Tensor {
+                ty: 0,
+                ne: [n as i64, n_used as i64, n_tokens as i64, 1],
+                nb: [4, dnb1, dnb1 * n_used, dnb1 * n_used * n_tokens],
+                addr: dst.addr(),
+            },
+        };
+        Owned { d, w, b, ids, dst }
+    }
+
+    pub fn memory(&self) -> Memory<'_> {
+        Memory {
+            w: &self.w,
+            b: &self.b,
+            ids: &self.ids,
+        }
+    }
+}
