@@ -165,6 +165,11 @@ pub fn inflate_expert_with(
         return Err(InflateError::IsaUnavailable(isa));
     }
     let shape = check(w, tiles, b_native.len(), chan_scales.len())?;
+    if shape.kp == 0 {
+        // No depth: every row is empty, so all-zero (scale 0), and native B has no bytes.
+        chan_scales[..shape.np].fill(0.0);
+        return Ok(());
+    }
     let kernel = tile_kernel(isa, w.ty);
     let mut params: Vec<RowParams> = (0..tiles.b_n.min(w.n))
         .map(|_| RowParams::new(w.ty, w.k))
