@@ -27,7 +27,7 @@ x86_isa_flags() {
     local f
     f=" $(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2) "
     has() { local x; for x; do [[ $f == *" $x "* ]] || return 1; done; }
-    echo -DGGML_NATIVE=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF
+    printf '%s\n' -DGGML_NATIVE=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF
     has sse4_2 && echo -DGGML_SSE42=ON || echo -DGGML_SSE42=OFF
     has avx && echo -DGGML_AVX=ON || echo -DGGML_AVX=OFF
     has avx2 && echo -DGGML_AVX2=ON || echo -DGGML_AVX2=OFF
@@ -129,10 +129,14 @@ if [[ ! -f $applied ]]; then
     cat "${patches[@]}" >"$applied"
 fi
 
-if [[ ! -f $build/build.ninja ]]; then
+# Configured with exactly these flags, one per line (a cache written by other flags is configured again).
+configured=$root/configured-flags
+if [[ ! -f $build/build.ninja ]] || ! printf '%s\n' "${cmake_flags[@]}" | cmp -s - "$configured"; then
     log "configuring $build"
+    rm -f "$configured"
     cmake -S "$src" -B "$build" "${cmake_flags[@]}" >"$root/configure.log" 2>&1 ||
         { tail -30 "$root/configure.log" >&2; die "cmake configure failed (log: $root/configure.log)"; }
+    printf '%s\n' "${cmake_flags[@]}" >"$configured"
 fi
 
 log "building $targets (log: $root/build.log)"

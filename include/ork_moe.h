@@ -31,18 +31,59 @@
 // ... or all of its bytes.
 #define ORK_CACHE_VERIFY_FULL 1
 
+// `ork_config.cache_policy`: a full cache keeps what it holds and streams new experts (replacing
+// only entries gone stale) ...
+#define ORK_CACHE_PIN 0
+
+// ... or evicts the least recently used.
+#define ORK_CACHE_LRU 1
+
 // `ork_config.mt_mode`: `ork_mul_mat_id_mt` shares the work among the caller's threads ...
 #define ORK_MT_COOP 0
 
 // ... or caller thread 0 runs the call on the library's pool while the others wait in the barrier.
 #define ORK_MT_LEADER 1
 
+// `ork_config.simd`: the kernel path (`ORK_SIMD`); a path this CPU lacks fails `ork_ctx_new`.
+#define ORK_SIMD_BEST 0
+
+#define ORK_SIMD_SCALAR 1
+
+#define ORK_SIMD_SSSE3 2
+
+#define ORK_SIMD_AVX2 3
+
+#define ORK_SIMD_AVX512 4
+
+#define ORK_SIMD_NEON 5
+
+#define ORK_SIMD_DOTPROD 6
+
+// Log levels: `ork_config.log_level` (the most verbose one delivered) and the `level` argument
+// of an `ork_log_callback`.
+#define ORK_LOG_OFF 0
+
+#define ORK_LOG_ERROR 1
+
+#define ORK_LOG_WARN 2
+
+#define ORK_LOG_INFO 3
+
+#define ORK_LOG_DEBUG 4
+
+#define ORK_LOG_TRACE 5
+
 // Opaque context.
 typedef struct ork_ctx ork_ctx;
 
-// Context configuration. Fill it with `ork_config_default`, then change fields.
+// Context configuration. Fill it with `ork_config_default`, then change fields. Each field has
+// an environment variable (README), which `ork_config_default` reads.
+//
+// The struct grows at its end only: fields past `struct_size` take `ork_config_default` values,
+// so a caller built against an older header keeps working (the fields up to `mt_mode` are the
+// first version's, 48 bytes).
 typedef struct ork_config {
-  // `sizeof(ork_config)`: fields past it take `ork_config_default` values, so the struct can grow.
+  // `sizeof(ork_config)` as the caller knows it.
   uint32_t struct_size;
   // `ORK_BACKEND_*`.
   int32_t backend;
@@ -52,7 +93,8 @@ typedef struct ork_config {
   uint64_t cache_bytes;
   // Average rows per used expert below which a call goes to `min_rows_mode`.
   uint32_t min_rows;
-  // Threads of `ork_mul_mat_id`'s own pool (0 = all cores).
+  // Threads per call of `ork_mul_mat_id`'s own pool, and of a submit on the CPU-executed
+  // backends (0 = all cores; never more than the cores).
   uint32_t n_threads;
   // `ORK_MIN_ROWS_*`.
   uint32_t min_rows_mode;
@@ -60,6 +102,30 @@ typedef struct ork_config {
   uint32_t cache_verify;
   // `ORK_MT_*`.
   uint32_t mt_mode;
+  // The emulator's cost model of the RK3588 (modelled times only): fixed cost per submit, µs ...
+  double emu_submit_us;
+  // ... set-up cost per task, µs ...
+  double emu_task_us;
+  // ... sustained int8 TOPS per NPU core (> 0) ...
+  double emu_core_tops;
+  // ... and the DRAM bandwidth the NPU gets, GB/s (> 0).
+  double emu_dram_gbps;
+  // Path of librknnrt; NULL: the environment's (`ORK_RKNN_LIB`) or the runtime's default names.
+  // Read during `ork_ctx_new` only.
+  const char *rknn_lib;
+  // Folder the emulator dumps every submit's buffers into; NULL: the environment's
+  // (`ORK_EMU_DUMP`) or none. Read during `ork_ctx_new` only.
+  const char *emu_dump_dir;
+  // `ORK_SIMD_*`.
+  uint32_t simd;
+  // `ORK_LOG_*`: the most verbose level delivered (process-wide: the last context created sets it).
+  uint32_t log_level;
+  // Non-zero: a cacheable input the CPU wrote but did not sync is an emulator error.
+  uint32_t emu_strict;
+  // Non-zero: the emulator runs every planned hardware task on its own (slower, same bits).
+  uint32_t emu_per_task;
+  // `ORK_CACHE_PIN` or `ORK_CACHE_LRU`.
+  uint32_t cache_policy;
 } ork_config;
 
 // Result of every fallible call.
@@ -89,6 +155,11 @@ typedef struct ork_threads {
   void *scratch;
   size_t scratch_size;
 } ork_threads;
+
+// Receives the library's log lines: `level` is `ORK_LOG_ERROR` .. `ORK_LOG_TRACE`, `message` one
+// line without a newline, valid only during the call. Called from any of the library's or the
+// caller's threads, possibly at the same time.
+typedef void (*ork_log_callback)(void *user, uint32_t level, const char *message);
 
 // Counters since `ork_ctx_new`.
 typedef struct ork_stats {
@@ -136,13 +207,13 @@ typedef struct ork_stats {
 extern "C" {
 #endif // __cplusplus
 
-// Fills `out` with the defaults, then the environment's overrides (`ORK_BACKEND`,
-// `ORK_CORE_MASK`, `ORK_CACHE_MB`, `ORK_MIN_ROWS`, `ORK_MIN_ROWS_MODE`, `ORK_THREADS`,
-// `ORK_CACHE_VERIFY`, `ORK_MT_MODE`). NULL is ignored.
+// Fills `out` with the defaults and the environment's settings (README lists the variables). A
+// variable with a bad value is left at its default here; `ork_ctx_new` reports it. NULL is
+// ignored.
 void ork_config_default(struct ork_config *out);
 
 // Creates a context. `cfg` NULL means `ork_config_default`. Returns NULL on failure (see
-// `ork_last_error`). Free it with `ork_ctx_free`.
+// `ork_last_error`), among them a bad value of any `ORK_*` variable. Free it with `ork_ctx_free`.
 struct ork_ctx *ork_ctx_new(const struct ork_config *cfg);
 
 // Frees a context (NULL is a no-op). No call may be running on it.
@@ -179,6 +250,38 @@ ork_result ork_mul_mat_id_mt(struct ork_ctx *ctx,
                              const struct ork_tensor *dst,
                              const struct ork_threads *th);
 
+// Check of a pair: two `MUL_MAT_ID`s of one input (`b`, `ids`), e.g. a MoE FFN's gate and up,
+// with weights `as0`, `as1` of one type and shape and outputs `dst0`, `dst1`. `ORK_OK` if
+// [`ork_mul_mat_id_pair`] would compute both (each expert's two weight matrices as one GEMM);
+// otherwise the caller runs them as two calls. Metadata only, same answer on every thread.
+ork_result ork_mul_mat_id_pair_check(const struct ork_ctx *ctx,
+                                     const struct ork_tensor *as0,
+                                     const struct ork_tensor *as1,
+                                     const struct ork_tensor *b,
+                                     const struct ork_tensor *ids,
+                                     const struct ork_tensor *dst0,
+                                     const struct ork_tensor *dst1);
+
+// `dst0 = mul_mat_id(as0, b, ids)` and `dst1 = mul_mat_id(as1, b, ids)` in one call, on the
+// library's own pool. Results are bit for bit those of two `ork_mul_mat_id` calls.
+ork_result ork_mul_mat_id_pair(struct ork_ctx *ctx,
+                               const struct ork_tensor *as0,
+                               const struct ork_tensor *as1,
+                               const struct ork_tensor *b,
+                               const struct ork_tensor *ids,
+                               const struct ork_tensor *dst0,
+                               const struct ork_tensor *dst1);
+
+// The cooperative form of [`ork_mul_mat_id_pair`] (as [`ork_mul_mat_id_mt`]).
+ork_result ork_mul_mat_id_pair_mt(struct ork_ctx *ctx,
+                                  const struct ork_tensor *as0,
+                                  const struct ork_tensor *as1,
+                                  const struct ork_tensor *b,
+                                  const struct ork_tensor *ids,
+                                  const struct ork_tensor *dst0,
+                                  const struct ork_tensor *dst1,
+                                  const struct ork_threads *th);
+
 // Message of the last failed call on this thread ("" if none). Valid until the next failing
 // call on this thread.
 const char *ork_last_error(void);
@@ -188,6 +291,11 @@ const char *ork_version(void);
 
 // `ORK_ABI_VERSION` of the library actually loaded.
 uint32_t ork_abi_version(void);
+
+// Sends the library's log lines to `callback` (e.g. a host's logger: the ggml patch forwards
+// them to ggml's log) instead of stderr; NULL goes back to stderr. Which levels are delivered is
+// `ork_config.log_level` (`ORK_LOG`) of the context created last.
+void ork_set_log_callback(ork_log_callback callback, void *user);
 
 // Copies the context's counters into `out`.
 ork_result ork_ctx_stats(const struct ork_ctx *ctx, struct ork_stats *out);

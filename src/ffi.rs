@@ -1,8 +1,8 @@
 //! The C ABI (`include/ork_moe.h`, generated from this file by cbindgen).
 //!
 //! Conventions, as in rustls-ffi:
-//! - every export runs inside [`guard`] (or its pointer-returning twin), so no panic crosses the
-//!   boundary: a caught panic becomes `ORK_INTERNAL_ERROR`;
+//! - every export runs inside [`guard`], so no panic crosses the boundary: a caught panic becomes
+//!   `ORK_INTERNAL_ERROR` (exports returning a pointer or nothing map that to NULL / no effect);
 //! - every pointer is checked for NULL before use; failures set a thread-local message
 //!   ([`ork_last_error`]);
 //! - result codes are plain `uint32_t` constants with fixed values; integers from C are matched,
@@ -19,15 +19,19 @@
 // once above and in each function's comment, and every dereference has its SAFETY note.
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
-use crate::moe::cache::Verify;
+use crate::isa::Isa;
+use crate::moe::cache::{Policy, Verify};
 use crate::moe::desc::TensorDesc;
-use crate::moe::{Config, Engine, Error, ErrorKind, Inputs, MtMode, SmallBatch};
-use crate::npu::{BackendChoice, BackendKind};
+use crate::moe::{Config, Engine, Error, ErrorKind, Inputs, MtMode, PairInputs, Plan, SmallBatch};
+use crate::npu::{BackendChoice, BackendKind, CoreMask};
 use crate::quant::{dequantize_row, GgmlType};
 use std::cell::RefCell;
 use std::ffi::{c_char, c_void, CStr, CString};
+use std::os::unix::ffi::OsStrExt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::PathBuf;
 use std::sync::atomic::AtomicU32;
+use std::sync::RwLock;
 
 /// Result of every fallible call.
 pub type ork_result = u32;
@@ -65,10 +69,34 @@ pub const ORK_CACHE_VERIFY_SAMPLED: u32 = 0;
 /// ... or all of its bytes.
 pub const ORK_CACHE_VERIFY_FULL: u32 = 1;
 
+/// `ork_config.cache_policy`: a full cache keeps what it holds and streams new experts (replacing
+/// only entries gone stale) ...
+pub const ORK_CACHE_PIN: u32 = 0;
+/// ... or evicts the least recently used.
+pub const ORK_CACHE_LRU: u32 = 1;
+
 /// `ork_config.mt_mode`: `ork_mul_mat_id_mt` shares the work among the caller's threads ...
 pub const ORK_MT_COOP: u32 = 0;
 /// ... or caller thread 0 runs the call on the library's pool while the others wait in the barrier.
 pub const ORK_MT_LEADER: u32 = 1;
+
+/// `ork_config.simd`: the kernel path (`ORK_SIMD`); a path this CPU lacks fails `ork_ctx_new`.
+pub const ORK_SIMD_BEST: u32 = 0;
+pub const ORK_SIMD_SCALAR: u32 = 1;
+pub const ORK_SIMD_SSSE3: u32 = 2;
+pub const ORK_SIMD_AVX2: u32 = 3;
+pub const ORK_SIMD_AVX512: u32 = 4;
+pub const ORK_SIMD_NEON: u32 = 5;
+pub const ORK_SIMD_DOTPROD: u32 = 6;
+
+/// Log levels: `ork_config.log_level` (the most verbose one delivered) and the `level` argument
+/// of an `ork_log_callback`.
+pub const ORK_LOG_OFF: u32 = 0;
+pub const ORK_LOG_ERROR: u32 = 1;
+pub const ORK_LOG_WARN: u32 = 2;
+pub const ORK_LOG_INFO: u32 = 3;
+pub const ORK_LOG_DEBUG: u32 = 4;
+pub const ORK_LOG_TRACE: u32 = 5;
 
 /// A tensor as ggml describes it (flat: no ggml types).
 #[repr(C)]
@@ -85,11 +113,16 @@ pub struct ork_tensor {
     pub name: *const c_char,
 }
 
-/// Context configuration. Fill it with `ork_config_default`, then change fields.
+/// Context configuration. Fill it with `ork_config_default`, then change fields. Each field has
+/// an environment variable (README), which `ork_config_default` reads.
+///
+/// The struct grows at its end only: fields past `struct_size` take `ork_config_default` values,
+/// so a caller built against an older header keeps working (the fields up to `mt_mode` are the
+/// first version's, 48 bytes).
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct ork_config {
-    /// `sizeof(ork_config)`: fields past it take `ork_config_default` values, so the struct can grow.
+    /// `sizeof(ork_config)` as the caller knows it.
     pub struct_size: u32,
     /// `ORK_BACKEND_*`.
     pub backend: i32,
@@ -99,7 +132,8 @@ pub struct ork_config {
     pub cache_bytes: u64,
     /// Average rows per used expert below which a call goes to `min_rows_mode`.
     pub min_rows: u32,
-    /// Threads of `ork_mul_mat_id`'s own pool (0 = all cores).
+    /// Threads per call of `ork_mul_mat_id`'s own pool, and of a submit on the CPU-executed
+    /// backends (0 = all cores; never more than the cores).
     pub n_threads: u32,
     /// `ORK_MIN_ROWS_*`.
     pub min_rows_mode: u32,
@@ -107,6 +141,30 @@ pub struct ork_config {
     pub cache_verify: u32,
     /// `ORK_MT_*`.
     pub mt_mode: u32,
+    /// The emulator's cost model of the RK3588 (modelled times only): fixed cost per submit, µs ...
+    pub emu_submit_us: f64,
+    /// ... set-up cost per task, µs ...
+    pub emu_task_us: f64,
+    /// ... sustained int8 TOPS per NPU core (> 0) ...
+    pub emu_core_tops: f64,
+    /// ... and the DRAM bandwidth the NPU gets, GB/s (> 0).
+    pub emu_dram_gbps: f64,
+    /// Path of librknnrt; NULL: the environment's (`ORK_RKNN_LIB`) or the runtime's default names.
+    /// Read during `ork_ctx_new` only.
+    pub rknn_lib: *const c_char,
+    /// Folder the emulator dumps every submit's buffers into; NULL: the environment's
+    /// (`ORK_EMU_DUMP`) or none. Read during `ork_ctx_new` only.
+    pub emu_dump_dir: *const c_char,
+    /// `ORK_SIMD_*`.
+    pub simd: u32,
+    /// `ORK_LOG_*`: the most verbose level delivered (process-wide: the last context created sets it).
+    pub log_level: u32,
+    /// Non-zero: a cacheable input the CPU wrote but did not sync is an emulator error.
+    pub emu_strict: u32,
+    /// Non-zero: the emulator runs every planned hardware task on its own (slower, same bits).
+    pub emu_per_task: u32,
+    /// `ORK_CACHE_PIN` or `ORK_CACHE_LRU`.
+    pub cache_policy: u32,
 }
 
 /// The caller's threads for `ork_mul_mat_id_mt`.
@@ -172,118 +230,179 @@ fn code(kind: ErrorKind) -> ork_result {
     }
 }
 
-fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
-    let s = p
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| p.downcast_ref::<String>().cloned());
-    format!(
-        "internal error (panic): {}",
-        s.unwrap_or_else(|| "unknown".into())
-    )
-}
-
-/// The panic boundary of every `ork_result` export.
+/// The panic boundary of every export.
 fn guard(f: impl FnOnce() -> Result<(), Error>) -> ork_result {
-    match catch_unwind(AssertUnwindSafe(f)) {
-        Ok(Ok(())) => ORK_OK,
-        Ok(Err(e)) => {
-            set_last_error(&e.message);
-            code(e.kind)
-        }
-        Err(p) => {
-            set_last_error(&panic_message(&*p));
-            ORK_INTERNAL_ERROR
-        }
-    }
+    let e = match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(())) => return ORK_OK,
+        Ok(Err(e)) => e,
+        Err(p) => Error::from_panic(p),
+    };
+    set_last_error(&e.message);
+    code(e.kind)
 }
 
 fn invalid(msg: &str) -> Error {
     Error::new(ErrorKind::InvalidArgument, msg)
 }
 
-fn backend_choice(b: i32) -> Option<BackendChoice> {
-    Some(match b {
-        ORK_BACKEND_AUTO => BackendChoice::Auto,
-        ORK_BACKEND_EMU => BackendChoice::Emu,
-        ORK_BACKEND_RKNN => BackendChoice::Rknn,
-        ORK_BACKEND_CPU => BackendChoice::Cpu,
-        _ => return None,
-    })
+const BACKENDS: [(i32, BackendChoice); 4] = [
+    (ORK_BACKEND_AUTO, BackendChoice::Auto),
+    (ORK_BACKEND_EMU, BackendChoice::Emu),
+    (ORK_BACKEND_RKNN, BackendChoice::Rknn),
+    (ORK_BACKEND_CPU, BackendChoice::Cpu),
+];
+const SMALL_BATCH: [(u32, SmallBatch); 2] = [
+    (ORK_MIN_ROWS_DECLINE, SmallBatch::Decline),
+    (ORK_MIN_ROWS_CPU, SmallBatch::Cpu),
+];
+const POLICY: [(u32, Policy); 2] = [(ORK_CACHE_PIN, Policy::Pin), (ORK_CACHE_LRU, Policy::Lru)];
+const VERIFY: [(u32, Verify); 2] = [
+    (ORK_CACHE_VERIFY_SAMPLED, Verify::Sampled),
+    (ORK_CACHE_VERIFY_FULL, Verify::Full),
+];
+const MT_MODES: [(u32, MtMode); 2] = [(ORK_MT_COOP, MtMode::Coop), (ORK_MT_LEADER, MtMode::Leader)];
+const SIMD: [(u32, Isa); 6] = [
+    (ORK_SIMD_SCALAR, Isa::Scalar),
+    (ORK_SIMD_SSSE3, Isa::Ssse3),
+    (ORK_SIMD_AVX2, Isa::Avx2),
+    (ORK_SIMD_AVX512, Isa::Avx512),
+    (ORK_SIMD_NEON, Isa::Neon),
+    (ORK_SIMD_DOTPROD, Isa::NeonDot),
+];
+const LOG_LEVELS: [(u32, log::LevelFilter); 6] = [
+    (ORK_LOG_OFF, log::LevelFilter::Off),
+    (ORK_LOG_ERROR, log::LevelFilter::Error),
+    (ORK_LOG_WARN, log::LevelFilter::Warn),
+    (ORK_LOG_INFO, log::LevelFilter::Info),
+    (ORK_LOG_DEBUG, log::LevelFilter::Debug),
+    (ORK_LOG_TRACE, log::LevelFilter::Trace),
+];
+
+/// The C code of `value` in `table` (every Rust value has one).
+fn code_of<C: Copy, T: PartialEq>(table: &[(C, T)], value: &T) -> C {
+    table
+        .iter()
+        .find(|(_, t)| t == value)
+        .map(|&(c, _)| c)
+        .expect("every value has a C code")
+}
+
+/// The value of C code `c` in `table`, or an error naming the field.
+fn value_of<C: PartialEq + std::fmt::Display, T: Copy>(
+    table: &[(C, T)],
+    c: C,
+    field: &str,
+) -> Result<T, Error> {
+    table
+        .iter()
+        .find(|(k, _)| *k == c)
+        .map(|&(_, t)| t)
+        .ok_or_else(|| invalid(&format!("config: unknown {field} {c}")))
 }
 
 fn to_c_config(c: &Config) -> ork_config {
+    let d = &c.device;
     ork_config {
         struct_size: size_of::<ork_config>() as u32,
-        backend: match c.backend {
-            BackendChoice::Auto => ORK_BACKEND_AUTO,
-            BackendChoice::Emu => ORK_BACKEND_EMU,
-            BackendChoice::Rknn => ORK_BACKEND_RKNN,
-            BackendChoice::Cpu => ORK_BACKEND_CPU,
-        },
-        core_mask: c.core_mask as u32,
+        backend: code_of(&BACKENDS, &d.backend),
+        core_mask: d.core_mask.0 as u32,
         cache_bytes: c.cache_bytes,
         min_rows: c.min_rows,
-        n_threads: c.n_threads,
-        min_rows_mode: match c.small_batch {
-            SmallBatch::Decline => ORK_MIN_ROWS_DECLINE,
-            SmallBatch::Cpu => ORK_MIN_ROWS_CPU,
-        },
-        cache_verify: match c.cache_verify {
-            Verify::Sampled => ORK_CACHE_VERIFY_SAMPLED,
-            Verify::Full => ORK_CACHE_VERIFY_FULL,
-        },
-        mt_mode: match c.mt_mode {
-            MtMode::Coop => ORK_MT_COOP,
-            MtMode::Leader => ORK_MT_LEADER,
-        },
+        n_threads: d.host.threads as u32,
+        min_rows_mode: code_of(&SMALL_BATCH, &c.small_batch),
+        cache_verify: code_of(&VERIFY, &c.cache_verify),
+        mt_mode: code_of(&MT_MODES, &c.mt_mode),
+        emu_submit_us: d.emu.cost.submit_us,
+        emu_task_us: d.emu.cost.task_us,
+        emu_core_tops: d.emu.cost.core_tops,
+        emu_dram_gbps: d.emu.cost.dram_gbps,
+        // Strings stay with the environment: NULL means "the environment's value or the default".
+        rknn_lib: std::ptr::null(),
+        emu_dump_dir: std::ptr::null(),
+        simd: code_of(&SIMD, &d.host.isa),
+        log_level: code_of(&LOG_LEVELS, &c.log_level),
+        emu_strict: d.emu.strict as u32,
+        emu_per_task: d.emu.per_task as u32,
+        cache_policy: code_of(&POLICY, &c.cache_policy),
     }
 }
 
-fn from_c_config(c: &ork_config) -> Result<Config, Error> {
-    Ok(Config {
-        backend: backend_choice(c.backend)
-            .ok_or_else(|| invalid(&format!("config: unknown backend {}", c.backend)))?,
-        core_mask: u8::try_from(c.core_mask)
-            .ok()
-            .filter(|m| (1..=7).contains(m))
-            .ok_or_else(|| {
-                invalid(&format!(
-                    "config: core_mask {:#x} is not in 1..7",
-                    c.core_mask
-                ))
-            })?,
-        cache_bytes: c.cache_bytes,
-        min_rows: c.min_rows,
-        n_threads: c.n_threads,
-        small_batch: match c.min_rows_mode {
-            ORK_MIN_ROWS_DECLINE => SmallBatch::Decline,
-            ORK_MIN_ROWS_CPU => SmallBatch::Cpu,
-            m => return Err(invalid(&format!("config: unknown min_rows_mode {m}"))),
-        },
-        cache_verify: match c.cache_verify {
-            ORK_CACHE_VERIFY_SAMPLED => Verify::Sampled,
-            ORK_CACHE_VERIFY_FULL => Verify::Full,
-            v => return Err(invalid(&format!("config: unknown cache_verify {v}"))),
-        },
-        mt_mode: match c.mt_mode {
-            ORK_MT_COOP => MtMode::Coop,
-            ORK_MT_LEADER => MtMode::Leader,
-            m => return Err(invalid(&format!("config: unknown mt_mode {m}"))),
-        },
-    })
+/// A C path, or `None` for NULL.
+fn path(p: *const c_char) -> Option<PathBuf> {
+    // SAFETY: a non-NULL path is a NUL-terminated string, by contract, read only during the call.
+    let bytes = (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) }.to_bytes())?;
+    Some(PathBuf::from(std::ffi::OsStr::from_bytes(bytes)))
 }
 
-/// Fills `out` with the defaults, then the environment's overrides (`ORK_BACKEND`,
-/// `ORK_CORE_MASK`, `ORK_CACHE_MB`, `ORK_MIN_ROWS`, `ORK_MIN_ROWS_MODE`, `ORK_THREADS`,
-/// `ORK_CACHE_VERIFY`, `ORK_MT_MODE`). NULL is ignored.
+/// `base` (the environment's configuration) with the fields of `c` applied.
+fn from_c_config(c: &ork_config, base: Config) -> Result<Config, Error> {
+    let mut cfg = base;
+    let d = &mut cfg.device;
+    d.backend = value_of(&BACKENDS, c.backend, "backend")?;
+    d.core_mask = u8::try_from(c.core_mask)
+        .ok()
+        .filter(|m| (1..=7).contains(m))
+        .map(CoreMask)
+        .ok_or_else(|| {
+            invalid(&format!(
+                "config: core_mask {:#x} is not in 1..7",
+                c.core_mask
+            ))
+        })?;
+    d.host.threads = crate::config::threads(c.n_threads as usize);
+    d.host.isa = match c.simd {
+        ORK_SIMD_BEST => Isa::best(),
+        code => {
+            let isa = value_of(&SIMD, code, "simd")?;
+            crate::config::simd(isa.name()).map_err(|e| invalid(&format!("config: simd {e}")))?
+        }
+    };
+    let cost = &mut d.emu.cost;
+    for (field, x, positive) in [
+        ("emu_submit_us", c.emu_submit_us, false),
+        ("emu_task_us", c.emu_task_us, false),
+        ("emu_core_tops", c.emu_core_tops, true),
+        ("emu_dram_gbps", c.emu_dram_gbps, true),
+    ] {
+        if !x.is_finite() || x < 0.0 || (positive && x == 0.0) {
+            return Err(invalid(&format!("config: {field} = {x} is out of range")));
+        }
+    }
+    (cost.submit_us, cost.task_us) = (c.emu_submit_us, c.emu_task_us);
+    (cost.core_tops, cost.dram_gbps) = (c.emu_core_tops, c.emu_dram_gbps);
+    if let Some(p) = path(c.rknn_lib) {
+        d.rknn_lib = Some(p);
+    }
+    if let Some(p) = path(c.emu_dump_dir) {
+        d.emu.dump = Some(p);
+    }
+    d.emu.strict = c.emu_strict != 0;
+    d.emu.per_task = c.emu_per_task != 0;
+    cfg.cache_bytes = c.cache_bytes;
+    cfg.min_rows = c.min_rows;
+    cfg.small_batch = value_of(&SMALL_BATCH, c.min_rows_mode, "min_rows_mode")?;
+    cfg.cache_verify = value_of(&VERIFY, c.cache_verify, "cache_verify")?;
+    cfg.cache_policy = value_of(&POLICY, c.cache_policy, "cache_policy")?;
+    cfg.mt_mode = value_of(&MT_MODES, c.mt_mode, "mt_mode")?;
+    cfg.log_level = value_of(&LOG_LEVELS, c.log_level, "log_level")?;
+    Ok(cfg)
+}
+
+/// The environment's configuration, a bad variable as INVALID_ARGUMENT.
+fn env_config() -> Result<Config, Error> {
+    crate::config::from_env().map_err(|e| invalid(&e))
+}
+
+/// Fills `out` with the defaults and the environment's settings (README lists the variables). A
+/// variable with a bad value is left at its default here; `ork_ctx_new` reports it. NULL is
+/// ignored.
 #[no_mangle]
 pub extern "C" fn ork_config_default(out: *mut ork_config) {
     let _ = guard(|| {
         if out.is_null() {
             return Err(invalid("ork_config_default: out is NULL"));
         }
-        let c = to_c_config(&Config::default().with_env());
+        let c = to_c_config(&env_config().unwrap_or_default());
         // SAFETY: `out` is non-NULL and, by contract, points to a writable ork_config.
         unsafe { out.write(c) };
         Ok(())
@@ -291,15 +410,13 @@ pub extern "C" fn ork_config_default(out: *mut ork_config) {
 }
 
 /// Creates a context. `cfg` NULL means `ork_config_default`. Returns NULL on failure (see
-/// `ork_last_error`). Free it with `ork_ctx_free`.
+/// `ork_last_error`), among them a bad value of any `ORK_*` variable. Free it with `ork_ctx_free`.
 #[no_mangle]
 pub extern "C" fn ork_ctx_new(cfg: *const ork_config) -> *mut ork_ctx {
     let mut ctx = std::ptr::null_mut();
     let r = guard(|| {
-        // A host process that set up no logger of its own still gets RUST_LOG (default: warnings).
-        let _ = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
-            .try_init();
-        let mut full = to_c_config(&Config::default().with_env());
+        let env = env_config()?;
+        let mut full = to_c_config(&env);
         if !cfg.is_null() {
             // SAFETY: `cfg` is non-NULL and points to at least `struct_size` bytes, the first field.
             let size = unsafe { (*cfg).struct_size } as usize;
@@ -308,7 +425,8 @@ pub extern "C" fn ork_ctx_new(cfg: *const ork_config) -> *mut ork_ctx {
             }
             let n = size.min(size_of::<ork_config>());
             // SAFETY: copies the first `n` bytes the caller declared valid into a whole
-            // ork_config; every bit pattern is a valid value of its integer fields.
+            // ork_config; every bit pattern is a valid value of its integer, float and pointer
+            // fields (pointers are only read as C strings when non-NULL, by contract).
             unsafe {
                 std::ptr::copy_nonoverlapping(
                     cfg as *const u8,
@@ -317,7 +435,9 @@ pub extern "C" fn ork_ctx_new(cfg: *const ork_config) -> *mut ork_ctx {
                 )
             };
         }
-        let engine = Engine::new(from_c_config(&full)?)?;
+        let config = from_c_config(&full, env)?;
+        log_install(config.log_level);
+        let engine = Engine::new(config)?;
         ctx = ork_ctx_from_engine(engine);
         Ok(())
     });
@@ -369,37 +489,134 @@ fn desc<'a>(t: *const ork_tensor, what: &str) -> Result<TensorDesc<'a>, Error> {
     })
 }
 
-type Descs<'a> = [TensorDesc<'a>; 4];
-
-fn descs<'a>(
-    w: *const ork_tensor,
-    b: *const ork_tensor,
-    ids: *const ork_tensor,
-    dst: *const ork_tensor,
-) -> Result<Descs<'a>, Error> {
-    Ok([
-        desc(w, "as")?,
-        desc(b, "b")?,
-        desc(ids, "ids")?,
-        desc(dst, "dst")?,
-    ])
+/// The descriptors of one call: `as`, `b`, `ids`, `dst`, and for a pair the second `as` and `dst`.
+struct Call<'a> {
+    w: TensorDesc<'a>,
+    b: TensorDesc<'a>,
+    ids: TensorDesc<'a>,
+    dst: TensorDesc<'a>,
+    pair: Option<(TensorDesc<'a>, TensorDesc<'a>)>,
 }
 
-/// Views of the tensors over the extents validation computed.
-fn inputs<'a>(d: &Descs<'a>, p: &crate::moe::desc::Problem) -> Inputs<'a> {
-    // SAFETY: validation checked every pointer non-NULL, 4-byte alignment of the f32/i32 tensors,
-    // that each extent fits the address space, and that dst overlaps no input; the caller
-    // guarantees each tensor's memory is valid for its extent during the call and that nothing
-    // else accesses dst meanwhile. AtomicU32 has the size and alignment of f32.
-    unsafe {
-        Inputs {
-            weights: std::slice::from_raw_parts(d[0].addr as *const u8, p.w_extent),
-            name: d[0].name,
-            b: std::slice::from_raw_parts(d[1].addr as *const f32, p.b_extent / 4),
-            ids: std::slice::from_raw_parts(d[2].addr as *const i32, p.ids_extent / 4),
-            dst: std::slice::from_raw_parts(d[3].addr as *const AtomicU32, p.dst_extent / 4),
+impl<'a> Call<'a> {
+    fn single(
+        w: *const ork_tensor,
+        b: *const ork_tensor,
+        ids: *const ork_tensor,
+        dst: *const ork_tensor,
+    ) -> Result<Call<'a>, Error> {
+        Ok(Call {
+            w: desc(w, "as")?,
+            b: desc(b, "b")?,
+            ids: desc(ids, "ids")?,
+            dst: desc(dst, "dst")?,
+            pair: None,
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn pair(
+        w0: *const ork_tensor,
+        w1: *const ork_tensor,
+        b: *const ork_tensor,
+        ids: *const ork_tensor,
+        dst0: *const ork_tensor,
+        dst1: *const ork_tensor,
+    ) -> Result<Call<'a>, Error> {
+        let mut call = Call::single(w0, b, ids, dst0)?;
+        call.pair = Some((desc(w1, "as1")?, desc(dst1, "dst1")?));
+        Ok(call)
+    }
+
+    fn plan(&self, engine: &Engine) -> Result<Plan, Error> {
+        match &self.pair {
+            None => engine.plan(&self.w, &self.b, &self.ids, &self.dst),
+            Some((w1, d1)) => engine.plan_pair(&self.w, w1, &self.b, &self.ids, &self.dst, d1),
         }
     }
+
+    /// Views of the tensors over the extents validation computed for `plan`.
+    fn inputs(&self, plan: &Plan) -> Inputs<'a> {
+        let p = &plan.problem;
+        // Validation checked every pointer non-NULL, 4-byte alignment of the f32/i32 tensors, that
+        // each extent fits the address space, and that no dst overlaps an input or the other dst;
+        // the caller guarantees each tensor's memory is valid for its extent during the call and
+        // that nothing else accesses a dst meanwhile. AtomicU32 has the size and alignment of f32.
+        let bytes = |d: &TensorDesc, len: usize| {
+            // SAFETY: as above.
+            unsafe { std::slice::from_raw_parts(d.addr as *const u8, len) }
+        };
+        let out = |d: &TensorDesc, len: usize| {
+            // SAFETY: as above.
+            unsafe { std::slice::from_raw_parts(d.addr as *const AtomicU32, len / 4) }
+        };
+        // SAFETY: as above.
+        let (b, ids) = unsafe {
+            (
+                std::slice::from_raw_parts(self.b.addr as *const f32, p.b_extent / 4),
+                std::slice::from_raw_parts(self.ids.addr as *const i32, p.ids_extent / 4),
+            )
+        };
+        let pair = match (&self.pair, &plan.pair) {
+            (Some((w1, d1)), Some(p1)) => Some(PairInputs {
+                weights: bytes(w1, p1.w_extent),
+                name: w1.name,
+                dst: out(d1, p1.dst_extent),
+            }),
+            _ => None,
+        };
+        Inputs {
+            weights: bytes(&self.w, p.w_extent),
+            name: self.w.name,
+            b,
+            ids,
+            dst: out(&self.dst, p.dst_extent),
+            pair,
+        }
+    }
+}
+
+/// The caller's threads, checked.
+fn threads(th: *const ork_threads) -> Result<ork_threads, Error> {
+    // SAFETY: a non-NULL `th` points to a readable ork_threads, by contract.
+    let th = *unsafe { th.as_ref() }.ok_or_else(|| invalid("threads: descriptor is NULL"))?;
+    if th.nth < 1 || th.ith < 0 || th.ith >= th.nth {
+        return Err(invalid(&format!(
+            "threads: ith {} / nth {} out of range",
+            th.ith, th.nth
+        )));
+    }
+    if th.barrier.is_none() && th.nth > 1 {
+        return Err(invalid("threads: barrier is NULL with nth > 1"));
+    }
+    Ok(th)
+}
+
+/// Runs `call` on the library's pool (`th` None) or cooperatively on the caller's threads.
+fn run(ctx: *const ork_ctx, call: Result<Call, Error>, th: Option<ork_threads>) -> ork_result {
+    guard(|| {
+        let ctx = ctx_ref(ctx)?;
+        let call = call?;
+        let plan = call.plan(&ctx.engine).inspect_err(|e| {
+            // One count per call: by its first thread.
+            if e.kind == ErrorKind::NotHandled && th.is_none_or(|t| t.ith == 0) {
+                ctx.engine.note_declined();
+            }
+        })?;
+        let io = call.inputs(&plan);
+        let Some(th) = th else {
+            return ctx.engine.run(plan, &io).map(drop);
+        };
+        let mut barrier = || {
+            if let Some(f) = th.barrier {
+                // SAFETY: the caller's barrier function with the caller's argument.
+                unsafe { f(th.barrier_arg) }
+            }
+        };
+        ctx.engine
+            .run_mt(plan, &io, th.ith as usize, th.nth as usize, &mut barrier)
+            .map(drop)
+    })
 }
 
 /// Metadata-only check (no tensor data read): `ORK_OK` if the call would be handled,
@@ -414,9 +631,9 @@ pub extern "C" fn ork_mul_mat_id_check(
     dst: *const ork_tensor,
 ) -> ork_result {
     guard(|| {
-        let ctx = ctx_ref(ctx)?;
-        let d = descs(as_, b, ids, dst)?;
-        ctx.engine.plan(&d[0], &d[1], &d[2], &d[3]).map(drop)
+        Call::single(as_, b, ids, dst)?
+            .plan(&ctx_ref(ctx)?.engine)
+            .map(drop)
     })
 }
 
@@ -437,20 +654,7 @@ pub extern "C" fn ork_mul_mat_id(
     ids: *const ork_tensor,
     dst: *const ork_tensor,
 ) -> ork_result {
-    guard(|| {
-        let ctx = ctx_ref(ctx)?;
-        let d = descs(as_, b, ids, dst)?;
-        let plan = ctx
-            .engine
-            .plan(&d[0], &d[1], &d[2], &d[3])
-            .inspect_err(|e| {
-                if e.kind == ErrorKind::NotHandled {
-                    ctx.engine.note_declined();
-                }
-            })?;
-        let io = inputs(&d, &plan.problem);
-        ctx.engine.run(plan, &io).map(drop)
-    })
+    run(ctx, Call::single(as_, b, ids, dst), None)
 }
 
 /// Cooperative form: ALL `th->nth` threads call it with identical tensors. Phase 1 (routing,
@@ -466,39 +670,64 @@ pub extern "C" fn ork_mul_mat_id_mt(
     dst: *const ork_tensor,
     th: *const ork_threads,
 ) -> ork_result {
+    match threads(th) {
+        Ok(th) => run(ctx, Call::single(as_, b, ids, dst), Some(th)),
+        Err(e) => guard(|| Err(e)),
+    }
+}
+
+/// Check of a pair: two `MUL_MAT_ID`s of one input (`b`, `ids`), e.g. a MoE FFN's gate and up,
+/// with weights `as0`, `as1` of one type and shape and outputs `dst0`, `dst1`. `ORK_OK` if
+/// [`ork_mul_mat_id_pair`] would compute both (each expert's two weight matrices as one GEMM);
+/// otherwise the caller runs them as two calls. Metadata only, same answer on every thread.
+#[no_mangle]
+pub extern "C" fn ork_mul_mat_id_pair_check(
+    ctx: *const ork_ctx,
+    as0: *const ork_tensor,
+    as1: *const ork_tensor,
+    b: *const ork_tensor,
+    ids: *const ork_tensor,
+    dst0: *const ork_tensor,
+    dst1: *const ork_tensor,
+) -> ork_result {
     guard(|| {
-        let ctx = ctx_ref(ctx)?;
-        // SAFETY: a non-NULL `th` points to a readable ork_threads, by contract.
-        let th = *unsafe { th.as_ref() }.ok_or_else(|| invalid("threads: descriptor is NULL"))?;
-        if th.nth < 1 || th.ith < 0 || th.ith >= th.nth {
-            return Err(invalid(&format!(
-                "threads: ith {} / nth {} out of range",
-                th.ith, th.nth
-            )));
-        }
-        if th.barrier.is_none() && th.nth > 1 {
-            return Err(invalid("threads: barrier is NULL with nth > 1"));
-        }
-        let d = descs(as_, b, ids, dst)?;
-        let plan = ctx
-            .engine
-            .plan(&d[0], &d[1], &d[2], &d[3])
-            .inspect_err(|e| {
-                if e.kind == ErrorKind::NotHandled && th.ith == 0 {
-                    ctx.engine.note_declined();
-                }
-            })?;
-        let io = inputs(&d, &plan.problem);
-        let mut barrier = || {
-            if let Some(f) = th.barrier {
-                // SAFETY: the caller's barrier function with the caller's argument.
-                unsafe { f(th.barrier_arg) }
-            }
-        };
-        ctx.engine
-            .run_mt(plan, &io, th.ith as usize, th.nth as usize, &mut barrier)
-            .map(drop)
+        let call = Call::pair(as0, as1, b, ids, dst0, dst1)?;
+        call.plan(&ctx_ref(ctx)?.engine).map(drop)
     })
+}
+
+/// `dst0 = mul_mat_id(as0, b, ids)` and `dst1 = mul_mat_id(as1, b, ids)` in one call, on the
+/// library's own pool. Results are bit for bit those of two `ork_mul_mat_id` calls.
+#[no_mangle]
+pub extern "C" fn ork_mul_mat_id_pair(
+    ctx: *mut ork_ctx,
+    as0: *const ork_tensor,
+    as1: *const ork_tensor,
+    b: *const ork_tensor,
+    ids: *const ork_tensor,
+    dst0: *const ork_tensor,
+    dst1: *const ork_tensor,
+) -> ork_result {
+    run(ctx, Call::pair(as0, as1, b, ids, dst0, dst1), None)
+}
+
+/// The cooperative form of [`ork_mul_mat_id_pair`] (as [`ork_mul_mat_id_mt`]).
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub extern "C" fn ork_mul_mat_id_pair_mt(
+    ctx: *mut ork_ctx,
+    as0: *const ork_tensor,
+    as1: *const ork_tensor,
+    b: *const ork_tensor,
+    ids: *const ork_tensor,
+    dst0: *const ork_tensor,
+    dst1: *const ork_tensor,
+    th: *const ork_threads,
+) -> ork_result {
+    match threads(th) {
+        Ok(th) => run(ctx, Call::pair(as0, as1, b, ids, dst0, dst1), Some(th)),
+        Err(e) => guard(|| Err(e)),
+    }
 }
 
 /// Message of the last failed call on this thread ("" if none). Valid until the next failing
@@ -518,6 +747,84 @@ pub extern "C" fn ork_version() -> *const c_char {
 #[no_mangle]
 pub extern "C" fn ork_abi_version() -> u32 {
     ORK_ABI_VERSION
+}
+
+/// Receives the library's log lines: `level` is `ORK_LOG_ERROR` .. `ORK_LOG_TRACE`, `message` one
+/// line without a newline, valid only during the call. Called from any of the library's or the
+/// caller's threads, possibly at the same time.
+pub type ork_log_callback =
+    Option<unsafe extern "C" fn(user: *mut c_void, level: u32, message: *const c_char)>;
+
+/// Where log lines go: the host's callback, or stderr when it set none.
+struct LogSink {
+    callback: ork_log_callback,
+    /// The callback's `user` pointer, kept as an address so the sink is `Sync`.
+    user: usize,
+}
+
+static LOG_SINK: RwLock<LogSink> = RwLock::new(LogSink {
+    callback: None,
+    user: 0,
+});
+
+/// The library's `log` backend. Installed into the library's own copy of the `log` crate (the
+/// cdylib links its own), never into a host's: a Rust program that links the rlib and has a
+/// logger keeps it, and its logger gets the lines.
+struct HostLogger;
+
+impl log::Log for HostLogger {
+    fn enabled(&self, m: &log::Metadata) -> bool {
+        m.level() <= log::max_level()
+    }
+
+    fn log(&self, r: &log::Record) {
+        if !self.enabled(r.metadata()) {
+            return;
+        }
+        let msg = r.args().to_string();
+        let sink = LOG_SINK.read().unwrap_or_else(|e| e.into_inner());
+        match sink.callback {
+            Some(callback) => {
+                let line = CString::new(msg.replace('\0', " ")).unwrap_or_default();
+                let level = code_of(&LOG_LEVELS, &r.level().to_level_filter());
+                // SAFETY: the host's callback with its own user pointer, as it registered them;
+                // `line` outlives the call.
+                unsafe { callback(sink.user as *mut c_void, level, line.as_ptr()) }
+            }
+            None => eprintln!(
+                "ork-moe: {}: {msg}",
+                r.level().as_str().to_ascii_lowercase()
+            ),
+        }
+    }
+
+    fn flush(&self) {}
+}
+
+static LOGGER: HostLogger = HostLogger;
+
+/// Routes the library's log lines to stderr, or to the callback of [`ork_set_log_callback`], at
+/// most as verbose as `level`. `ork_ctx_new` calls it; Rust tools on the rlib (the probe) call it
+/// instead of installing a logger of their own.
+pub fn log_install(level: log::LevelFilter) {
+    // Fails only when a logger is already set: ours, or a Rust host's own, which then gets the lines.
+    let _ = log::set_logger(&LOGGER);
+    log::set_max_level(level);
+}
+
+/// Sends the library's log lines to `callback` (e.g. a host's logger: the ggml patch forwards
+/// them to ggml's log) instead of stderr; NULL goes back to stderr. Which levels are delivered is
+/// `ork_config.log_level` (`ORK_LOG`) of the context created last.
+#[no_mangle]
+pub extern "C" fn ork_set_log_callback(callback: ork_log_callback, user: *mut c_void) {
+    let _ = guard(|| {
+        *LOG_SINK.write().unwrap_or_else(|e| e.into_inner()) = LogSink {
+            callback,
+            user: user as usize,
+        };
+        let _ = log::set_logger(&LOGGER);
+        Ok(())
+    });
 }
 
 /// Copies the context's counters into `out`.

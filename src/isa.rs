@@ -1,11 +1,12 @@
 //! Which instruction-set path the kernels take.
 //!
-//! Every kernel has a portable scalar reference; faster paths are chosen once at run time from the
-//! CPU's features. `ORK_SIMD` forces a path (`scalar`, `ssse3`, `avx2`, `avx512`, `neon`,
-//! `dotprod`) so tests and benchmarks can pin one; a forced path the CPU lacks falls back to the
-//! best one it has, with a warning, never to an illegal instruction.
+//! Every kernel has a portable scalar reference; faster paths are chosen at run time from the
+//! CPU's features. The configuration (`ORK_SIMD`, `crate::config`) can force a path (`scalar`,
+//! `ssse3`, `avx2`, `avx512`, `neon`, `dotprod`) so tests and benchmarks pin one; a path the CPU
+//! lacks is refused there, never run into an illegal instruction. Callers pass the path down
+//! explicitly; [`Isa::best`] is the default.
 
-use once_cell::sync::Lazy;
+use std::sync::OnceLock;
 
 /// A kernel path. Later variants of one architecture include the earlier ones' features.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -84,39 +85,11 @@ impl Isa {
         Isa::ALL.into_iter().filter(|i| i.is_available()).collect()
     }
 
-    /// The best path this CPU can run.
+    /// The best path this CPU can run (detected once).
     pub fn best() -> Isa {
-        Isa::available().into_iter().max().unwrap_or(Isa::Scalar)
+        static BEST: OnceLock<Isa> = OnceLock::new();
+        *BEST.get_or_init(|| Isa::available().into_iter().max().unwrap_or(Isa::Scalar))
     }
-}
-
-static SELECTED: Lazy<Isa> = Lazy::new(|| {
-    let best = Isa::best();
-    let chosen = match std::env::var("ORK_SIMD") {
-        Ok(v) if !v.trim().is_empty() => match Isa::from_name(&v) {
-            Some(isa) if isa.is_available() => isa,
-            Some(isa) => {
-                log::warn!(
-                    "ORK_SIMD={} is not available on this CPU; using {}",
-                    isa.name(),
-                    best.name()
-                );
-                best
-            }
-            None => {
-                log::warn!("ORK_SIMD={v:?} is not a known path; using {}", best.name());
-                best
-            }
-        },
-        _ => best,
-    };
-    log::debug!("kernel path: {}", chosen.name());
-    chosen
-});
-
-/// The path the kernels use in this process (best available, or `ORK_SIMD`).
-pub fn selected() -> Isa {
-    *SELECTED
 }
 
 #[cfg(test)]
@@ -129,6 +102,6 @@ mod tests {
             assert_eq!(Isa::from_name(isa.name()), Some(isa));
         }
         assert_eq!(Isa::available()[0], Isa::Scalar);
-        assert!(selected().is_available());
+        assert!(Isa::best().is_available());
     }
 }

@@ -77,6 +77,45 @@ impl Tiles {
         (n / self.c_n) * rows * self.c_n + m * self.c_n + n % self.c_n
     }
 
+    /// Splits padded depth `kp` into the fewest depth ranges of at most `max_k` each, as equal as
+    /// whole `align`-deep blocks allow (larger first). A depth range of native A (`[K/a_k][M][a_k]`)
+    /// is contiguous; of native B it is contiguous within each N-tile ([`Tiles::copy_b_depth`]).
+    pub fn k_segments(&self, kp: usize, max_k: usize) -> Vec<(usize, usize)> {
+        let blocks = kp / self.align;
+        let per = (max_k / self.align).max(1);
+        let parts = blocks.div_ceil(per).max(1);
+        let (base, extra) = (blocks / parts, blocks % parts);
+        let mut at = 0;
+        (0..parts)
+            .map(|i| {
+                let len = (base + usize::from(i < extra)) * self.align;
+                at += len;
+                (at - len, at)
+            })
+            .collect()
+    }
+
+    /// Copies depth range `k0..k1` (multiples of `b_k`) of native B (`kp` × `np`) into `out` as a
+    /// native B of depth `k1 - k0` × `np`.
+    pub fn copy_b_depth(
+        &self,
+        b: &[i8],
+        kp: usize,
+        np: usize,
+        (k0, k1): (usize, usize),
+        out: &mut [i8],
+    ) {
+        let ks = k1 - k0;
+        assert!(k0.is_multiple_of(self.b_k) && k1.is_multiple_of(self.b_k) && k1 <= kp);
+        for (t, dst) in out[..self.b_len(ks, np)]
+            .chunks_exact_mut(self.b_n * ks)
+            .enumerate()
+        {
+            let tile = t * self.b_n * kp;
+            dst.copy_from_slice(&b[tile + k0 * self.b_n..tile + k1 * self.b_n]);
+        }
+    }
+
     /// Packs row-major `a[m][k]` (`m` rows of `k`) into native A of padded depth `self.pad(k)`.
     pub fn pack_a(&self, a: &[i8], m: usize, k: usize, out: &mut [i8]) {
         let kp = self.pad(k);
@@ -213,6 +252,38 @@ mod tests {
         // Channels 32..64 of B start right after the first N-tile; in C right after 32 channels.
         assert_eq!(t.b_index(kp, 32, 0), 32 * kp);
         assert_eq!(t.c_index(m, 0, 32), 32 * m);
+    }
+
+    #[test]
+    fn depth_segments_cover_the_depth_and_copy_like_packing_a_slice() {
+        let t = Tiles::RK3588;
+        assert_eq!(t.k_segments(2048, 10240), [(0, 2048)]);
+        assert_eq!(t.k_segments(14336, 8192), [(0, 7168), (7168, 14336)]);
+        // 321 blocks of 32: 161 + 160.
+        assert_eq!(t.k_segments(10272, 10240), [(0, 5152), (5152, 10272)]);
+        for (kp, max_k) in [(8224, 8192), (16384, 8192), (96, 32), (64, 1)] {
+            let segs = t.k_segments(kp, max_k);
+            assert_eq!(segs[0].0, 0);
+            assert_eq!(segs.last().unwrap().1, kp);
+            assert!(segs.windows(2).all(|w| w[0].1 == w[1].0));
+            assert!(segs
+                .iter()
+                .all(|&(a, b)| b - a <= max_k.max(32) && a % 32 == 0));
+        }
+        let (n, k) = (64, 160);
+        let w = pattern(n * k, 4);
+        let mut whole = vec![0i8; t.b_len(k, n)];
+        t.pack_b(&w, n, k, &mut whole);
+        for (k0, k1) in [(0, 64), (64, 160), (32, 96)] {
+            let part: Vec<i8> = (0..n)
+                .flat_map(|r| w[r * k + k0..r * k + k1].to_vec())
+                .collect();
+            let mut want = vec![0i8; t.b_len(k1 - k0, n)];
+            t.pack_b(&part, n, k1 - k0, &mut want);
+            let mut got = vec![0i8; want.len()];
+            t.copy_b_depth(&whole, k, n, (k0, k1), &mut got);
+            assert_eq!(got, want, "{k0}..{k1}");
+        }
     }
 
     #[test]

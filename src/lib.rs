@@ -8,11 +8,15 @@
 //! - [`gemm`]: the CPU int8 GEMM that defines "correct" and serves as the CPU fallback;
 //! - [`npu`]: the device interface with the emulated and the librknnrt backends;
 //! - [`moe`]: the `MUL_MAT_ID` engine;
+//! - [`config`]: the environment, read once, into the typed configuration passed down;
 //! - [`ffi`]: the C ABI.
 //!
 //! [`isa`] (instruction-set detection) and [`pool`] (the one worker pool) sit beside the bottom
 //! layers and are shared by the kernels and the devices.
 
+#![warn(clippy::undocumented_unsafe_blocks)]
+
+pub mod config;
 pub mod ffi;
 pub mod gemm;
 pub mod inflate;
@@ -22,5 +26,6 @@ pub mod moe;
 pub mod npu;
 pub mod pool;
 pub mod quant;
-#[doc(hidden)]
+mod sync;
+#[cfg(any(test, feature = "testutil"))]
 pub mod testutil;

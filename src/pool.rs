@@ -11,12 +11,12 @@
 //! - a panic in a share is caught, the remaining shares still run, and the first panic is resumed
 //!   on the caller's thread once the job is finished (never a hang).
 
-use once_cell::sync::Lazy;
+use crate::sync::lock;
 use std::any::Any;
 use std::collections::VecDeque;
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::thread::JoinHandle;
 
 type Share<'a> = dyn Fn(usize, usize) + Sync + 'a;
@@ -82,11 +82,6 @@ struct Shared {
 pub struct Pool {
     shared: Arc<Shared>,
     workers: Vec<JoinHandle<()>>,
-}
-
-/// Poisoning is irrelevant here: shares run outside every lock, so no lock is held across a panic.
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Pool {
@@ -189,29 +184,16 @@ impl Drop for Pool {
     }
 }
 
-static GLOBAL: Lazy<Pool> = Lazy::new(|| Pool::new(global_threads()));
-
-/// The machine's cores, or fewer when `ORK_THREADS` asks for fewer (never more: more threads than
-/// cores only oversubscribe them).
-fn global_threads() -> usize {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    match std::env::var("ORK_THREADS")
-        .ok()
-        .map(|v| v.trim().parse::<usize>())
-    {
-        None => cores,
-        Some(Ok(n)) if n > 0 => n.min(cores),
-        Some(_) => {
-            log::warn!("ORK_THREADS is not a positive whole number; using {cores} threads");
-            cores
-        }
-    }
+/// The process-wide pool, one thread per core (the caller counts as one). How many of them one
+/// call uses is the caller's setting (`ORK_THREADS`, passed down as a thread count).
+pub fn global() -> &'static Pool {
+    static GLOBAL: OnceLock<Pool> = OnceLock::new();
+    GLOBAL.get_or_init(|| Pool::new(cores()))
 }
 
-/// The process-wide pool, sized to the machine's cores (the caller counts as one), or to
-/// `ORK_THREADS` if that is smaller.
-pub fn global() -> &'static Pool {
-    &GLOBAL
+/// The machine's cores available to this process.
+pub fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 #[cfg(test)]
@@ -291,7 +273,7 @@ mod tests {
 
     #[test]
     fn global_pool_never_exceeds_the_cores() {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let cores = cores();
         assert_eq!(global().threads(), cores);
         let running = AtomicUsize::new(0);
         let peak = AtomicUsize::new(0);

@@ -50,7 +50,7 @@ fn c_harness_passes() {
         .arg(format!("LIBDIR={}", libdir.display()))
         .arg(format!("BUILD={}", build.display()))
         .arg(format!("QUICK={quick}"))
-        .arg("run")
+        .args(["run", "abi-mirror"])
         .output()
         .expect("make runs (is it installed?)");
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -62,4 +62,5 @@ fn c_harness_passes() {
         "C harness failed:\n{stdout}\n{stderr}"
     );
     assert!(stdout.contains("all checks passed"));
+    assert!(stdout.contains("abi-mirror: the ggml patch's ABI types match"));
 }

@@ -5,7 +5,7 @@ mod npu_util;
 
 use npu_util::{random_i8, slow_target, Case, A3B, ROWS};
 use ork_moe::npu::{
-    flags, BackendChoice, BackendKind, CoreMask, Device, Error, MatMul, Primitive, Scaled,
+    flags, BackendChoice, BackendKind, CoreMask, Device, DeviceConfig, Error, MatMul, Primitive,
 };
 use std::path::PathBuf;
 use std::process::Command;
@@ -109,7 +109,7 @@ fn a3b_shapes_and_padding_match_the_reference() {
 }
 
 #[test]
-fn operands_at_offsets_stream_chain_and_f32_match() {
+fn operands_at_offsets_stream_and_chain_match() {
     let dev = device();
     let (m, k, n) = (9, 1024, 160);
     let x = random_i8(m * k, 1);
@@ -137,7 +137,6 @@ fn operands_at_offsets_stream_chain_and_f32_match() {
         b: &b,
         b_offset,
         c_offset,
-        scaled: None,
     };
     for primitive in [Primitive::StreamI8, Primitive::ChainI8, Primitive::RunI8] {
         c.as_mut_slice().fill(-1);
@@ -163,22 +162,7 @@ fn operands_at_offsets_stream_chain_and_f32_match() {
         );
         assert!(c.as_slice()[m * n..] == up.expected[..], "{primitive:?} up");
     }
-    let chan: Vec<f32> = (0..n).map(|i| 1.0 / (1.0 + i as f32)).collect();
-    let mut out = vec![0f32; m * n];
-    let scaled = Some(Scaled {
-        chan: &chan,
-        rows: None,
-        out: &mut out,
-    });
-    dev.run_i8(MatMul { scaled, ..mm(0, 0) }, &mut c).unwrap();
-    let t = ork_moe::layout::Tiles::RK3588;
-    for r in 0..m {
-        for (j, &cs) in chan.iter().enumerate() {
-            let i = t.c_index(m, r, j);
-            assert_eq!(out[i].to_bits(), (cs * gate.expected[i] as f32).to_bits());
-        }
-    }
-    assert_eq!(dev.stats().submits, [3, 1, 1]);
+    assert_eq!(dev.stats().submits, [2, 1, 1]);
 }
 
 #[test]
@@ -241,16 +225,16 @@ fn envelopes_domains_and_threads() {
 
 #[test]
 fn auto_takes_the_runtime_when_it_answers_else_the_emulator() {
-    // Only this test reads ORK_RKNN_LIB in this binary, so setting it cannot race another test.
-    std::env::set_var("ORK_RKNN_LIB", standin());
-    assert_eq!(
-        Device::open(BackendChoice::Auto).unwrap().backend(),
-        BackendKind::Rknn
-    );
-    std::env::set_var("ORK_RKNN_LIB", "/nonexistent/librknnrt.so");
-    assert_eq!(
-        Device::open(BackendChoice::Auto).unwrap().backend(),
-        BackendKind::Emu
-    );
-    assert!(Device::open(BackendChoice::Rknn).is_err());
+    let open = |backend, lib: &str| {
+        Device::open(&DeviceConfig {
+            backend,
+            rknn_lib: Some(lib.into()),
+            ..DeviceConfig::default()
+        })
+    };
+    let standin = standin();
+    let auto = |lib| open(BackendChoice::Auto, lib).unwrap().backend();
+    assert_eq!(auto(standin), BackendKind::Rknn);
+    assert_eq!(auto("/nonexistent/librknnrt.so"), BackendKind::Emu);
+    assert!(open(BackendChoice::Rknn, "/nonexistent/librknnrt.so").is_err());
 }

@@ -7,6 +7,16 @@ tokenizer is a byte-level BPE ("gpt2" model, "qwen2" pre-tokenizer) trained on t
 Everything is derived from --seed: the same arguments write the same bytes.
 
 Quantize the result with llama.cpp's llama-quantize (Q4_0, Q4_K_M). Needs PyPI gguf==0.19.0 and numpy.
+
+--outliers gives the model real LLMs' two accuracy hazards for the int8 activation path (issue 13):
+- massive activations at the FFN input: the FFN input is RMSNorm(residual) * ffn_norm.weight, so a few
+  channels of ffn_norm.weight are scaled (OUTLIER_CHANNELS: x20..x100); every token's FFN input then carries
+  those channels at 20..100 times the others, whatever the residual holds. The router (ffn_gate_inp) reads the
+  same normed input, so its columns for those channels are divided by the same factor: routing stays as
+  varied as without outliers (a trained router is not dominated by them either);
+- heavy-tailed weights: every matrix is drawn from Student's t with 4 degrees of freedom (scaled to the same
+  variance as the Gaussian default), so blocks with a few large weights are common.
+The default model (no flag) is unchanged, byte for byte.
 """
 
 import argparse
@@ -29,6 +39,8 @@ and 2048 appear in text too, as do questions: what is the time? where is the sta
 """
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+# --outliers: FFN-input channel (for hidden 2048; scaled to other widths) -> factor on ffn_norm.weight.
+OUTLIER_CHANNELS = {7: 100.0, 300: 30.0, 1500: 50.0, 2000: 20.0}
 QWEN2_SPLIT = re.compile(r"""'s|'t|'re|'ve|'m|'ll|'d| ?[A-Za-z]+| ?[0-9]| ?[^\sA-Za-z0-9]+|\s+(?!\S)|\s+""")
 
 
@@ -92,6 +104,7 @@ def main():
     ap.add_argument("--merges", type=int, default=400)
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--text-out", help="also write the embedded text (repeated) here, e.g. for llama-perplexity")
+    ap.add_argument("--outliers", action="store_true", help="massive FFN-input channels and heavy-tailed weights (see above)")
     args = ap.parse_args()
     if args.experts < 16 or args.experts_used > args.experts:
         ap.error("need at least 16 experts and experts-used <= experts")
@@ -111,7 +124,7 @@ def main():
 
     h, f, e, hd = args.hidden, args.expert_ffn, args.experts, args.head_dim
     w = gguf.GGUFWriter(args.out, "qwen3moe")
-    w.add_name("ork-moe tiny qwen3moe")
+    w.add_name("ork-moe tiny qwen3moe" + (" (outliers)" if args.outliers else ""))
     w.add_context_length(4096)
     w.add_embedding_length(h)
     w.add_block_count(args.layers)
@@ -141,7 +154,23 @@ def main():
 
     def weight(*shape, fan_in):
         # numpy shape is ggml's ne reversed; scaled so activations keep unit-ish variance through the layers
+        if args.outliers:  # Student t, 4 degrees of freedom: variance 2
+            return (rng.standard_t(4, shape).astype(np.float32) / np.sqrt(2.0 * fan_in)).astype(np.float16)
         return (rng.standard_normal(shape, dtype=np.float32) / np.sqrt(fan_in)).astype(np.float16)
+
+    outliers = {c * h // 2048: f for c, f in OUTLIER_CHANNELS.items()} if args.outliers else {}
+
+    def ffn_norm():
+        g = norm(h)
+        for c, f in outliers.items():
+            g[c] *= f
+        return g
+
+    def router():
+        r = (rng.standard_normal((e, h), dtype=np.float32) / np.sqrt(h)).astype(np.float32)
+        for c, f in outliers.items():
+            r[:, c] /= f
+        return r
 
     def norm(n):
         return (1.0 + 0.1 * rng.standard_normal(n, dtype=np.float32)).astype(np.float32)
@@ -158,8 +187,8 @@ def main():
         w.add_tensor(p + "attn_output.weight", weight(h, args.heads * hd, fan_in=args.heads * hd))
         w.add_tensor(p + "attn_q_norm.weight", norm(hd))
         w.add_tensor(p + "attn_k_norm.weight", norm(hd))
-        w.add_tensor(p + "ffn_norm.weight", norm(h))
-        w.add_tensor(p + "ffn_gate_inp.weight", (rng.standard_normal((e, h), dtype=np.float32) / np.sqrt(h)).astype(np.float32))
+        w.add_tensor(p + "ffn_norm.weight", ffn_norm())
+        w.add_tensor(p + "ffn_gate_inp.weight", router())
         w.add_tensor(p + "ffn_gate_exps.weight", weight(e, f, h, fan_in=h))
         w.add_tensor(p + "ffn_up_exps.weight", weight(e, f, h, fan_in=h))
         w.add_tensor(p + "ffn_down_exps.weight", weight(e, h, f, fan_in=f))

@@ -13,7 +13,6 @@
 //! exact: int8 products summed in int32 with no saturating step, so they equal [`reference`] bit
 //! for bit. How each stays exact is said where it is implemented.
 
-pub mod bench;
 #[cfg(target_arch = "aarch64")]
 mod neon;
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
@@ -21,9 +20,10 @@ mod pack;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
-use crate::isa::{self, Isa};
+use crate::isa::Isa;
 use crate::layout::Tiles;
 use crate::pool::Pool;
+use crate::sync::lock;
 use std::ops::Range;
 use std::sync::Mutex;
 
@@ -75,9 +75,9 @@ pub fn reference(tiles: &Tiles, shape: Shape, a: &[i8], b: &[i8], c: &mut [i32])
     }
 }
 
-/// The fast GEMM on the process's kernel path ([`isa::selected`]), on the calling thread.
+/// The fast GEMM on the best kernel path of this CPU ([`Isa::best`]), on the calling thread.
 pub fn gemm(tiles: &Tiles, shape: Shape, a: &[i8], b: &[i8], c: &mut [i32]) {
-    gemm_isa(isa::selected(), tiles, shape, a, b, c);
+    gemm_isa(Isa::best(), tiles, shape, a, b, c);
 }
 
 /// The GEMM on an explicit kernel path, on the calling thread. Paths without an int8 kernel
@@ -163,7 +163,7 @@ pub fn gemm_parallel(
         rest = tail;
     }
     pool.run(nth, |ith, nth| {
-        let mut part = parts[ith].lock().unwrap_or_else(|e| e.into_inner());
+        let mut part = lock(&parts[ith]);
         gemm_share(isa, tiles, shape, a, b, &mut part, ith, nth);
     });
 }

@@ -54,14 +54,16 @@
 #[cfg(target_arch = "aarch64")]
 mod neon;
 mod params;
+mod rotated;
 mod scalar;
 mod via_f32;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
+pub use rotated::inflate_expert_rotated;
 pub use via_f32::inflate_expert_via_f32;
 
-use crate::isa::{self, Isa};
+use crate::isa::Isa;
 use crate::layout::Tiles;
 use crate::quant::{GgmlType, QuantError};
 use params::RowParams;
@@ -100,6 +102,8 @@ pub enum InflateError {
     NonFiniteScale { row: usize, block: usize },
     /// The requested kernel path cannot run on this CPU.
     IsaUnavailable(Isa),
+    /// A rotation of another order than the expert's K ([`inflate_expert_rotated`]).
+    RotationMismatch { k: usize, rotation_k: usize },
 }
 
 impl std::fmt::Display for InflateError {
@@ -133,6 +137,9 @@ impl std::fmt::Display for InflateError {
             InflateError::IsaUnavailable(i) => {
                 write!(f, "kernel path {} unavailable here", i.name())
             }
+            InflateError::RotationMismatch { k, rotation_k } => {
+                write!(f, "rotation of order {rotation_k} for weights of K = {k}")
+            }
         }
     }
 }
@@ -140,7 +147,7 @@ impl std::fmt::Display for InflateError {
 impl std::error::Error for InflateError {}
 
 /// Inflates `w` into native B (`b_native`, at least `tiles.b_len(pad(k), pad(n))` long) and the
-/// channel scales (`chan_scales`, at least `pad(n)` long), on the kernel path [`isa::selected`].
+/// channel scales (`chan_scales`, at least `pad(n)` long), on the best kernel path ([`Isa::best`]).
 /// Dequantized weight `(n, k)` ≈ `chan_scales[n] · b_native[tiles.b_index(pad(k), n, k)]`.
 pub fn inflate_expert(
     w: &ExpertWeights,
@@ -148,7 +155,7 @@ pub fn inflate_expert(
     b_native: &mut [i8],
     chan_scales: &mut [f32],
 ) -> Result<(), InflateError> {
-    inflate_expert_with(isa::selected(), w, tiles, b_native, chan_scales)
+    inflate_expert_with(Isa::best(), w, tiles, b_native, chan_scales)
 }
 
 /// [`inflate_expert`] on an explicit kernel path (tests and benchmarks compare them).
@@ -202,6 +209,38 @@ pub fn inflate_expert_with(
 impl ExpertWeights<'_> {
     fn row(&self, row: usize, row_bytes: usize) -> &[u8] {
         &self.data[row * self.row_stride..row * self.row_stride + row_bytes]
+    }
+
+    /// Column `c` (input channel `c < k`) of the dequantized weights, `out[n]` = weight `(n, c)`
+    /// exactly as ggml dequantizes it (one weight decoded per row,
+    /// [`crate::quant::dequantize_element`]). For the outlier-split lever, which needs a few
+    /// columns in f32.
+    pub fn dequantize_column(&self, c: usize, out: &mut [f32]) -> Result<(), InflateError> {
+        let row_bytes = self
+            .ty
+            .row_bytes(self.k)
+            .filter(|_| GgmlType::QUANTIZED.contains(&self.ty) && c < self.k)
+            .ok_or(InflateError::Quant(QuantError::RowNotWholeBlocks {
+                ty: self.ty,
+                k: self.k,
+            }))?;
+        let needed = if self.n == 0 {
+            0
+        } else {
+            (self.n - 1) * self.row_stride + row_bytes
+        };
+        if self.data.len() < needed {
+            return Err(InflateError::SourceTooShort {
+                needed,
+                got: self.data.len(),
+            });
+        }
+        let (be, bb) = (self.ty.block_elems(), self.ty.block_bytes());
+        for (n, o) in out[..self.n].iter_mut().enumerate() {
+            let at = n * self.row_stride + c / be * bb;
+            *o = crate::quant::dequantize_element(self.ty, &self.data[at..at + bb], c % be);
+        }
+        Ok(())
     }
 }
 

@@ -16,15 +16,23 @@ pub(super) fn tile_kernel(isa: Isa, ty: GgmlType) -> Option<TileKernel> {
     if !matches!(isa, Isa::Neon | Isa::NeonDot) {
         return None;
     }
-    // SAFETY (each closure): Advanced SIMD is part of every aarch64 CPU (and of the target's
-    // baseline); the `#[target_feature]` only lets the kernels use the intrinsics safely.
+    /// Calls a `#[target_feature]` kernel from the safe function pointer handed out.
+    macro_rules! neon {
+        ($kernel:ident) => {
+            |r, p, t, n| {
+                // SAFETY: Advanced SIMD is part of every aarch64 CPU (and of the target's
+                // baseline); the `#[target_feature]` only lets the kernel use the intrinsics.
+                unsafe { $kernel(r, p, t, n) }
+            }
+        };
+    }
     Some(match ty {
-        GgmlType::Q4_0 => |r, p, t, n| unsafe { q4_0(r, p, t, n) },
-        GgmlType::Q4_1 => |r, p, t, n| unsafe { q4_1(r, p, t, n) },
-        GgmlType::Q5_0 => |r, p, t, n| unsafe { q5_0(r, p, t, n) },
-        GgmlType::Q8_0 => |r, p, t, n| unsafe { q8_0(r, p, t, n) },
-        GgmlType::Q4_K => |r, p, t, n| unsafe { q4_k(r, p, t, n) },
-        GgmlType::Q6_K => |r, p, t, n| unsafe { q6_k(r, p, t, n) },
+        GgmlType::Q4_0 => neon!(q4_0),
+        GgmlType::Q4_1 => neon!(q4_1),
+        GgmlType::Q5_0 => neon!(q5_0),
+        GgmlType::Q8_0 => neon!(q8_0),
+        GgmlType::Q4_K => neon!(q4_k),
+        GgmlType::Q6_K => neon!(q6_k),
         GgmlType::F32 | GgmlType::F16 => return None,
     })
 }

@@ -115,3 +115,41 @@ fn zero_depth_gives_zero_scales_on_every_path() {
         }
     }
 }
+
+#[test]
+fn dequantize_column_is_the_column_of_dequantize_row() {
+    let (k, n) = (512, 5);
+    for ty in GgmlType::QUANTIZED {
+        let rb = ty.row_bytes(k).unwrap();
+        let data = crate::testutil::Rng::new(6).blocks(ty, n * k / ty.block_elems(), 0.05);
+        let w = ExpertWeights {
+            ty,
+            data: &data,
+            row_stride: rb,
+            n,
+            k,
+        };
+        let mut rows = vec![0f32; n * k];
+        for (r, out) in rows.chunks_exact_mut(k).enumerate() {
+            crate::quant::dequantize_row(ty, &data[r * rb..(r + 1) * rb], out).unwrap();
+        }
+        let mut col = vec![0f32; n];
+        for c in [0, 31, 300, 511] {
+            w.dequantize_column(c, &mut col).unwrap();
+            for r in 0..n {
+                assert_eq!(
+                    col[r].to_bits(),
+                    rows[r * k + c].to_bits(),
+                    "{} ({r},{c})",
+                    ty.name()
+                );
+            }
+        }
+        assert!(w.dequantize_column(k, &mut col).is_err());
+        let short = ExpertWeights {
+            data: &data[..data.len() - 1],
+            ..w
+        };
+        assert!(short.dequantize_column(0, &mut col).is_err());
+    }
+}

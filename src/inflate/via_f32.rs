@@ -2,10 +2,11 @@
 //! channel symmetrically (`s = max|w|/127`, `q = rne(w·127/max|w|)`) straight into native B.
 //!
 //! Two plain passes the compiler vectorizes. The second writes native B in memory order, 32
-//! weights per store, as the board's `tile_f32_i8` did.
+//! weights per store, as the board's `tile_f32_i8` did. The rotated inflate (`rotated.rs`) runs
+//! the same two passes with its rotation in between.
 
 use super::params::rne_i32;
-use super::{check, ExpertWeights, InflateError, Tile, RUN};
+use super::{check, ExpertWeights, InflateError, Shape, Tile, RUN};
 use crate::layout::Tiles;
 use crate::quant::dequantize_row;
 
@@ -19,11 +20,33 @@ pub fn inflate_expert_via_f32(
     chan_scales: &mut [f32],
 ) -> Result<(), InflateError> {
     let shape = check(w, tiles, b_native.len(), chan_scales.len())?;
+    let f = dequantize_expert(w, &shape)?;
+    quantize_channels(&f, w, &shape, tiles, b_native, chan_scales)
+}
+
+/// The expert as f32, row-major `n × k`.
+pub(super) fn dequantize_expert(
+    w: &ExpertWeights,
+    shape: &Shape,
+) -> Result<Vec<f32>, InflateError> {
     let k = w.k.max(1);
     let mut f = vec![0f32; w.n * w.k];
     for (row, out) in f.chunks_exact_mut(k).enumerate() {
         dequantize_row(w.ty, w.row(row, shape.row_bytes), out).map_err(InflateError::Quant)?;
     }
+    Ok(f)
+}
+
+/// Per-channel symmetric int8 of the f32 rows `f` (`w.n × w.k`) into native B and the scales.
+pub(super) fn quantize_channels(
+    f: &[f32],
+    w: &ExpertWeights,
+    shape: &Shape,
+    tiles: &Tiles,
+    b_native: &mut [i8],
+    chan_scales: &mut [f32],
+) -> Result<(), InflateError> {
+    let k = w.k.max(1);
     let mut inv = vec![0f32; w.n];
     for (row, x) in f.chunks_exact(k).enumerate() {
         // Magnitude bits order like the magnitudes and NaN/Inf sort above every finite value,

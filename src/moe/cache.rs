@@ -1,5 +1,16 @@
 //! The expert cache: inflated experts (native int8 B in a device buffer + channel scales), kept
-//! under a byte budget and evicted least-recently-used first.
+//! under a byte budget.
+//!
+//! # Which experts stay
+//! At real scale the experts a model uses in one forward pass far exceed any budget (Qwen3-30B-A3B:
+//! 6144 experts, 9.7 GB as int8), and a prefill ubatch touches every one of them once, in the same
+//! order every time: a cyclic sweep. LRU then hits nothing (each entry is evicted just before its
+//! next use). [`Policy::Pin`] (the default) keeps what fits and streams the rest: once the budget
+//! is full, a new expert is used by its call and dropped, unless some entry has gone *stale* — not
+//! used for twice the reuse distance the cache observes on its hits (a model unloaded, a sweep
+//! that moved on) — and then it replaces the stalest one. A sweep of W experts over a budget of C
+//! thus hits C/W of the time, and a working set that fits is held whole as with LRU.
+//! [`Policy::Lru`] is kept for comparison (`ORK_CACHE_POLICY=lru`).
 //!
 //! # Keying, and why stale tiles are not served
 //! An entry is found by [`Key`]: the address of the expert's first weight byte, the weight type,
@@ -19,6 +30,7 @@
 
 use crate::npu::Buffer;
 use crate::quant::GgmlType;
+use crate::sync::lock;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -27,6 +39,15 @@ use std::sync::{Arc, Mutex, MutexGuard};
 pub enum Verify {
     Sampled,
     Full,
+}
+
+/// What the cache does when a new expert does not fit (module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Policy {
+    /// Keep what is held; replace only stale entries.
+    Pin,
+    /// Evict least recently used first.
+    Lru,
 }
 
 /// Identity of one expert's weights.
@@ -38,11 +59,21 @@ pub struct Key {
     pub n: usize,
     pub row_stride: usize,
     pub name_hash: u64,
+    /// For the two projections of a pair inflated together: the second one's identity (its
+    /// address mixed with its name hash); 0 for a single projection.
+    pub pair: usize,
 }
 
 /// Hash of (some of) an expert's bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Fingerprint(u64);
+
+impl Fingerprint {
+    /// The fingerprint of two experts kept as one entry.
+    pub fn with(self, other: Fingerprint) -> Fingerprint {
+        Fingerprint(hash_bytes(self.0, &other.0.to_le_bytes()))
+    }
+}
 
 /// A 64-bit FNV-1a variant working on 8-byte words (tail bytes one by one); not cryptographic,
 /// only a change detector.
@@ -98,11 +129,26 @@ pub fn fingerprint(
     Fingerprint(h)
 }
 
-/// One inflated expert: native B (`kp × np`, synced to the device) and one scale per channel
-/// (`np` long; padding channels 0).
+/// One inflated expert: native int8 B (synced to the device) and one scale per channel (`np`
+/// long; padding channels 0).
+///
+/// B is one native `kp × np` matrix, or, for a depth beyond what one device GEMM takes, one
+/// native matrix per depth segment, back to back: segment `s` covers depth `segments[s].k0..k1`
+/// at element `segments[s].b_offset`. Either way the int8 values are those of inflating the whole
+/// row (one scale per channel over all of K), so the segments' int32 products sum to the full one.
 pub struct Expert {
     pub b: Buffer<i8>,
     pub chan: Vec<f32>,
+    pub segments: Vec<Segment>,
+}
+
+/// A depth range of an [`Expert`]'s B.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Segment {
+    pub k0: usize,
+    pub k1: usize,
+    /// Where this segment's native B starts in `Expert::b`.
+    pub b_offset: usize,
 }
 
 impl Expert {
@@ -115,6 +161,7 @@ impl Expert {
 struct Slot {
     expert: Arc<Expert>,
     fingerprint: Fingerprint,
+    /// Tick (lookups and inserts) of the last use.
     last_used: u64,
 }
 
@@ -131,6 +178,8 @@ pub struct CacheStats {
     pub hits: u64,
     pub misses: u64,
     pub evictions: u64,
+    /// Experts not stored because the budget was full of entries worth keeping ([`Policy::Pin`]).
+    pub bypassed: u64,
     /// Bytes held now.
     pub bytes: u64,
 }
@@ -138,6 +187,9 @@ pub struct CacheStats {
 struct Inner {
     map: HashMap<Key, Slot>,
     tick: u64,
+    /// The reuse distance hits show (ticks between two uses of an entry), the largest one seen,
+    /// decaying by 1/16 a hit so that it follows a workload that changes; 0 before the first hit.
+    reuse: u64,
     stats: CacheStats,
 }
 
@@ -145,24 +197,26 @@ struct Inner {
 /// that call drops it, so memory may exceed the budget by the experts of the calls in flight.
 pub struct Cache {
     budget: u64,
+    policy: Policy,
     inner: Mutex<Inner>,
 }
 
 impl Cache {
-    pub fn new(budget: u64) -> Cache {
+    pub fn new(budget: u64, policy: Policy) -> Cache {
         Cache {
             budget,
+            policy,
             inner: Mutex::new(Inner {
                 map: HashMap::new(),
                 tick: 0,
+                reuse: 0,
                 stats: CacheStats::default(),
             }),
         }
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
-        // Nothing panics while holding the lock with the map half-updated; a poisoned lock is usable.
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.inner)
     }
 
     pub fn lookup(&self, key: &Key, fingerprint: Fingerprint) -> Lookup {
@@ -171,8 +225,10 @@ impl Cache {
         let tick = g.tick;
         match g.map.get_mut(key) {
             Some(slot) if slot.fingerprint == fingerprint => {
+                let interval = tick - slot.last_used;
                 slot.last_used = tick;
                 let e = Arc::clone(&slot.expert);
+                g.reuse = (g.reuse - g.reuse / 16).max(interval);
                 g.stats.hits += 1;
                 Lookup::Hit(e)
             }
@@ -190,8 +246,8 @@ impl Cache {
         }
     }
 
-    /// Stores `expert` under `key`, evicting least-recently-used entries to stay within the budget.
-    /// An expert larger than the whole budget is not stored.
+    /// Stores `expert` under `key` if the policy makes room for it within the budget. An expert
+    /// larger than the whole budget is not stored.
     pub fn insert(&self, key: Key, fingerprint: Fingerprint, expert: Arc<Expert>) {
         let size = expert.bytes();
         if size > self.budget {
@@ -204,14 +260,20 @@ impl Cache {
             g.stats.bytes -= old.expert.bytes();
         }
         while g.stats.bytes + size > self.budget {
-            let Some(victim) = g
+            let Some((victim, idle)) = g
                 .map
                 .iter()
                 .min_by_key(|(_, s)| s.last_used)
-                .map(|(k, _)| *k)
+                .map(|(k, s)| (*k, tick - s.last_used))
             else {
                 break;
             };
+            // Stale: unused for twice the reuse distance hits show (never, before the first hit).
+            let stale = g.reuse > 0 && idle > 2 * g.reuse;
+            if self.policy == Policy::Pin && !stale {
+                g.stats.bypassed += 1;
+                return;
+            }
             let old = g.map.remove(&victim).expect("present");
             g.stats.bytes -= old.expert.bytes();
             g.stats.evictions += 1;
@@ -250,6 +312,7 @@ mod tests {
         Arc::new(Expert {
             b: dev.alloc::<i8>(len, flags::CPU_FILLED, 0).unwrap(),
             chan: vec![1.0; 32],
+            segments: Vec::new(),
         })
     }
 
@@ -261,6 +324,7 @@ mod tests {
             n: 32,
             row_stride: 18,
             name_hash: name_hash(Some("w")),
+            pair: 0,
         }
     }
 
@@ -268,7 +332,7 @@ mod tests {
     fn lru_eviction_under_budget() {
         let dev = Device::cpu();
         let per = 1024 + 128;
-        let cache = Cache::new(3 * per as u64);
+        let cache = Cache::new(3 * per as u64, Policy::Lru);
         let fp = Fingerprint(1);
         for a in 0..3 {
             cache.insert(key(a), fp, expert(&dev, 1024));
@@ -288,10 +352,54 @@ mod tests {
         assert_eq!(cache.len(), 3);
     }
 
+    /// Hits over `sweeps` passes over experts `first..first + width`, in order, inserting misses.
+    fn sweep(cache: &Cache, dev: &Device, first: usize, width: usize, sweeps: usize) -> u64 {
+        let before = cache.stats().hits;
+        for _ in 0..sweeps {
+            for a in first..first + width {
+                if let Lookup::Miss = cache.lookup(&key(a), Fingerprint(1)) {
+                    cache.insert(key(a), Fingerprint(1), expert(dev, 1024));
+                }
+            }
+        }
+        cache.stats().hits - before
+    }
+
+    #[test]
+    fn a_cyclic_sweep_larger_than_the_budget_hits_what_fits_under_pin_and_nothing_under_lru() {
+        let dev = Device::cpu();
+        let per = (1024 + 128) as u64;
+        let (fits, width, sweeps) = (10, 25, 8);
+        let lru = Cache::new(fits * per, Policy::Lru);
+        assert_eq!(sweep(&lru, &dev, 0, width, sweeps), 0);
+        let pin = Cache::new(fits * per, Policy::Pin);
+        // The first sweep fills the budget; every later one hits the `fits` entries held.
+        assert_eq!(
+            sweep(&pin, &dev, 0, width, sweeps),
+            (sweeps as u64 - 1) * fits
+        );
+        assert_eq!(pin.stats().evictions, 0);
+        assert_eq!(pin.stats().bytes, fits * per);
+    }
+
+    #[test]
+    fn pinned_entries_give_way_once_the_sweep_moved_on() {
+        let dev = Device::cpu();
+        let per = (1024 + 128) as u64;
+        let pin = Cache::new(10 * per, Policy::Pin);
+        sweep(&pin, &dev, 0, 25, 4);
+        // Another model's experts: the old entries go stale after two reuse distances, then the
+        // new sweep takes their place and hits.
+        let hits = sweep(&pin, &dev, 1000, 25, 8);
+        assert!(pin.stats().evictions >= 10, "{:?}", pin.stats());
+        assert!(hits >= 4 * 10, "{hits} hits on the new sweep");
+        assert!(matches!(pin.lookup(&key(0), Fingerprint(1)), Lookup::Miss));
+    }
+
     #[test]
     fn changed_bytes_are_a_miss() {
         let dev = Device::cpu();
-        let cache = Cache::new(1 << 20);
+        let cache = Cache::new(1 << 20, Policy::Pin);
         let (n, row) = (64usize, 8 * 18usize);
         let mut w: Vec<u8> = (0..n * row).map(|i| (i * 31 % 251) as u8).collect();
         for verify in [Verify::Sampled, Verify::Full] {

@@ -10,6 +10,10 @@ use crate::quant::GgmlType;
 /// ggml's `GGML_TYPE_I32`.
 pub const GGML_TYPE_I32: i32 = 26;
 
+/// The deepest K taken: int8 products (|a·b| <= 127·127) summed in int32 cannot overflow up to
+/// 2^31 / 127² ≈ 133 000; devices take less per GEMM and the engine sums depth segments.
+pub const MAX_K: usize = 1 << 17;
+
 /// One tensor as ggml describes it. `addr` is the data pointer as a number: validation needs it
 /// only for alignment and overlap checks.
 #[derive(Clone, Copy, Debug)]
@@ -304,6 +308,12 @@ pub fn validate(
             wtype.block_elems()
         )));
     };
+
+    if k > MAX_K {
+        return Err(declined(format!(
+            "as: K = {k} exceeds {MAX_K}, beyond which int8 products could overflow int32 sums"
+        )));
+    }
 
     // Rows are read as contiguous runs of blocks / floats; the extents below assume it.
     if w.nb[0] != wtype.block_bytes() {

@@ -14,13 +14,22 @@
 //! See docs/ENGINE.md for the design reasoning.
 
 pub mod cache;
+mod call;
+mod config;
 pub mod desc;
 mod engine;
+mod expert;
+pub mod outliers;
 pub mod quantize;
 pub mod route;
 mod scatter;
+pub mod segments;
+mod spares;
+mod stats;
 
-pub use engine::{Config, Engine, Inputs, MtMode, SmallBatch, Stages, Stats};
+pub use config::{Config, MtMode, SmallBatch};
+pub use engine::{Engine, Inputs, PairInputs, Plan};
+pub use stats::{Stages, Stats};
 
 /// Why a call was not done. The C boundary maps each kind to its result code.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,6 +59,19 @@ impl Error {
             kind,
             message: message.into(),
         }
+    }
+
+    /// A caught panic (its payload) as an [`ErrorKind::Internal`] error.
+    pub fn from_panic(payload: Box<dyn std::any::Any + Send>) -> Error {
+        let msg = payload
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown".into());
+        Error::new(
+            ErrorKind::Internal,
+            format!("internal error (panic): {msg}"),
+        )
     }
 }
 

@@ -1,8 +1,10 @@
 //! The `cpu` backend: the CPU int8 GEMM behind the device interface. No envelopes, no domains,
 //! no cache model: one memory, syncs are no-ops. The fallback and the speed baseline.
 
-use super::exec::{self, Execution, GemmView, Task};
-use super::{Backend, BackendKind, Error, Job, Report, Result, Storage, Submit};
+use super::exec::{Execution, GemmView, HostExec, Split, Task};
+use super::{
+    storage_as, storage_as_mut, Backend, BackendKind, Job, Report, Result, Storage, Submit,
+};
 use crate::layout::Tiles;
 use std::any::Any;
 
@@ -39,29 +41,17 @@ impl<T: Send + Sync + 'static> Storage<T> for CpuStorage<T> {
 
 /// The CPU backend.
 pub struct Cpu {
-    threads: usize,
+    host: HostExec,
 }
 
 impl Cpu {
-    pub fn new() -> Cpu {
-        Cpu {
-            threads: exec::cpu_threads(),
-        }
-    }
-}
-
-impl Default for Cpu {
-    fn default() -> Cpu {
-        Cpu::new()
+    pub fn new(host: HostExec) -> Cpu {
+        Cpu { host }
     }
 }
 
 fn data<T: 'static>(s: &dyn Storage<T>) -> Result<&[T]> {
-    let s: &CpuStorage<T> = s
-        .as_any()
-        .downcast_ref()
-        .ok_or_else(|| Error::InvalidArgument("buffer of another backend".into()))?;
-    Ok(&s.data)
+    Ok(&storage_as::<CpuStorage<T>, T>(s)?.data)
 }
 
 impl Backend for Cpu {
@@ -71,6 +61,10 @@ impl Backend for Cpu {
 
     fn tiles(&self) -> Tiles {
         Tiles::RK3588
+    }
+
+    fn max_k(&self) -> usize {
+        usize::MAX
     }
 
     fn alloc_i8(&self, len: usize, _flags: u32, _domain: u32) -> Result<Box<dyn Storage<i8>>> {
@@ -86,15 +80,12 @@ impl Backend for Cpu {
     }
 
     fn threads(&self) -> usize {
-        self.threads
+        self.host.threads
     }
 
     fn prepare<'a>(&'a self, submit: Submit<'a>) -> Result<Box<dyn Job + 'a>> {
         let Submit {
-            mut gemms,
-            c,
-            tiles,
-            ..
+            gemms, c, tiles, ..
         } = submit;
         let mut views = Vec::with_capacity(gemms.len());
         let mut tasks = Vec::with_capacity(gemms.len());
@@ -105,8 +96,6 @@ impl Backend for Cpu {
                 k: g.k,
                 a: &data(g.a.storage())?[g.a_offset..g.a_offset + g.m * g.k],
                 b: &data(g.b.storage())?[g.b_offset..g.b_offset + g.k * g.n],
-                chan: g.scaled.as_ref().map(|s| s.chan),
-                rows: g.scaled.as_ref().and_then(|s| s.rows),
             });
             tasks.push(Task {
                 core: 0,
@@ -119,17 +108,20 @@ impl Backend for Cpu {
             report.macs += g.macs();
         }
         let c_offsets: Vec<usize> = gemms.iter().map(|g| g.c_offset).collect();
-        let outs = exec::take_outs(&mut gemms);
-        let split = exec::Split {
-            threads: self.threads,
+        let split = Split {
+            threads: self.host.threads,
             per_task: false,
         };
-        let c: &'a mut CpuStorage<i32> = c
-            .storage_mut()
-            .as_any_mut()
-            .downcast_mut()
-            .ok_or_else(|| Error::InvalidArgument("buffer of another backend".into()))?;
-        let exec = Execution::new(tiles, views, &tasks, &mut c.data, &c_offsets, outs, split);
+        let c = storage_as_mut::<CpuStorage<i32>, i32>(c.storage_mut())?;
+        let exec = Execution::new(
+            tiles,
+            self.host.isa,
+            views,
+            &tasks,
+            &mut c.data,
+            &c_offsets,
+            split,
+        );
         Ok(Box::new(CpuJob { exec, report }))
     }
 }

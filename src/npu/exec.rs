@@ -6,9 +6,11 @@
 //! one N-range ("slab": contiguous in B and C) into work units of whole N-tiles, so any number of
 //! threads can claim units without sharing an output element.
 
-use super::{Error, MatMul, Result, Scaled};
+use super::{Error, MatMul, Result};
 use crate::gemm::{self, Shape};
+use crate::isa::Isa;
 use crate::layout::Tiles;
+use crate::sync::lock;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -35,7 +37,7 @@ impl Task {
 }
 
 /// Checks what every backend needs: padded dims, operands inside their buffers, buffers of this
-/// device, outputs inside C and not overlapping, f32 outputs of the right size.
+/// device, outputs inside C and not overlapping.
 pub fn validate(
     device: u64,
     tiles: &Tiles,
@@ -98,19 +100,6 @@ pub fn validate(
             ));
         }
         regions.push((g.c_offset, g.c_offset + g.m * g.n));
-        if let Some(s) = &g.scaled {
-            if s.chan.len() < g.n
-                || s.out.len() < g.m * g.n
-                || s.rows.is_some_and(|r| r.len() < g.m)
-            {
-                return bad(format!(
-                    "GEMM {i}: f32 output needs chan >= {}, rows >= {}, out >= {}",
-                    g.n,
-                    g.m,
-                    g.m * g.n
-                ));
-            }
-        }
     }
     regions.sort_unstable();
     if regions.windows(2).any(|w| w[1].0 < w[0].1) {
@@ -180,17 +169,24 @@ pub struct GemmView<'a> {
     pub a: &'a [i8],
     /// Native B (`k·n` elements).
     pub b: &'a [i8],
-    pub chan: Option<&'a [f32]>,
-    pub rows: Option<&'a [f32]>,
 }
 
-/// The CPU int8 GEMM on one native block (a slice of whole N-tiles).
-pub type Kernel = fn(&Tiles, Shape, &[i8], &[i8], &mut [i32]);
+/// How the CPU-executed backends run their submits: the kernel path of their int8 GEMM and how
+/// many of the crate's pool threads a submit's shares may use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HostExec {
+    pub isa: Isa,
+    pub threads: usize,
+}
 
-/// The kernel the CPU-executed backends use: the fast GEMM on the process's kernel path, one
-/// thread (the units supply the parallelism).
-pub fn kernel() -> Kernel {
-    gemm::gemm
+impl Default for HostExec {
+    /// The best kernel path on every core.
+    fn default() -> HostExec {
+        HostExec {
+            isa: Isa::best(),
+            threads: crate::pool::global().threads(),
+        }
+    }
 }
 
 /// How an [`Execution`] cuts its work.
@@ -228,25 +224,24 @@ struct Unit {
 /// A planned submit executing on the CPU: units claimed by any number of threads.
 pub struct Execution<'a> {
     tiles: Tiles,
-    kernel: Kernel,
+    isa: Isa,
     gemms: Vec<GemmView<'a>>,
     units: Vec<Unit>,
     c_parts: Vec<Mutex<Option<&'a mut [i32]>>>,
-    out_parts: Vec<Mutex<Option<&'a mut [f32]>>>,
     next: AtomicUsize,
 }
 
 impl<'a> Execution<'a> {
     /// Builds the units of `tasks` (each slab cut into whole N-tiles so that `split.threads` have
     /// about two units each) and hands each unit its disjoint part of C (`c`, at the GEMMs'
-    /// `c_offsets`) and of the f32 outputs.
+    /// `c_offsets`). The GEMMs run on kernel path `isa`.
     pub fn new(
         tiles: Tiles,
+        isa: Isa,
         gemms: Vec<GemmView<'a>>,
         tasks: &[Task],
         c: &'a mut [i32],
         c_offsets: &[usize],
-        mut outs: Vec<Option<&'a mut [f32]>>,
         split: Split,
     ) -> Execution<'a> {
         // Slabs: tasks sharing (gemm, n0, n1) differ only in rows and write one contiguous block.
@@ -294,29 +289,12 @@ impl<'a> Execution<'a> {
             rest = tail;
             at = start + len;
         }
-        let mut out_parts: Vec<Option<&'a mut [f32]>> = (0..units.len()).map(|_| None).collect();
-        for (g, out) in outs.iter_mut().enumerate() {
-            let Some(out) = out.take() else { continue };
-            let m = gemms[g].m;
-            let mut mine: Vec<usize> = (0..units.len()).filter(|&i| units[i].gemm == g).collect();
-            mine.sort_by_key(|&i| units[i].c0);
-            let (mut rest, mut at) = (out, 0);
-            for i in mine {
-                let (start, len) = (units[i].c0 * m, (units[i].c1 - units[i].c0) * m);
-                let (_, tail) = std::mem::take(&mut rest).split_at_mut(start - at);
-                let (part, tail) = tail.split_at_mut(len);
-                out_parts[i] = Some(part);
-                rest = tail;
-                at = start + len;
-            }
-        }
         Execution {
             tiles,
-            kernel: kernel(),
+            isa,
             gemms,
             units,
             c_parts: c_parts.into_iter().map(Mutex::new).collect(),
-            out_parts: out_parts.into_iter().map(Mutex::new).collect(),
             next: AtomicUsize::new(0),
         }
     }
@@ -328,11 +306,9 @@ impl<'a> Execution<'a> {
             if i >= self.units.len() {
                 return;
             }
-            // Each unit is claimed once, so these locks are never contended.
-            let mut c = lock(&self.c_parts[i]);
-            let mut out = lock(&self.out_parts[i]);
-            if let Some(c) = c.as_deref_mut() {
-                self.execute(&self.units[i], c, out.as_deref_mut());
+            // Each unit is claimed once, so this lock is never contended.
+            if let Some(c) = lock(&self.c_parts[i]).as_deref_mut() {
+                self.execute(&self.units[i], c);
             }
         }
     }
@@ -348,7 +324,7 @@ impl<'a> Execution<'a> {
             .collect()
     }
 
-    fn execute(&self, u: &Unit, c: &mut [i32], out: Option<&mut [f32]>) {
+    fn execute(&self, u: &Unit, c: &mut [i32]) {
         let t = &self.tiles;
         let g = &self.gemms[u.gemm];
         let (m, k) = (g.m, g.k);
@@ -356,7 +332,7 @@ impl<'a> Execution<'a> {
         let b = &g.b[u.c0 * k..u.c1 * k];
         for &(m0, m1) in &u.row_ranges {
             if (m0, m1) == (0, m) {
-                (self.kernel)(t, Shape { m, kp: k, np }, g.a, b, c);
+                gemm::gemm_isa(self.isa, t, Shape { m, kp: k, np }, g.a, b, c);
                 continue;
             }
             // A task over a row range reads a strided part of native A and writes a strided part
@@ -370,7 +346,7 @@ impl<'a> Execution<'a> {
                 dst.copy_from_slice(&src[m0 * t.a_k..m1 * t.a_k]);
             }
             let mut part = vec![0i32; rows * np];
-            (self.kernel)(t, Shape { m: rows, kp: k, np }, &a, b, &mut part);
+            gemm::gemm_isa(self.isa, t, Shape { m: rows, kp: k, np }, &a, b, &mut part);
             for (dst, src) in c
                 .chunks_exact_mut(m * t.c_n)
                 .zip(part.chunks_exact(rows * t.c_n))
@@ -378,53 +354,10 @@ impl<'a> Execution<'a> {
                 dst[m0 * t.c_n..m1 * t.c_n].copy_from_slice(src);
             }
         }
-        if let (Some(out), Some(chan)) = (out, g.chan) {
-            scale(t, m, &chan[u.c0..u.c1], g.rows, c, out);
-        }
     }
-}
-
-/// Poisoning cannot leave a part half-claimed: parts are only read or written under the lock.
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// `out = rows[m] · chan[n] · c` over a native C block (`m` rows, `chan.len()` channels); the
-/// product of the two scales is taken first, so every backend rounds identically.
-pub fn scale(t: &Tiles, m: usize, chan: &[f32], rows: Option<&[f32]>, c: &[i32], out: &mut [f32]) {
-    for (j, (cg, og)) in c
-        .chunks_exact(m * t.c_n)
-        .zip(out.chunks_exact_mut(m * t.c_n))
-        .enumerate()
-    {
-        for r in 0..m {
-            let rs = rows.map_or(1.0, |s| s[r]);
-            for q in 0..t.c_n {
-                let i = r * t.c_n + q;
-                og[i] = (rs * chan[j * t.c_n + q]) * cg[i] as f32;
-            }
-        }
-    }
-}
-
-/// The f32 output slices of `gemms`, in order (None where no f32 result was asked for).
-pub fn take_outs<'a>(gemms: &mut [MatMul<'a>]) -> Vec<Option<&'a mut [f32]>> {
-    gemms
-        .iter_mut()
-        .map(|g| {
-            g.scaled
-                .as_mut()
-                .map(|s: &mut Scaled<'a>| std::mem::take(&mut s.out))
-        })
-        .collect()
 }
 
 /// Runs `share(ith, nth)` for every `ith` in `0..nth` on the crate's pool.
 pub fn run_parallel<F: Fn(usize, usize) + Sync>(nth: usize, share: F) {
     crate::pool::global().run(nth, share);
-}
-
-/// CPU threads a submit may use: the pool's, which never exceed the machine's cores.
-pub fn cpu_threads() -> usize {
-    crate::pool::global().threads()
 }

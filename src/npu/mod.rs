@@ -7,9 +7,9 @@
 //! - `rknn` ([`rknn`]): the vendor runtime `librknnrt.so`, opened with `dlopen`.
 //! - `cpu` ([`cpu`]): the CPU int8 GEMM behind the same interface, no envelope emulation.
 //!
-//! `ORK_BACKEND=auto|emu|rknn|cpu` picks one ([`Device::from_env`]); `auto` takes `rknn` when the
-//! runtime loads and answers, else `emu`. The choice is logged once and reported by name in
-//! [`Stats`].
+//! [`DeviceConfig::backend`] (`ORK_BACKEND=auto|emu|rknn|cpu`) picks one ([`Device::open`]);
+//! `auto` takes `rknn` when the runtime loads and answers, else `emu`. The choice is logged once
+//! and reported by name in [`Stats`].
 //!
 //! # Buffers
 //! [`Buffer`]s carry the rknpu driver's memory [`flags`] and an IOMMU domain. The CPU reaches a
@@ -29,35 +29,26 @@
 //!   back to back; only inside `K % 512 == 0 && K <= 4096` on the NPU backends, otherwise
 //!   [`Error::Envelope`], and the caller falls back to `run_i8`.
 //!
-//! A GEMM may also ask for an f32 result ([`Scaled`]): `y = row[m] · chan[n] · C[m][n]`, applied
-//! on the CPU after the int32 output is back, as the board would have to.
-//!
 //! # Threads
 //! Each `run_*` has a `prepare_*` twin returning a [`Submission`]: every thread of a caller-owned
 //! group calls [`Submission::run_share`]`(ith, nth)` (ggml drives ops from its own threads), then
 //! one of them calls [`Submission::finish`]. The `run_*` forms do the same on the crate's pool.
 
-// `cbindgen:ignore` keeps these Rust-only constants out of the C header.
-/// cbindgen:ignore
 pub mod cpu;
-/// cbindgen:ignore
 pub mod emu;
-/// cbindgen:ignore
 mod exec;
-/// cbindgen:ignore
 pub mod rknn;
 
-pub use exec::Kernel;
+pub use exec::HostExec;
 
 use crate::layout::Tiles;
 use std::any::Any;
 use std::fmt;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Once;
 
 /// The rknpu kernel driver's memory flags (`rknpu_ioctl.h`), carried by every [`Buffer`].
-///
-/// cbindgen:ignore
 pub mod flags {
     pub const NON_CONTIGUOUS: u32 = 1 << 0;
     /// CPU accesses go through the cache: CPU writes need a sync to the device, device writes a
@@ -84,7 +75,6 @@ pub mod flags {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct CoreMask(pub u8);
 
-/// cbindgen:ignore
 impl CoreMask {
     pub const CORE_0: CoreMask = CoreMask(1);
     pub const CORE_1: CoreMask = CoreMask(2);
@@ -109,7 +99,6 @@ pub enum Primitive {
 }
 
 impl Primitive {
-    /// cbindgen:ignore
     pub const ALL: [Primitive; 3] = [Primitive::RunI8, Primitive::ChainI8, Primitive::StreamI8];
 
     pub fn name(self) -> &'static str {
@@ -253,6 +242,19 @@ pub trait Storage<T>: Send + Sync {
     fn as_any_mut(&mut self) -> &mut dyn Any;
 }
 
+fn foreign_buffer() -> Error {
+    Error::InvalidArgument("buffer of another backend".into())
+}
+
+/// A backend's own storage type `S` behind a buffer's storage.
+fn storage_as<S: 'static, T>(s: &dyn Storage<T>) -> Result<&S> {
+    s.as_any().downcast_ref().ok_or_else(foreign_buffer)
+}
+
+fn storage_as_mut<S: 'static, T>(s: &mut dyn Storage<T>) -> Result<&mut S> {
+    s.as_any_mut().downcast_mut().ok_or_else(foreign_buffer)
+}
+
 /// A device buffer of `len` elements of `T` in one IOMMU domain.
 pub struct Buffer<T: Elem> {
     device: u64,
@@ -341,14 +343,6 @@ impl<T: Elem> fmt::Debug for Buffer<T> {
     }
 }
 
-/// Optional f32 result of a GEMM: `out[m][n] = rows[m] · chan[n] · C[m][n]` (rows absent: 1),
-/// `out` in the native C layout (`[N/4][M][4]`, `M·N` elements), `chan` covering the padded N.
-pub struct Scaled<'a> {
-    pub chan: &'a [f32],
-    pub rows: Option<&'a [f32]>,
-    pub out: &'a mut [f32],
-}
-
 /// One GEMM of a submit. `k` and `n` are padded; offsets are in elements of each buffer.
 /// The int32 result goes to the submit's C buffer at `c_offset` (`m·n` elements).
 pub struct MatMul<'a> {
@@ -360,7 +354,6 @@ pub struct MatMul<'a> {
     pub b: &'a Buffer<i8>,
     pub b_offset: usize,
     pub c_offset: usize,
-    pub scaled: Option<Scaled<'a>>,
 }
 
 impl MatMul<'_> {
@@ -407,6 +400,8 @@ pub trait Backend: Send + Sync {
     fn kind(&self) -> BackendKind;
     /// Tile sizes of the native layouts this backend expects.
     fn tiles(&self) -> Tiles;
+    /// The deepest (padded) K one `run_i8` GEMM takes; deeper ones are split by the caller.
+    fn max_k(&self) -> usize;
     fn alloc_i8(&self, len: usize, flags: u32, domain: u32) -> Result<Box<dyn Storage<i8>>>;
     fn alloc_i32(&self, len: usize, flags: u32, domain: u32) -> Result<Box<dyn Storage<i32>>>;
     /// Checks the backend's own rules (envelopes, domains, syncs) and plans the submit.
@@ -433,7 +428,7 @@ impl<'a> Submission<'a> {
         self.job.run_share(ith, nth.max(1));
     }
 
-    /// Ends the submit once all shares returned: the result (and the f32 outputs) are complete.
+    /// Ends the submit once all shares returned: the result is complete.
     pub fn finish(self) -> Result<Report> {
         let report = self.job.finish()?;
         self.device.counters.record(self.primitive, &report);
@@ -448,7 +443,7 @@ impl<'a> Submission<'a> {
     }
 }
 
-/// Counters since the device opened (or [`Device::reset_stats`]).
+/// Counters since the device opened.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Stats {
     /// Backend name: `emu`, `rknn` or `cpu`.
@@ -484,17 +479,6 @@ impl Counters {
             Ordering::Relaxed,
         );
     }
-
-    fn reset(&self) {
-        let all = self.submits.iter().chain(&self.tasks).chain([
-            &self.bytes,
-            &self.macs,
-            &self.modelled_ns,
-        ]);
-        for c in all {
-            c.store(0, Ordering::Relaxed);
-        }
-    }
 }
 
 /// Whether a GEMM of depth `k` (padded) may go to `run_chain_i8` / `run_stream_i8` on the NPU
@@ -502,12 +486,6 @@ impl Counters {
 /// wrong. Outside it, use `run_i8`.
 pub fn in_stream_envelope(k: usize) -> bool {
     k.is_multiple_of(emu::STREAM_K_MULTIPLE) && k <= emu::STREAM_MAX_K
-}
-
-/// The single-threaded CPU int8 kernel the emu and cpu backends run their work units on (what
-/// benchmarks compare against).
-pub fn cpu_kernel() -> Kernel {
-    exec::kernel()
 }
 
 /// Backend selection, as in `ORK_BACKEND`.
@@ -528,6 +506,31 @@ impl BackendChoice {
             "rknn" => Some(BackendChoice::Rknn),
             "cpu" => Some(BackendChoice::Cpu),
             _ => None,
+        }
+    }
+}
+
+/// What [`Device::open`] opens: the backend and its settings (`crate::config` fills it).
+#[derive(Clone, Debug, PartialEq)]
+pub struct DeviceConfig {
+    pub backend: BackendChoice,
+    /// The vendor runtime (`ORK_RKNN_LIB`); `None`: the default library names.
+    pub rknn_lib: Option<PathBuf>,
+    /// Cores of `run_i8` and `run_stream_i8`.
+    pub core_mask: CoreMask,
+    /// Kernel path and pool threads of the CPU-executed backends (emu, cpu).
+    pub host: HostExec,
+    pub emu: emu::Config,
+}
+
+impl Default for DeviceConfig {
+    fn default() -> DeviceConfig {
+        DeviceConfig {
+            backend: BackendChoice::Auto,
+            rknn_lib: None,
+            core_mask: CoreMask::ALL,
+            host: HostExec::default(),
+            emu: emu::Config::default(),
         }
     }
 }
@@ -553,7 +556,7 @@ impl Device {
         }
     }
 
-    /// The emulated RK3588 NPU with its configuration (see [`emu::Config::from_env`]).
+    /// The emulated RK3588 NPU with `config`, on the best kernel path and every core.
     pub fn emu(config: emu::Config) -> Device {
         Device::emu_monitored(config).0
     }
@@ -561,14 +564,14 @@ impl Device {
     /// [`Device::emu`], with a view of the emulator's domain accounting and operation counts
     /// that stays valid after the device is dropped (leak and fault-injection checks).
     pub fn emu_monitored(config: emu::Config) -> (Device, emu::Monitor) {
-        let emu = emu::Emu::new(config);
+        let emu = emu::Emu::new(config, HostExec::default());
         let monitor = emu.monitor();
         (Device::with_backend(Box::new(emu)), monitor)
     }
 
-    /// The CPU int8 GEMM behind the device interface.
+    /// The CPU int8 GEMM behind the device interface, on the best kernel path and every core.
     pub fn cpu() -> Device {
-        Device::with_backend(Box::new(cpu::Cpu::new()))
+        Device::with_backend(Box::new(cpu::Cpu::new(HostExec::default())))
     }
 
     /// The vendor runtime, from `path` or the default library names.
@@ -576,40 +579,30 @@ impl Device {
         rknn::open(path).map(Device::with_backend)
     }
 
-    /// Opens the backend `choice` names; `Auto` tries `rknn` (`ORK_RKNN_LIB` or default names)
-    /// and falls back to `emu`.
-    pub fn open(choice: BackendChoice) -> Result<Device> {
-        let lib = std::env::var("ORK_RKNN_LIB").ok();
-        let dev = match choice {
-            BackendChoice::Emu => Device::emu(emu::Config::from_env()),
-            BackendChoice::Cpu => Device::cpu(),
-            BackendChoice::Rknn => Device::rknn(lib.as_deref())?,
-            BackendChoice::Auto => match Device::rknn(lib.as_deref()) {
-                Ok(d) => d,
-                Err(e) => {
-                    log::debug!("rknn backend unavailable ({e}); using the emulator");
-                    Device::emu(emu::Config::from_env())
-                }
-            },
+    /// Opens the backend `cfg` names; `Auto` tries `rknn` and falls back to `emu`. The device's
+    /// core mask starts as `cfg.core_mask`.
+    pub fn open(cfg: &DeviceConfig) -> Result<Device> {
+        let lib = cfg.rknn_lib.as_ref().map(|p| p.to_string_lossy());
+        let emu = || emu::Emu::new(cfg.emu.clone(), cfg.host);
+        let backend: Box<dyn Backend> = match cfg.backend {
+            BackendChoice::Emu => Box::new(emu()),
+            BackendChoice::Cpu => Box::new(cpu::Cpu::new(cfg.host)),
+            BackendChoice::Rknn => rknn::open(lib.as_deref())?,
+            BackendChoice::Auto => rknn::open(lib.as_deref()).unwrap_or_else(|e| {
+                log::debug!("rknn backend unavailable ({e}); using the emulator");
+                Box::new(emu())
+            }),
         };
+        let dev = Device::with_backend(backend);
+        dev.set_core_mask(cfg.core_mask);
         LOG_CHOICE.call_once(|| {
             log::info!(
-                "NPU backend: {} (ORK_BACKEND={choice:?})",
-                dev.backend().name()
+                "NPU backend: {} (ORK_BACKEND={:?})",
+                dev.backend().name(),
+                cfg.backend
             )
         });
         Ok(dev)
-    }
-
-    /// [`Device::open`] with `ORK_BACKEND` (unset: auto).
-    pub fn from_env() -> Result<Device> {
-        let v = std::env::var("ORK_BACKEND").unwrap_or_default();
-        let choice = BackendChoice::parse(&v).ok_or_else(|| {
-            Error::InvalidArgument(format!(
-                "ORK_BACKEND={v:?}: expected auto, emu, rknn or cpu"
-            ))
-        })?;
-        Device::open(choice)
     }
 
     pub fn backend(&self) -> BackendKind {
@@ -619,6 +612,12 @@ impl Device {
     /// Tile sizes of the native layouts the backend expects (from the runtime on `rknn`).
     pub fn tiles(&self) -> Tiles {
         self.backend.tiles()
+    }
+
+    /// The deepest (padded) K of one `run_i8` GEMM: deeper GEMMs are summed from depth segments
+    /// by the caller (int32 partial sums add up exactly).
+    pub fn max_k(&self) -> usize {
+        self.backend.max_k()
     }
 
     /// Default core mask of `run_i8` (initially all cores).
@@ -718,10 +717,6 @@ impl Device {
             macs: load(&c.macs),
             modelled_us: load(&c.modelled_ns) as f64 / 1e3,
         }
-    }
-
-    pub fn reset_stats(&self) {
-        self.counters.reset();
     }
 
     /// Checks what every backend requires, then lets the backend plan the submit.

@@ -39,6 +39,53 @@ pub fn dequantize_row(ty: GgmlType, bytes: &[u8], out: &mut [f32]) -> Result<(),
     }
 }
 
+/// Weight `i` of one block of `ty` (`block` at least one block long, `i < ty.block_elems()`),
+/// with the same operations as [`dequantize_row`], so the same bits: one weight without
+/// dequantizing the whole block (a few operations instead of 32 or 256).
+pub fn dequantize_element(ty: GgmlType, block: &[u8], i: usize) -> f32 {
+    let half = |at: usize| super::fp16::f16_to_f32(u16::from_le_bytes([block[at], block[at + 1]]));
+    match ty {
+        GgmlType::F32 => f32::from_le_bytes([block[0], block[1], block[2], block[3]]),
+        GgmlType::F16 => half(0),
+        GgmlType::Q4_0 => {
+            let q = block[2 + i % 16];
+            let c = if i < 16 { q & 0x0f } else { q >> 4 } as i32 - 8;
+            c as f32 * half(0)
+        }
+        GgmlType::Q4_1 => {
+            let q = block[4 + i % 16];
+            let c = if i < 16 { q & 0x0f } else { q >> 4 } as i32;
+            c as f32 * half(0) + half(2)
+        }
+        GgmlType::Q5_0 => {
+            let qh = u32::from_le_bytes([block[2], block[3], block[4], block[5]]);
+            let q = block[6 + i % 16] as u32;
+            let lo = if i < 16 { q & 0x0f } else { q >> 4 };
+            let c = (lo | (((qh >> i) & 1) << 4)) as i32 - 16;
+            c as f32 * half(0)
+        }
+        GgmlType::Q8_0 => block[2 + i] as i8 as f32 * half(0),
+        GgmlType::Q4_K => {
+            let (chunk, l) = (i / 64, i % 64);
+            let scales: &[u8; K_SCALE_SIZE] = block[4..16].try_into().expect("12 bytes");
+            let (sc, m) = q4k_scale_min(2 * chunk + l / 32, scales);
+            let q = block[16 + chunk * 32 + l % 32];
+            let c = if l < 32 { q & 0x0f } else { q >> 4 };
+            half(0) * sc as f32 * c as f32 - half(2) * m as f32
+        }
+        GgmlType::Q6_K => {
+            let (h, j) = (i / 128, i % 128);
+            let (quarter, l) = (j / 32, j % 32);
+            let ql = block[h * 64 + l + 32 * (quarter % 2)];
+            let lo = if quarter < 2 { ql & 0x0f } else { ql >> 4 };
+            let hi = (block[128 + h * 32 + l] >> (2 * quarter)) & 3;
+            let c = (lo | (hi << 4)) as i32 - 32;
+            let sc = block[192 + h * 8 + l / 16 + 2 * quarter] as i8;
+            half(208) * sc as f32 * c as f32
+        }
+    }
+}
+
 /// Checks that `n_bytes` holds exactly a row of `k` weights of `ty`; returns the block count.
 pub fn check_row(ty: GgmlType, n_bytes: usize, k: usize) -> Result<usize, QuantError> {
     let expected = ty
@@ -83,6 +130,22 @@ mod tests {
         s[8] = 0x9a; // low nibble of sc[4] = 0xa, of m[4] = 0x9
         assert_eq!(q4k_scale_min(0, &s), (5, 7));
         assert_eq!(q4k_scale_min(4, &s), (0x3a, 0x29));
+    }
+
+    #[test]
+    fn dequantize_element_is_dequantize_row_bit_for_bit() {
+        let mut rng = crate::testutil::Rng::new(12);
+        for ty in GgmlType::QUANTIZED {
+            let k = 2 * ty.block_elems();
+            let bytes = rng.blocks(ty, 2, 0.05);
+            let mut row = vec![0f32; k];
+            dequantize_row(ty, &bytes, &mut row).unwrap();
+            for i in 0..k {
+                let b = &bytes[i / ty.block_elems() * ty.block_bytes()..];
+                let e = dequantize_element(ty, b, i % ty.block_elems());
+                assert_eq!(e.to_bits(), row[i].to_bits(), "{} weight {i}", ty.name());
+            }
+        }
     }
 
     #[test]

@@ -9,6 +9,8 @@
 mod blocks;
 mod dequant;
 pub mod fp16;
+pub mod hadamard;
+pub mod vec_dot;
 
 pub use blocks::*;
 pub use dequant::*;

@@ -6,6 +6,7 @@
  *    and the padding between dst rows untouched. The cooperative entry point (pthreads + barrier)
  *    must give the same bytes as the single-caller one.
  * 2. Bad input: every rejected call returns its code and a message, and leaves dst untouched.
+ * 3. A pair call (gate and up of one input) gives the bytes of its two single calls.
  *
  * Environment: QUICK=1 runs a reduced matrix (for sanitizers and qemu).
  * Exit status 0 only if every check passed. */
@@ -556,6 +557,48 @@ static void small_batch(void) {
     free_problem(&p);
 }
 
+/* A pair (a MoE FFN's gate and up: two weight sets, one input) gives the bytes of its two calls;
+ * weights of another shape are NOT_HANDLED, outputs that overlap INVALID_ARGUMENT. */
+static void pair_calls(ork_ctx *emu) {
+    problem p, q;
+    alloc_problem(&p, &TYPES[4], 2048, 96, 16); /* q4_K, N not a multiple of 64 */
+    alloc_problem(&q, &TYPES[4], 2048, 96, 16);
+    route(&p);
+    fill_activations(&p);
+    uint8_t *d[4];
+    make_descs(&p, NULL);
+    for (int i = 0; i < 4; i++) {
+        d[i] = malloc(p.dst_bytes);
+        memset(d[i], SENTINEL, p.dst_bytes);
+    }
+    ork_tensor w1 = p.tw, d0, d1;
+    w1.data = q.w;
+    make_descs(&p, d[0]);
+    CHECK(ork_mul_mat_id(emu, &p.tw, &p.tb, &p.tids, &p.tdst) == ORK_OK, "pair: single gate %s", ork_last_error());
+    make_descs(&p, d[1]);
+    CHECK(ork_mul_mat_id(emu, &w1, &p.tb, &p.tids, &p.tdst) == ORK_OK, "pair: single up %s", ork_last_error());
+    make_descs(&p, d[2]);
+    d0 = p.tdst;
+    make_descs(&p, d[3]);
+    d1 = p.tdst;
+    CHECK(ork_mul_mat_id_pair_check(emu, &p.tw, &w1, &p.tb, &p.tids, &d0, &d1) == ORK_OK, "pair check: %s", ork_last_error());
+    ork_result rc = ork_mul_mat_id_pair(emu, &p.tw, &w1, &p.tb, &p.tids, &d0, &d1);
+    CHECK(rc == ORK_OK, "pair: %u %s", rc, ork_last_error());
+    CHECK(memcmp(d[0], d[2], p.dst_bytes) == 0 && memcmp(d[1], d[3], p.dst_bytes) == 0, "pair differs from its two calls");
+    ork_tensor other = w1;
+    other.ne[1] = 64;
+    CHECK(ork_mul_mat_id_pair_check(emu, &p.tw, &other, &p.tb, &p.tids, &d0, &d1) == ORK_INVALID_ARGUMENT ||
+              ork_mul_mat_id_pair_check(emu, &p.tw, &other, &p.tb, &p.tids, &d0, &d1) == ORK_NOT_HANDLED,
+          "pair of two shapes: %s", ork_last_error());
+    memset(d[3], SENTINEL, p.dst_bytes);
+    rc = ork_mul_mat_id_pair(emu, &p.tw, &w1, &p.tb, &p.tids, &d0, &d0);
+    CHECK(rc == ORK_INVALID_ARGUMENT && strstr(ork_last_error(), "overlaps"), "pair into one dst: %u %s", rc, ork_last_error());
+    printf("pair: gate+up in one call == two calls\n");
+    for (int i = 0; i < 4; i++) free(d[i]);
+    free_problem(&p);
+    free_problem(&q);
+}
+
 int main(void) {
     int quick = getenv("QUICK") && atoi(getenv("QUICK")) != 0;
     printf("ork_moe %s, ABI %u (header %d)\n", ork_version(), ork_abi_version(), ORK_ABI_VERSION);
@@ -578,6 +621,7 @@ int main(void) {
     run_matrix(emu, cpu, lead, quick);
     printf("matrix: %.1f s\n", now_s() - t0);
     small_batch();
+    pair_calls(emu);
     bad_input(emu, lead);
 
     ork_stats st;

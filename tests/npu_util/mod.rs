@@ -89,7 +89,6 @@ impl Case {
             b,
             b_offset: 0,
             c_offset: 0,
-            scaled: None,
         }
     }
 

@@ -5,7 +5,7 @@
 //! about 10–20 GB/s for streams the CPU fills. A submit costs its fixed cost plus the larger of
 //! the busiest core's compute and the DRAM time of everything the tasks read and write.
 
-/// Parameters of the model; each has an `ORK_EMU_*` variable.
+/// Parameters of the model; each has an `ORK_EMU_*` variable (`crate::config`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct CostModel {
     /// Fixed cost of one submit, µs (`ORK_EMU_SUBMIT_US`).
@@ -38,24 +38,6 @@ pub struct TaskCost {
 }
 
 impl CostModel {
-    /// Defaults overridden by the `ORK_EMU_*` variables that parse as positive numbers.
-    pub fn from_env() -> CostModel {
-        let var = |name: &str, default: f64| {
-            std::env::var(name)
-                .ok()
-                .and_then(|v| v.trim().parse::<f64>().ok())
-                .filter(|x| *x >= 0.0 && x.is_finite())
-                .unwrap_or(default)
-        };
-        let d = CostModel::default();
-        CostModel {
-            submit_us: var("ORK_EMU_SUBMIT_US", d.submit_us),
-            task_us: var("ORK_EMU_TASK_US", d.task_us),
-            core_tops: var("ORK_EMU_CORE_TOPS", d.core_tops).max(1e-3),
-            dram_gbps: var("ORK_EMU_DRAM_GBPS", d.dram_gbps).max(1e-3),
-        }
-    }
-
     /// Modelled time of one submit of `tasks`, µs.
     pub fn submit_us(&self, tasks: &[TaskCost]) -> f64 {
         let mut core_us = [0f64; super::super::CoreMask::CORES];

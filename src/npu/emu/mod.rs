@@ -14,10 +14,10 @@
 //!   task capped by the CBUF rule), then executed on the CPU int8 GEMM, exact int32;
 //! - a cost model of the board ([`CostModel`]) gives each submit a *modelled* time.
 //!
-//! `ORK_EMU_DUMP=dir` writes every submit's A, B and C (device views) to files for diffing.
-//! [`Config::faults`] makes chosen allocations, submits or syncs fail ([`FaultPlan`]); a
-//! [`Monitor`] reads the domain accounting and the operation counts, also after the emulator is
-//! gone.
+//! With [`Config::dump`] (`ORK_EMU_DUMP=dir`) it writes every submit's A, B and C (device views)
+//! to files for diffing. [`Config::faults`] makes chosen allocations, submits or syncs fail
+//! ([`FaultPlan`]); a [`Monitor`] reads the domain accounting and the operation counts, also after
+//! the emulator is gone.
 
 mod cost;
 mod faults;
@@ -25,9 +25,13 @@ mod faults;
 pub use cost::CostModel;
 pub use faults::{Fault, FaultOp, FaultPlan, OpCounts};
 
-use super::exec::{self, Execution, GemmView, Task};
-use super::{Backend, BackendKind, Error, Job, Primitive, Report, Result, Storage, Submit};
+use super::exec::{self, Execution, GemmView, HostExec, Split, Task};
+use super::{
+    storage_as, storage_as_mut, Backend, BackendKind, Error, Job, Primitive, Report, Result,
+    Storage, Submit,
+};
 use crate::layout::Tiles;
+use crate::sync::lock;
 use std::any::Any;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -51,7 +55,7 @@ pub const CBUF_ELEMS: usize = 32768;
 /// Widest N slice of one task.
 pub const TASK_MAX_N: usize = 8192;
 
-/// Emulator settings.
+/// Emulator settings (`ORK_EMU_*`, see `crate::config`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
     pub cost: CostModel,
@@ -61,10 +65,8 @@ pub struct Config {
     pub dump: Option<PathBuf>,
     /// Usable bytes per IOMMU domain.
     pub domain_bytes: u64,
-    /// CPU threads executing a submit on the crate's pool.
-    pub threads: usize,
-    /// Execute each planned task's rows separately (`ORK_EMU_PER_TASK=1`): slower, same bits;
-    /// exercises the strided row gather and scatter of the hardware tasks.
+    /// Execute each planned task's rows separately: slower, same bits; exercises the strided row
+    /// gather and scatter of the hardware tasks.
     pub per_task: bool,
     /// Operations to fail on purpose (none by default).
     pub faults: FaultPlan,
@@ -77,28 +79,8 @@ impl Default for Config {
             strict: false,
             dump: None,
             domain_bytes: DOMAIN_BYTES,
-            threads: exec::cpu_threads(),
             per_task: false,
             faults: FaultPlan::default(),
-        }
-    }
-}
-
-impl Config {
-    /// Defaults, overridden by `ORK_EMU_STRICT=1`, `ORK_EMU_PER_TASK=1`, `ORK_EMU_DUMP=dir` and
-    /// the cost-model variables ([`CostModel::from_env`]).
-    pub fn from_env() -> Config {
-        let flag =
-            |name| std::env::var(name).is_ok_and(|v| v == "1" || v.eq_ignore_ascii_case("true"));
-        let dump = std::env::var_os("ORK_EMU_DUMP")
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from);
-        Config {
-            cost: CostModel::from_env(),
-            strict: flag("ORK_EMU_STRICT"),
-            per_task: flag("ORK_EMU_PER_TASK"),
-            dump,
-            ..Config::default()
         }
     }
 }
@@ -144,7 +126,7 @@ impl Domains {
             )));
         }
         let pages = bytes.div_ceil(PAGE).max(1) * PAGE;
-        let mut used = self.used.lock().unwrap_or_else(|e| e.into_inner());
+        let mut used = lock(&self.used);
         let free = self.capacity - used[domain as usize];
         if pages > free {
             return Err(Error::OutOfMemory {
@@ -158,7 +140,7 @@ impl Domains {
     }
 
     fn release(&self, domain: u32, pages: u64) {
-        self.used.lock().unwrap_or_else(|e| e.into_inner())[domain as usize] -= pages;
+        lock(&self.used)[domain as usize] -= pages;
     }
 }
 
@@ -276,12 +258,13 @@ impl<T: Copy + Default + Send + Sync + 'static> Storage<T> for EmuStorage<T> {
 /// The emulator backend.
 pub struct Emu {
     config: Config,
+    host: HostExec,
     shared: Arc<Shared>,
     submits: AtomicU64,
 }
 
 impl Emu {
-    pub fn new(config: Config) -> Emu {
+    pub fn new(config: Config, host: HostExec) -> Emu {
         let shared = Arc::new(Shared {
             domains: Domains {
                 used: Mutex::new([0; DOMAINS as usize]),
@@ -291,6 +274,7 @@ impl Emu {
         });
         Emu {
             config,
+            host,
             shared,
             submits: AtomicU64::new(0),
         }
@@ -397,12 +381,6 @@ impl Emu {
     }
 }
 
-fn emu_storage<T: 'static>(s: &dyn Storage<T>) -> Result<&EmuStorage<T>> {
-    s.as_any()
-        .downcast_ref()
-        .ok_or_else(|| Error::InvalidArgument("buffer of another backend".into()))
-}
-
 impl Backend for Emu {
     fn kind(&self) -> BackendKind {
         BackendKind::Emu
@@ -410,6 +388,10 @@ impl Backend for Emu {
 
     fn tiles(&self) -> Tiles {
         Tiles::RK3588
+    }
+
+    fn max_k(&self) -> usize {
+        RUN_MAX_K
     }
 
     fn alloc_i8(&self, len: usize, flags: u32, domain: u32) -> Result<Box<dyn Storage<i8>>> {
@@ -421,13 +403,13 @@ impl Backend for Emu {
     }
 
     fn threads(&self) -> usize {
-        self.config.threads
+        self.host.threads
     }
 
     fn prepare<'a>(&'a self, submit: Submit<'a>) -> Result<Box<dyn Job + 'a>> {
         let Submit {
             primitive,
-            mut gemms,
+            gemms,
             c,
             cores,
             tiles,
@@ -446,7 +428,8 @@ impl Backend for Emu {
         }
         let mut views = Vec::with_capacity(gemms.len());
         for g in &gemms {
-            let (a, b) = (emu_storage(g.a.storage())?, emu_storage(g.b.storage())?);
+            let a = storage_as::<EmuStorage<i8>, i8>(g.a.storage())?;
+            let b = storage_as::<EmuStorage<i8>, i8>(g.b.storage())?;
             for (name, s) in [("A", a), ("B", b)] {
                 if s.cpu_dirty {
                     if self.config.strict {
@@ -460,8 +443,6 @@ impl Backend for Emu {
                 k: g.k,
                 a: &a.device_view()[g.a_offset..g.a_offset + g.m * g.k],
                 b: &b.device_view()[g.b_offset..g.b_offset + g.k * g.n],
-                chan: g.scaled.as_ref().map(|s| s.chan),
-                rows: g.scaled.as_ref().and_then(|s| s.rows),
             });
         }
         let shapes: Vec<_> = gemms.iter().map(|g| (g.m, g.k, g.n)).collect();
@@ -477,21 +458,15 @@ impl Backend for Emu {
             report.macs += t.macs;
         }
         let c_offsets: Vec<usize> = gemms.iter().map(|g| g.c_offset).collect();
-        let outs = exec::take_outs(&mut gemms);
-        let c_store: &'a mut EmuStorage<i32> = c
-            .storage_mut()
-            .as_any_mut()
-            .downcast_mut()
-            .ok_or_else(|| Error::InvalidArgument("buffer of another backend".into()))?;
-        let c_dev: &'a mut [i32] = c_store.device_view_mut();
+        let c_dev = storage_as_mut::<EmuStorage<i32>, i32>(c.storage_mut())?.device_view_mut();
         // A failing run leaves garbage where its results would be, so that a caller ignoring the
         // error would show it.
         let failure = self.shared.faults.fails(FaultOp::Run);
         if failure.is_some() {
             c_dev.fill(FAILED_RUN_GARBAGE);
         }
-        let split = exec::Split {
-            threads: self.config.threads,
+        let split = Split {
+            threads: self.host.threads,
             per_task: self.config.per_task,
         };
         let dump = self
@@ -503,7 +478,15 @@ impl Backend for Emu {
             Some(_) => views.iter().map(|v| (v.a.to_vec(), v.b.to_vec())).collect(),
             None => Vec::new(),
         };
-        let exec = Execution::new(tiles, views, &tasks, c_dev, &c_offsets, outs, split);
+        let exec = Execution::new(
+            tiles,
+            self.host.isa,
+            views,
+            &tasks,
+            c_dev,
+            &c_offsets,
+            split,
+        );
         Ok(Box::new(EmuJob {
             exec,
             failure,

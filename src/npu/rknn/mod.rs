@@ -19,9 +19,11 @@ mod sys;
 
 use super::exec;
 use super::{
-    Backend, BackendKind, Buffer, CoreMask, Error, Job, Primitive, Report, Result, Storage, Submit,
+    storage_as, Backend, BackendKind, Buffer, CoreMask, Error, Job, Primitive, Report, Result,
+    Storage, Submit,
 };
 use crate::layout::Tiles;
+use crate::sync::lock;
 use std::any::Any;
 use std::collections::HashMap;
 use std::ptr::NonNull;
@@ -30,8 +32,8 @@ use std::sync::{Arc, Mutex};
 use sys::{Api, Context, IoAttr, MatmulInfo, TensorAttr, TensorMem};
 
 /// Largest K of one `run_i8` here. The runtime takes up to 10240, but above 8192 it wants B split
-/// into K-segments, a layout the crate's packer does not produce; deeper GEMMs get
-/// [`Error::Envelope`] and the caller splits K.
+/// into K-segments of its own layout; deeper GEMMs get [`Error::Envelope`], and the engine sums
+/// them from depth segments of at most this K (`Device::max_k`).
 const MAX_K: usize = 8192;
 /// Matmul contexts kept before unused ones are destroyed.
 const CONTEXT_CACHE: usize = 256;
@@ -43,10 +45,6 @@ fn check(what: &str, code: i32) -> Result<()> {
     } else {
         Err(Error::Device(format!("{what} failed with {code}")))
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// One matmul context and the tensor attributes the runtime gave it.
@@ -326,12 +324,6 @@ impl Rknn {
     }
 }
 
-fn rknn_storage<T: 'static>(s: &dyn Storage<T>) -> Result<&RknnStorage<T>> {
-    s.as_any()
-        .downcast_ref()
-        .ok_or_else(|| Error::InvalidArgument("buffer of another backend".into()))
-}
-
 /// An operand region: a buffer's `rknn_tensor_mem` and a byte range in it.
 #[derive(Clone, Copy, Debug)]
 struct Region {
@@ -342,7 +334,7 @@ struct Region {
 
 impl Region {
     fn of<T: super::Elem>(buf: &Buffer<T>, offset: usize, len: usize) -> Result<Region> {
-        let s = rknn_storage(buf.storage())?;
+        let s = storage_as::<RknnStorage<T>, T>(buf.storage())?;
         let size = std::mem::size_of::<T>();
         Ok(Region {
             mem: s.mem.as_ptr(),
@@ -360,25 +352,14 @@ struct RunTask {
     c: Region,
 }
 
-/// Scaling a GEMM's int32 result into its f32 output once the runs are done.
-struct ScaleJob<'a> {
-    m: usize,
-    n: usize,
-    c_offset: usize,
-    chan: &'a [f32],
-    rows: Option<&'a [f32]>,
-    out: &'a mut [f32],
-}
-
 struct RknnJob<'a> {
     api: Arc<Api>,
-    tiles: Tiles,
     /// Runs per share unit: a unit's runs go one after another on one core.
     units: Vec<Vec<RunTask>>,
     next: AtomicUsize,
     failure: Mutex<Option<Error>>,
-    c: &'a mut Buffer<i32>,
-    scales: Vec<ScaleJob<'a>>,
+    /// The submit's output, borrowed exclusively while the runs write it.
+    _c: &'a mut Buffer<i32>,
     report: Report,
 }
 
@@ -458,26 +439,10 @@ impl Job for RknnJob<'_> {
     }
 
     fn finish(self: Box<Self>) -> Result<Report> {
-        let RknnJob {
-            failure,
-            c,
-            scales,
-            report,
-            tiles,
-            ..
-        } = *self;
-        if let Some(e) = failure.into_inner().unwrap_or_else(|e| e.into_inner()) {
-            return Err(e);
+        match lock(&self.failure).take() {
+            Some(e) => Err(e),
+            None => Ok(self.report.clone()),
         }
-        if !scales.is_empty() {
-            // The f32 conversion happens on the CPU, which must see the device's writes.
-            c.sync_from_device()?;
-            for s in scales {
-                let cs = &c.as_slice()[s.c_offset..s.c_offset + s.m * s.n];
-                exec::scale(&tiles, s.m, &s.chan[..s.n], s.rows, cs, s.out);
-            }
-        }
-        Ok(report)
     }
 }
 
@@ -488,6 +453,10 @@ impl Backend for Rknn {
 
     fn tiles(&self) -> Tiles {
         self.tiles
+    }
+
+    fn max_k(&self) -> usize {
+        MAX_K
     }
 
     fn alloc_i8(&self, len: usize, flags: u32, domain: u32) -> Result<Box<dyn Storage<i8>>> {
@@ -514,7 +483,6 @@ impl Backend for Rknn {
         let cores = cores.cores();
         let mut units: Vec<Vec<RunTask>> = Vec::new();
         let mut report = Report::default();
-        let mut scales = Vec::new();
         for (gi, g) in gemms.into_iter().enumerate() {
             let envelope = match primitive {
                 Primitive::RunI8 => g.k <= MAX_K,
@@ -555,25 +523,13 @@ impl Backend for Rknn {
                 }
             }
             report.macs += g.macs();
-            if let Some(s) = g.scaled {
-                scales.push(ScaleJob {
-                    m: g.m,
-                    n: g.n,
-                    c_offset: g.c_offset,
-                    chan: s.chan,
-                    rows: s.rows,
-                    out: s.out,
-                });
-            }
         }
         Ok(Box::new(RknnJob {
             api: Arc::clone(&self.shared.api),
-            tiles,
             units,
             next: AtomicUsize::new(0),
             failure: Mutex::new(None),
-            c,
-            scales,
+            _c: c,
             report,
         }))
     }

@@ -221,7 +221,7 @@ impl Api {
                 Ok(p)
             }
         };
-        // SAFETY (every transmute below): the symbol is the runtime's function of that name, whose C
+        // SAFETY: in every transmute below, the symbol is the runtime's function of that name, whose C
         // prototype in rknn_api.h / rknn_matmul_api.h matches the function pointer type it becomes.
         unsafe {
             Ok(Api {

@@ -1,5 +1,5 @@
-//! Throughput of the int8 GEMM against the machine's int8 peak, for the probe and the ignored
-//! benchmark test.
+//! `ork-probe peak`: single-thread throughput of every int8 GEMM path at the A3B expert shapes
+//! against that path's int8 peak (a benchmark: it prints numbers and asserts nothing about time).
 //!
 //! The peak is measured, not taken from a data sheet: a loop of independent chains of the path's
 //! int8 multiply-accumulate instruction, long enough for the latency to be hidden. Both numbers
@@ -7,66 +7,28 @@
 //! Single-thread figures are timed in the thread's CPU time, so that on a shared machine the slices
 //! other processes take are not counted; multi-thread times are wall time.
 
-use super::{gemm_isa, gemm_parallel, Shape};
-use crate::isa::Isa;
-use crate::layout::Tiles;
-use crate::pool::Pool;
-use crate::testutil::Rng;
-use std::time::Instant;
+use super::bench::{Options, A3B_SHAPES};
+use ork_moe::gemm::{gemm_isa, Shape};
+use ork_moe::isa::Isa;
+use ork_moe::layout::Tiles;
+use ork_moe::moe::Config;
+use ork_moe::testutil::Rng;
+use std::process::ExitCode;
 
-/// The Qwen3-30B-A3B expert matmuls as (K, N): gate/up 2048→768, down 768→2048, and the same for a
-/// wider model (4096→1408, 1408→4096).
-pub const A3B_SHAPES: [(usize, usize); 4] = [(2048, 768), (768, 2048), (4096, 1408), (1408, 4096)];
+/// Rows per expert of the table.
+const ROWS: [usize; 5] = [8, 16, 32, 64, 128];
 
-/// Which clock a timing reads.
-#[derive(Clone, Copy)]
-enum Clock {
-    Wall,
-    /// CPU time of the calling thread.
-    Thread,
-}
-
-fn thread_cpu_seconds() -> f64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid timespec to write; CLOCK_THREAD_CPUTIME_ID exists on every Linux.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID)");
-    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
-}
-
-/// Best time of `f` on `clock` over `repeats` runs after one warm-up run, in seconds.
-fn best_of(clock: Clock, repeats: usize, mut f: impl FnMut()) -> f64 {
-    f();
-    (0..repeats.max(1))
-        .map(|_| match clock {
-            Clock::Wall => {
-                let start = Instant::now();
-                f();
-                start.elapsed().as_secs_f64()
-            }
-            Clock::Thread => {
-                let start = thread_cpu_seconds();
-                f();
-                thread_cpu_seconds() - start
-            }
-        })
-        .fold(f64::INFINITY, f64::min)
-}
-
-/// Operands of one benchmark GEMM, made once and reused across timings.
-pub struct Operands {
-    pub shape: Shape,
-    pub a: Vec<i8>,
-    pub b: Vec<i8>,
-    pub c: Vec<i32>,
+/// Operands of one benchmark GEMM.
+struct Operands {
+    shape: Shape,
+    a: Vec<i8>,
+    b: Vec<i8>,
+    c: Vec<i32>,
 }
 
 impl Operands {
     /// Native operands for `m` rows of depth `k` and `n` output channels (padded as needed).
-    pub fn new(m: usize, k: usize, n: usize) -> Operands {
+    fn new(m: usize, k: usize, n: usize) -> Operands {
         let t = Tiles::RK3588;
         let mut rng = Rng::new(1);
         let mut random = |len| {
@@ -86,36 +48,39 @@ impl Operands {
             c: vec![0; t.c_len(m, shape.np)],
         }
     }
+}
 
-    /// Multiply-accumulates of one GEMM.
-    pub fn macs(&self) -> f64 {
-        (self.shape.m * self.shape.kp * self.shape.np) as f64
-    }
+fn thread_cpu_seconds() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec to write; CLOCK_THREAD_CPUTIME_ID exists on every Linux.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID)");
+    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+}
 
-    /// Best wall time of one GEMM on `isa`, on the calling thread (`pool` None) or split over
-    /// `pool`, in seconds.
-    pub fn time(&mut self, isa: Isa, pool: Option<&Pool>, repeats: usize) -> f64 {
-        let clock = Clock::Wall;
-        let t = Tiles::RK3588;
-        let Operands { shape, a, b, c } = self;
-        match pool {
-            None => best_of(clock, repeats, || gemm_isa(isa, &t, *shape, a, b, c)),
-            Some(p) => best_of(clock, repeats, || {
-                gemm_parallel(p, isa, &t, *shape, a, b, c)
-            }),
-        }
-    }
+/// Best thread CPU time of `f` over `repeats` runs after one warm-up run, in seconds: on a shared
+/// machine the slices other processes take are not counted.
+fn best_of(repeats: usize, mut f: impl FnMut()) -> f64 {
+    f();
+    (0..repeats.max(1))
+        .map(|_| {
+            let start = thread_cpu_seconds();
+            f();
+            thread_cpu_seconds() - start
+        })
+        .fold(f64::INFINITY, f64::min)
 }
 
 /// Single-thread GOPS of the GEMM on `isa` for `m` × `k` × `n` (thread CPU time).
 pub fn gemm_gops(isa: Isa, m: usize, k: usize, n: usize, repeats: usize) -> f64 {
-    let mut ops = Operands::new(m, k, n);
+    let Operands { shape, a, b, mut c } = Operands::new(m, k, n);
     let t = Tiles::RK3588;
-    let Operands { shape, a, b, c } = &mut ops;
-    let secs = best_of(Clock::Thread, repeats, || {
-        gemm_isa(isa, &t, *shape, a, b, c)
-    });
-    2.0 * ops.macs() / secs / 1e9
+    let secs = best_of(repeats, || gemm_isa(isa, &t, shape, &a, &b, &mut c));
+    let macs = (shape.m * shape.kp * shape.np) as f64;
+    2.0 * macs / secs / 1e9
 }
 
 /// The int8 instruction each path's peak is measured with.
@@ -139,22 +104,26 @@ pub fn peak_gops(isa: Isa) -> Option<f64> {
     );
     let iterations = 1 << 17;
     let mut macs = 0.0;
-    let secs = best_of(Clock::Thread, 30, || macs = peak_loop(isa, iterations));
+    let secs = best_of(30, || macs = peak_loop(isa, iterations));
     Some(2.0 * macs / secs / 1e9)
 }
 
 /// Runs `iterations` of the path's instruction loop; returns the multiply-accumulates done.
 fn peak_loop(isa: Isa, iterations: usize) -> f64 {
+    // In every arm the path is available (checked by the caller), and the loops touch only the
+    // registers they declare.
     match isa {
-        // SAFETY (all arms): the path is available (checked by the caller), and the loops touch
-        // only the registers they declare.
         #[cfg(target_arch = "x86_64")]
+        // SAFETY: as above.
         Isa::Avx512 => unsafe { x86_peak::vnni(iterations) },
         #[cfg(target_arch = "x86_64")]
+        // SAFETY: as above.
         Isa::Avx2 => unsafe { x86_peak::avx2(iterations) },
         #[cfg(target_arch = "aarch64")]
+        // SAFETY: as above.
         Isa::NeonDot => unsafe { arm_peak::sdot(iterations) },
         #[cfg(target_arch = "aarch64")]
+        // SAFETY: as above.
         Isa::Neon => unsafe { arm_peak::smull(iterations) },
         _ => unreachable!("no int8 peak loop for {}", isa.name()),
     }
@@ -271,5 +240,66 @@ mod arm_peak {
             options(nomem, nostack),
         );
         (iterations * 4 * 16) as f64
+    }
+}
+
+/// `ork-probe peak`: every path with an int8 peak instruction (or `--paths`), each number the best
+/// of `--rounds` (default 3) measurements of the whole set: on a shared machine a neighbour's
+/// burst can slow one round down for seconds.
+pub fn run(opts: &Options, _cfg: &Config) -> Result<ExitCode, String> {
+    let rounds = opts.rounds.unwrap_or(if opts.quick { 1 } else { 3 });
+    let shapes: Vec<(usize, usize)> = opts
+        .shapes
+        .clone()
+        .unwrap_or_else(|| A3B_SHAPES.iter().map(|s| (s.0, s.1)).collect());
+    let rows = opts.m.clone().unwrap_or_else(|| ROWS.to_vec());
+    let paths = Isa::available()
+        .into_iter()
+        .filter(|isa| peak_instruction(*isa).is_some())
+        .filter(|isa| opts.paths.as_ref().is_none_or(|w| w.contains(isa)));
+    let cells: Vec<(usize, usize, usize)> = shapes
+        .iter()
+        .flat_map(|&(k, n)| rows.iter().map(move |&m| (k, n, m)))
+        .collect();
+    for isa in paths {
+        let mut peak = 0f64;
+        let mut gops = vec![0f64; cells.len()];
+        for _ in 0..rounds.max(1) {
+            peak = peak.max(peak_gops(isa).expect("paths with a peak instruction"));
+            for (best, &(k, n, m)) in gops.iter_mut().zip(&cells) {
+                *best = best.max(gemm_gops(isa, m, k, n, 40));
+            }
+        }
+        let instruction = peak_instruction(isa).unwrap_or("");
+        println!(
+            "\n{}: peak {peak:.1} GOPS ({instruction}, 1 thread)",
+            isa.name()
+        );
+        println!(
+            "{:>5} {:>5} {:>4} {:>8} {:>7}",
+            "K", "N", "M", "GOPS", "%peak"
+        );
+        for (g, (k, n, m)) in gops.iter().zip(&cells) {
+            println!("{k:>5} {n:>5} {m:>4} {g:>8.1} {:>6.1}%", 100.0 * g / peak);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn measurements_run_on_every_path() {
+        // The instruction loops must run (no SIGILL) wherever the path exists.
+        for isa in Isa::available() {
+            match peak_instruction(isa) {
+                Some(_) => assert!(peak_gops(isa).is_some_and(|g| g.is_finite() && g > 0.0)),
+                None => assert!(peak_gops(isa).is_none()),
+            }
+            let gops = gemm_gops(isa, 3, 64, 40, 1);
+            assert!(gops.is_finite() && gops > 0.0, "{}", isa.name());
+        }
     }
 }

@@ -2,17 +2,21 @@
 //!
 //! `ork-probe [SUBCOMMAND] [--json] [options]`; see `ork-probe --help`.
 
+#![warn(clippy::undocumented_unsafe_blocks)]
+
+mod accuracy;
 mod bench;
 mod gemm;
 mod inflate;
 mod moe;
+mod peak;
 mod svg;
 mod sweep;
 
 use std::process::ExitCode;
 
 const USAGE: &str = "\
-usage: ork-probe [sweep|inflate|gemm|moe] [options]
+usage: ork-probe [sweep|inflate|gemm|peak|moe|accuracy] [options]
 
 subcommands:
   sweep     (default) the M0 viability sweep: per expert shape, weight type and rows per expert,
@@ -20,7 +24,10 @@ subcommands:
             threads, primitive, bit-exact check; on the emulator also the modelled RK3588 time
   inflate   direct int4->int8 inflate vs the via-f32 path vs memcpy, per expert shape and type
   gemm      NPU backend GEMM vs CPU int8 (1 thread, all threads) at the A3B expert shapes
+  peak      single-thread GOPS of every int8 GEMM path at the A3B shapes vs that path's peak
   moe       the whole MUL_MAT_ID call (qwen3-30b-a3b case), time split by stage, cold and warm cache
+  accuracy  NMSE of ggml's Q4xQ8 path, the library and its accuracy levers against an f64
+            reference, on issue 13's cases and real weights (--data), plus the levers' costs
 
 options (each subcommand uses those that apply to it):
   --json               one JSON array on stdout instead of the table
@@ -28,16 +35,21 @@ options (each subcommand uses those that apply to it):
   --shapes KxN,...     expert shapes (default: 2048x768,768x2048,4096x1408,1408x4096)
   --m M,...            rows per expert (default: 8,16,32,64,128)
   --types T,...        weight types (sweep default: q4_0,q4_K)
-  --threads N          threads of the CPU runs (default: all cores; sets ORK_THREADS)
-  --backend B          auto, emu, rknn or cpu (default: ORK_BACKEND, else auto; sets ORK_BACKEND)
+  --threads N          threads of the CPU runs (default: ORK_THREADS, else all cores)
+  --backend B          auto, emu, rknn or cpu (default: ORK_BACKEND, else auto)
+  --paths P,...        (peak) kernel paths to measure (default: all with an int8 peak instruction)
+  --rounds N           (peak) rounds; each number is the best round's (default 3)
   --quick              fewer rows per expert and repeats
+  --data DIR           (accuracy) real-weights vectors (default: tests/data/accuracy/minilm)
+
+The library's ORK_* environment variables (README) configure everything else; ORK_LOG sets the
+log level.
   -h, --help
 
 Exit status: 0, or 1 when a bit-exact check fails, 2 on bad usage or errors.
 ";
 
 fn main() -> ExitCode {
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.iter().any(|a| a == "-h" || a == "--help") {
         print!("{USAGE}");
@@ -54,18 +66,28 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    // Before anything reads them (the pool and the backend are created lazily).
+    // The library's configuration, parsed once; the options override it.
+    let mut cfg = match ork_moe::config::from_env() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("ork-probe: {e}");
+            return ExitCode::from(2);
+        }
+    };
     if let Some(t) = opts.threads {
-        std::env::set_var("ORK_THREADS", t.to_string());
+        cfg.device.host.threads = ork_moe::config::threads(t);
     }
-    if let Some(b) = &opts.backend {
-        std::env::set_var("ORK_BACKEND", b);
+    if let Some(b) = opts.backend {
+        cfg.device.backend = b;
     }
+    ork_moe::ffi::log_install(cfg.log_level);
     let result = match sub {
-        "sweep" => sweep::run(&opts),
-        "inflate" => inflate::run(&opts),
-        "gemm" => gemm::run(&opts),
-        "moe" => moe::run(&opts),
+        "sweep" => sweep::run(&opts, &cfg),
+        "inflate" => inflate::run(&opts, &cfg),
+        "gemm" => gemm::run(&opts, &cfg),
+        "peak" => peak::run(&opts, &cfg),
+        "moe" => moe::run(&opts, &cfg),
+        "accuracy" => accuracy::run(&opts),
         other => Err(format!("unknown subcommand {other:?}")),
     };
     match result {

@@ -6,10 +6,10 @@
 //! RK3588 time, which is modelled, never measured.
 
 use super::bench::{print_json, role, time, Json, Options, Timing};
-use super::gemm::{measure_operands, Repeats, Row as GemmRow};
+use super::gemm::{devices, measure_operands, Repeats, Row as GemmRow};
 use super::svg::{self, Panel, Series};
-use ork_moe::inflate::{inflate_expert, inflate_expert_via_f32, ExpertWeights};
-use ork_moe::npu::Device;
+use ork_moe::inflate::{inflate_expert_via_f32, inflate_expert_with, ExpertWeights};
+use ork_moe::moe::Config;
 use ork_moe::quant::GgmlType;
 use ork_moe::testutil::Rng;
 use std::process::ExitCode;
@@ -24,9 +24,9 @@ struct Row {
     gemm: GemmRow,
 }
 
-pub fn run(opts: &Options) -> Result<ExitCode, String> {
-    let npu = Device::from_env().map_err(|e| e.to_string())?;
-    let cpu = Device::cpu();
+pub fn run(opts: &Options, cfg: &Config) -> Result<ExitCode, String> {
+    let (npu, cpu) = devices(cfg)?;
+    let isa = cfg.device.host.isa;
     let tiles = npu.tiles();
     let (shapes, ms, types) = (opts.shapes(), opts.rows(), opts.types(&TYPES));
     let reps = if opts.quick {
@@ -63,9 +63,9 @@ pub fn run(opts: &Options) -> Result<ExitCode, String> {
         let via_f32 = time(1, reps.timed, || {
             inflate_expert_via_f32(&w, &tiles, &mut b, &mut scales).expect("inflated above");
         });
-        inflate_expert(&w, &tiles, &mut b, &mut scales).map_err(fail)?;
+        inflate_expert_with(isa, &w, &tiles, &mut b, &mut scales).map_err(fail)?;
         let direct = time(reps.warmup, reps.timed, || {
-            inflate_expert(&w, &tiles, &mut b, &mut scales).expect("inflated above");
+            inflate_expert_with(isa, &w, &tiles, &mut b, &mut scales).expect("inflated above");
         });
         for &m in &ms {
             eprintln!(
@@ -76,7 +76,7 @@ pub fn run(opts: &Options) -> Result<ExitCode, String> {
             );
             let mut a = vec![0i8; tiles.a_len(m, tiles.pad(k))];
             Rng::new((m * 7919 + k) as u64).fill_i8(&mut a);
-            let gemm = measure_operands(&npu, &cpu, (k, n, m), &a, &b, reps)?;
+            let gemm = measure_operands(&npu, &cpu, isa, (k, n, m), &a, &b, reps)?;
             rows.push(Row {
                 role: role(k, n),
                 ty,
@@ -88,7 +88,7 @@ pub fn run(opts: &Options) -> Result<ExitCode, String> {
     }
 
     let backend = npu.backend().name();
-    let threads = ork_moe::pool::global().threads();
+    let threads = cfg.device.host.threads;
     if opts.json {
         print_json(&json_rows(&rows, backend, threads));
     } else {

@@ -126,6 +126,7 @@ impl Case {
             b: &self.b,
             ids: &self.ids,
             dst: &self.dst,
+            pair: None,
         };
         let stages = engine.run(plan, &io).map_err(|e| e.to_string())?;
         let total_us = start.elapsed().as_secs_f64() * 1e6;
@@ -135,16 +136,6 @@ impl Case {
             modelled_us: engine.stats().modelled_npu_us - modelled_before,
         })
     }
-}
-
-fn config() -> Config {
-    // Every size through the device path: this measures the path, not the small-batch policy.
-    Config {
-        min_rows: 0,
-        n_threads: 1,
-        ..Config::default()
-    }
-    .with_env()
 }
 
 /// Median (by total) of `repeats` runs of `f`.
@@ -157,8 +148,12 @@ fn median(
     Ok(runs[runs.len() / 2])
 }
 
-pub fn run(opts: &Options) -> Result<ExitCode, String> {
-    let cfg = config();
+pub fn run(opts: &Options, cfg: &Config) -> Result<ExitCode, String> {
+    // Every size through the device path: this measures the path, not the small-batch policy;
+    // one thread unless --threads says otherwise.
+    let mut cfg = cfg.clone();
+    cfg.min_rows = 0;
+    cfg.device.host.threads = ork_moe::config::threads(opts.threads.unwrap_or(1));
     let mut rng = Rng::new(0x5eed_a3b0);
     let mut rows = Vec::new();
     let mut backend = "";
@@ -209,7 +204,7 @@ pub fn run(opts: &Options) -> Result<ExitCode, String> {
             "MUL_MAT_ID qwen3-30b-a3b case: {N_EXPERT} experts, {N_USED} used, N={N}, K={K}; backend {backend}, \
              {} thread(s); medians, µs (stages summed over threads; npu_modelled: the emulator's \
              RK3588 cost model for the call's submits, not a measurement)",
-            if cfg.n_threads == 0 { "all".to_string() } else { cfg.n_threads.to_string() }
+            cfg.device.host.threads
         );
         println!(
             "{:<5} {:>8} {:<5} {:>9} {:>9} {:>10} {:>10} {:>10} {:>10} {:>7} {:>8} {:>13}",

@@ -3,9 +3,10 @@
 //! size as the ceiling. GB/s count output bytes (native B int8).
 
 use super::bench::{print_json, time, Json, Options};
-use ork_moe::inflate::{inflate_expert, inflate_expert_via_f32, ExpertWeights};
-use ork_moe::isa;
+use ork_moe::inflate::{inflate_expert_via_f32, inflate_expert_with, ExpertWeights};
+use ork_moe::isa::Isa;
 use ork_moe::layout::Tiles;
+use ork_moe::moe::Config;
 use ork_moe::quant::GgmlType;
 use ork_moe::testutil::Rng;
 use std::hint::black_box;
@@ -31,7 +32,8 @@ struct Row {
     direct_us_range: (f64, f64),
 }
 
-pub fn run(opts: &Options) -> Result<ExitCode, String> {
+pub fn run(opts: &Options, cfg: &Config) -> Result<ExitCode, String> {
+    let isa = cfg.device.host.isa;
     let tiles = Tiles::RK3588;
     let mut rows = Vec::new();
     for (k, n) in opts.shapes() {
@@ -41,7 +43,8 @@ pub fn run(opts: &Options) -> Result<ExitCode, String> {
             .filter(|t| k % t.block_elems() == 0)
         {
             rows.push(
-                measure(&tiles, ty, k, n).map_err(|e| format!("{} k={k} n={n}: {e}", ty.name()))?,
+                measure(isa, &tiles, ty, k, n)
+                    .map_err(|e| format!("{} k={k} n={n}: {e}", ty.name()))?,
             );
         }
     }
@@ -65,7 +68,7 @@ pub fn run(opts: &Options) -> Result<ExitCode, String> {
         println!(
             "inflate, 1 thread, kernel path {}, GB/s of native int8 B written (median of {ROUNDS} \
              interleaved rounds)",
-            isa::selected().name()
+            isa.name()
         );
         println!(
             "{:<6} {:>5} {:>5} {:>11} {:>12} {:>8} {:>11} {:>14} {:>18}",
@@ -97,7 +100,7 @@ pub fn run(opts: &Options) -> Result<ExitCode, String> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn measure(tiles: &Tiles, ty: GgmlType, k: usize, n: usize) -> Result<Row, String> {
+fn measure(isa: Isa, tiles: &Tiles, ty: GgmlType, k: usize, n: usize) -> Result<Row, String> {
     let data = Rng::new((k * 31 + n) as u64).blocks(ty, n * k / ty.block_elems(), 0.05);
     let w = ExpertWeights {
         ty,
@@ -111,13 +114,14 @@ fn measure(tiles: &Tiles, ty: GgmlType, k: usize, n: usize) -> Result<Row, Strin
     let mut scales = vec![0f32; tiles.pad(n)];
     let gbps = |seconds: f64| out_len as f64 / seconds / 1e9;
 
-    inflate_expert(&w, tiles, &mut b, &mut scales).map_err(|e| e.to_string())?;
+    inflate_expert_with(isa, &w, tiles, &mut b, &mut scales).map_err(|e| e.to_string())?;
     let src = vec![1i8; out_len];
     let (mut direct, mut via, mut copy) = (Vec::new(), Vec::new(), Vec::new());
     let mut direct_us_range = (f64::INFINITY, 0f64);
     for _ in 0..ROUNDS {
         let t = time(WARMUP, REPEATS, || {
-            inflate_expert(black_box(&w), tiles, &mut b, &mut scales).expect("checked above");
+            inflate_expert_with(isa, black_box(&w), tiles, &mut b, &mut scales)
+                .expect("checked above");
             black_box(&b);
         });
         direct_us_range = (

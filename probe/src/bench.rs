@@ -1,5 +1,6 @@
 //! Timing and output helpers shared by the probe's subcommands.
 
+use ork_moe::isa::Isa;
 use ork_moe::npu::BackendChoice;
 use ork_moe::quant::GgmlType;
 use std::path::PathBuf;
@@ -28,12 +29,18 @@ pub struct Options {
     /// Rows per expert.
     pub m: Option<Vec<usize>>,
     pub types: Option<Vec<GgmlType>>,
-    /// Threads of the CPU runs (sets `ORK_THREADS`).
+    /// Threads of the CPU runs (overrides `ORK_THREADS`).
     pub threads: Option<usize>,
-    /// Backend (sets `ORK_BACKEND`).
-    pub backend: Option<String>,
+    /// Backend (overrides `ORK_BACKEND`).
+    pub backend: Option<BackendChoice>,
+    /// Kernel paths to measure (`peak`).
+    pub paths: Option<Vec<Isa>>,
+    /// Measurement rounds (`peak`).
+    pub rounds: Option<usize>,
     /// Fewer sizes and repeats.
     pub quick: bool,
+    /// (accuracy) folder of real-weights vectors.
+    pub data: Option<PathBuf>,
 }
 
 impl Options {
@@ -55,6 +62,7 @@ impl Options {
                 "--json" => o.json = true,
                 "--quick" => o.quick = true,
                 "--svg" => o.svg = Some(PathBuf::from(value()?)),
+                "--data" => o.data = Some(PathBuf::from(value()?)),
                 "--shapes" => o.shapes = Some(list(&value()?, parse_shape)?),
                 "--m" => o.m = Some(list(&value()?, parse_count)?),
                 "--types" => {
@@ -67,11 +75,16 @@ impl Options {
                 "--threads" => o.threads = Some(parse_count(&value()?)?),
                 "--backend" => {
                     let v = value()?;
-                    BackendChoice::parse(&v).ok_or_else(|| {
+                    o.backend = Some(BackendChoice::parse(&v).ok_or_else(|| {
                         format!("--backend {v:?}: expected auto, emu, rknn or cpu")
-                    })?;
-                    o.backend = Some(v);
+                    })?);
                 }
+                "--paths" => {
+                    o.paths = Some(list(&value()?, |p| {
+                        Isa::from_name(p).ok_or_else(|| format!("unknown kernel path {p:?}"))
+                    })?)
+                }
+                "--rounds" => o.rounds = Some(parse_count(&value()?)?),
                 other => return Err(format!("unknown option {other:?}")),
             }
         }
@@ -166,6 +179,8 @@ pub fn time<F: FnMut()>(warmup: usize, repeats: usize, mut f: F) -> Timing {
 pub enum Json<'a> {
     Str(&'a str),
     Num(f64),
+    /// A number printed in scientific notation (small errors).
+    Sci(f64),
     Int(i64),
     Bool(bool),
 }
@@ -183,7 +198,8 @@ pub fn print_json(rows: &[Vec<(&str, Json)>]) {
             match v {
                 Json::Str(s) => out.push_str(&format!("{s:?}")),
                 Json::Num(x) if x.is_finite() => out.push_str(&format!("{x:.4}")),
-                Json::Num(_) => out.push_str("null"),
+                Json::Sci(x) if x.is_finite() => out.push_str(&format!("{x:.4e}")),
+                Json::Num(_) | Json::Sci(_) => out.push_str("null"),
                 Json::Int(x) => out.push_str(&x.to_string()),
                 Json::Bool(b) => out.push_str(&b.to_string()),
             }

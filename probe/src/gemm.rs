@@ -8,8 +8,11 @@
 
 use super::bench::{print_json, time, Json, Options};
 use ork_moe::gemm::{self, Shape};
+use ork_moe::isa::Isa;
 use ork_moe::layout::Tiles;
+use ork_moe::moe::Config;
 use ork_moe::npu::{flags, Buffer, Device, MatMul, Primitive, Report};
+use ork_moe::npu::{BackendChoice, DeviceConfig};
 use ork_moe::testutil::Rng;
 use std::process::ExitCode;
 
@@ -72,7 +75,12 @@ fn submit(
     Ok(report)
 }
 
-fn measure(npu: &Device, cpu: &Device, k: usize, n: usize, m: usize) -> Result<Row, String> {
+fn measure(
+    npu: &Device,
+    cpu: &Device,
+    isa: Isa,
+    (k, n, m): (usize, usize, usize),
+) -> Result<Row, String> {
     let t = npu.tiles();
     let mut rng = Rng::new((k * 131 + n * 7 + m) as u64);
     let mut a = vec![0i8; t.a_len(m, t.pad(k))];
@@ -83,7 +91,7 @@ fn measure(npu: &Device, cpu: &Device, k: usize, n: usize, m: usize) -> Result<R
         warmup: WARMUP,
         timed: REPEATS,
     };
-    measure_operands(npu, cpu, (k, n, m), &a, &b, reps)
+    measure_operands(npu, cpu, isa, (k, n, m), &a, &b, reps)
 }
 
 /// Measures `C = A·B` for native `a` (`m` rows) and native `b` (padded `k` × `n`) on the NPU
@@ -91,6 +99,7 @@ fn measure(npu: &Device, cpu: &Device, k: usize, n: usize, m: usize) -> Result<R
 pub fn measure_operands(
     npu: &Device,
     cpu: &Device,
+    isa: Isa,
     (k, n, m): (usize, usize, usize),
     a: &[i8],
     b: &[i8],
@@ -120,7 +129,6 @@ pub fn measure_operands(
         b,
         b_offset: 0,
         c_offset: 0,
-        scaled: None,
     };
 
     let (na, nb, mut nc) = upload(npu, a, b, expected.len())?;
@@ -137,9 +145,8 @@ pub fn measure_operands(
     }
 
     let mut c1 = vec![0i32; expected.len()];
-    let kernel = ork_moe::npu::cpu_kernel();
     let cpu1_t = time(reps.warmup, reps.timed, || {
-        kernel(&Tiles::RK3588, shape, a, b, &mut c1)
+        gemm::gemm_isa(isa, &Tiles::RK3588, shape, a, b, &mut c1)
     });
 
     let (ca, cb, mut cc) = upload(cpu, a, b, expected.len())?;
@@ -166,14 +173,14 @@ pub fn measure_operands(
     })
 }
 
-pub fn run(opts: &Options) -> Result<ExitCode, String> {
-    let npu = Device::from_env().map_err(|e| e.to_string())?;
-    let cpu = Device::cpu();
+pub fn run(opts: &Options, cfg: &Config) -> Result<ExitCode, String> {
+    let (npu, cpu) = devices(cfg)?;
+    let isa = cfg.device.host.isa;
     let backend = npu.backend().name();
     let mut rows = Vec::new();
     for (k, n) in opts.shapes() {
         for m in opts.rows() {
-            rows.push(measure(&npu, &cpu, k, n, m)?);
+            rows.push(measure(&npu, &cpu, isa, (k, n, m))?);
         }
     }
     if opts.json {
@@ -197,7 +204,7 @@ pub fn run(opts: &Options) -> Result<ExitCode, String> {
     } else {
         println!(
             "backend {backend}; CPU kernel threads: 1 and {}; times are medians of {REPEATS} runs (µs)",
-            ork_moe::pool::global().threads()
+            cfg.device.host.threads
         );
         println!(
             "{:>5} {:>5} {:>4}  {:<9} {:>10} {:>19} {:>16} {:>10} {:>10}  bit_exact",
@@ -236,4 +243,15 @@ pub fn run(opts: &Options) -> Result<ExitCode, String> {
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// The configured NPU backend, and the `cpu` backend with the same kernel path and threads.
+pub fn devices(cfg: &Config) -> Result<(Device, Device), String> {
+    let npu = Device::open(&cfg.device).map_err(|e| e.to_string())?;
+    let cpu_cfg = DeviceConfig {
+        backend: BackendChoice::Cpu,
+        ..cfg.device.clone()
+    };
+    let cpu = Device::open(&cpu_cfg).map_err(|e| e.to_string())?;
+    Ok((npu, cpu))
 }

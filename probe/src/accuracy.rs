@@ -1,0 +1,608 @@
+//! `ork-probe accuracy`: the error of each way to compute a MUL_MAT_ID, as NMSE against an f64
+//! reference (f64 activations × ggml's dequantized weights in f64), per case:
+//! - `ggml`: ggml's own arithmetic: activations quantized to Q8_0 / Q8_K, block-wise integer dot
+//!   products (`quant::vec_dot`, ggml's reference quantizers and generic dot products, proved
+//!   bit-exact against the pinned ggml by `tests/ggml_vec_dot.rs`);
+//! - `library`: what the engine computes today: each row to int8 with one scale
+//!   (`moe::quantize::quantize_row`), the expert inflated (`inflate::inflate_expert`), the CPU
+//!   int8 GEMM (`gemm::gemm`, equal to the NPU bit for bit), `C · (row_scale · chan_scale)`;
+//! - `library_tinyfix`: the same with the split row scale (`quantize_row_scaled`,
+//!   `RowScale::output`); identical to `library` except on tiny rows;
+//! - `library_hadamard`: rows rotated (`quantize_row_rotated`), weights inflated rotated
+//!   (`inflate::inflate_expert_rotated`);
+//! - `library_seg256`, `library_seg512`: one activation scale per K segment, one int8 GEMM per
+//!   segment, combined in f32 (`moe::segments`);
+//! - `library_outliers`: channels above 6 RMS (at most 8 per row) taken out of the int8 row and
+//!   added in f32 against the dequantized weight columns (`moe::outliers`);
+//! - `library_outliers_int8w`: the same with the correction's weights read from the inflated
+//!   int8 expert (`outliers::native_column`), what the engine can do without dequantizing.
+//!
+//! Cases: the synthetic ones of issue 13 (K=2048, N=64, 8 experts, 2 used per token, 32
+//! tokens; uniform activations with outlier channels ×10 and ×50, Gaussian, tiny), the same at
+//! the down-projection depth K=768, and the real ones in `--data` (all-MiniLM-L6-v2's FFN
+//! weights and activations, `tools/make_accuracy_vectors.py`). The table also prints the levers'
+//! costs: outlier channels split, segment GEMMs, and the rotated inflate's time against the
+//! direct one (measured, 1 thread).
+
+use super::bench::{print_json, time, Json, Options};
+use ork_moe::gemm::Shape;
+use ork_moe::inflate::{inflate_expert, inflate_expert_rotated, ExpertWeights};
+use ork_moe::layout::Tiles;
+use ork_moe::moe::outliers::{self, Rule};
+use ork_moe::moe::quantize::{quantize_row, quantize_row_rotated, quantize_row_scaled, RowScale};
+use ork_moe::moe::segments::{self, Segmented};
+use ork_moe::quant::hadamard::Rotation;
+use ork_moe::quant::vec_dot::{vec_dot, VecDotType};
+use ork_moe::quant::{dequantize_row, GgmlType};
+use ork_moe::testutil::Rng;
+use std::collections::HashMap;
+use std::hint::black_box;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// One MUL_MAT_ID: experts' weights and the routed rows.
+struct Case {
+    name: String,
+    ty: GgmlType,
+    k: usize,
+    n: usize,
+    /// Per expert, `n` rows of ggml blocks.
+    experts: Vec<Vec<u8>>,
+    /// (expert, activation row of `k`) per (token, slot).
+    rows: Vec<(usize, Vec<f32>)>,
+    /// Real weights: Q4's own error (NMSE of the outputs with dequantized against original
+    /// weights), from the vectors' manifest.
+    q4_own: Option<f64>,
+}
+
+impl Case {
+    fn weights(&self, e: usize) -> ExpertWeights<'_> {
+        ExpertWeights {
+            ty: self.ty,
+            data: &self.experts[e],
+            row_stride: self.ty.row_bytes(self.k).expect("whole blocks"),
+            n: self.n,
+            k: self.k,
+        }
+    }
+}
+
+const PATHS: [&str; 8] = [
+    "ggml",
+    "library",
+    "library_tinyfix",
+    "library_hadamard",
+    "library_seg256",
+    "library_seg512",
+    "library_outliers",
+    "library_outliers_int8w",
+];
+/// The path the library takes by default today.
+const DEFAULT_PATH: &str = "library";
+
+struct Measured {
+    case: String,
+    ty: GgmlType,
+    k: usize,
+    n: usize,
+    rows: usize,
+    nmse: Vec<f64>,
+    /// Outlier lever: channels split per row (mean, max).
+    outliers: (f64, usize),
+    q4_own: Option<f64>,
+}
+
+pub fn run(opts: &Options) -> Result<ExitCode, String> {
+    let types = opts.types(&[GgmlType::Q4_0, GgmlType::Q4_K]);
+    let mut cases = synthetic_cases(&types);
+    let data = opts.data.clone().unwrap_or_else(|| {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/data/accuracy/minilm")
+    });
+    cases.extend(real_cases(&data, &types)?);
+    let mut results = Vec::new();
+    for case in &cases {
+        eprintln!(
+            "accuracy: {} {} ({} rows)",
+            case.name,
+            case.ty.name(),
+            case.rows.len()
+        );
+        results.push(measure(case)?);
+    }
+    if opts.json {
+        let mut json = Vec::new();
+        for r in &results {
+            for (path, nmse) in PATHS.iter().zip(&r.nmse) {
+                json.push(vec![
+                    ("case", Json::Str(&r.case)),
+                    ("k", Json::Int(r.k as i64)),
+                    ("n", Json::Int(r.n as i64)),
+                    ("type", Json::Str(r.ty.name())),
+                    ("path", Json::Str(path)),
+                    ("nmse", Json::Sci(*nmse)),
+                    ("vs_ggml", Json::Num(nmse / r.nmse[0])),
+                    ("default", Json::Bool(*path == DEFAULT_PATH)),
+                    ("rows", Json::Int(r.rows as i64)),
+                    (
+                        "q4_own_nmse",
+                        r.q4_own.map_or(Json::Sci(f64::NAN), Json::Sci),
+                    ),
+                    (
+                        "of_q4_own",
+                        Json::Num(r.q4_own.map_or(f64::NAN, |q| nmse / q)),
+                    ),
+                ]);
+            }
+        }
+        print_json(&json);
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("NMSE against the f64 reference (dequantized weights × f32 activations); in brackets: × ggml's");
+    print!("{:<16} {:<5} {:>5} {:>5}", "case", "type", "k", "n");
+    for p in PATHS {
+        print!(" {:>20}", p.strip_prefix("library_").unwrap_or(p));
+    }
+    println!(" {:>9}", "outl/row");
+    for r in &results {
+        print!("{:<16} {:<5} {:>5} {:>5}", r.case, r.ty.name(), r.k, r.n);
+        for (i, v) in r.nmse.iter().enumerate() {
+            if i == 0 {
+                print!(" {:>20}", format!("{v:.2e}"));
+            } else {
+                print!(" {:>20}", format!("{v:.2e} ({:.2})", v / r.nmse[0]));
+            }
+        }
+        println!(" {:>9}", format!("{:.1}/{}", r.outliers.0, r.outliers.1));
+    }
+    println!(
+        "(default: {DEFAULT_PATH}; outl/row: channels the outlier lever splits per row, mean/max)"
+    );
+    println!("\nreal weights: error added to Q4's own (NMSE of the path / NMSE of Q4 against the f32 weights)");
+    print!("{:<16} {:<5} {:>9}", "case", "type", "q4_own");
+    for p in PATHS {
+        print!(" {:>9}", p.strip_prefix("library_").unwrap_or(p));
+    }
+    println!();
+    for r in results.iter().filter(|r| r.q4_own.is_some()) {
+        let q = r.q4_own.expect("filtered");
+        print!("{:<16} {:<5} {:>9.2e}", r.case, r.ty.name(), q);
+        for v in &r.nmse {
+            print!(" {:>8.1}%", 100.0 * v / q);
+        }
+        println!();
+    }
+    costs();
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Issue 13's cases (and the same at K = 768): 8 experts, 2 used, 32 tokens, N = 64.
+fn synthetic_cases(types: &[GgmlType]) -> Vec<Case> {
+    let (experts, n_used, tokens, n) = (8, 2, 32, 64);
+    let mut out = Vec::new();
+    for &ty in types {
+        for (name, k) in [
+            ("outliers_x10", 2048usize),
+            ("outliers_x50", 2048),
+            ("gaussian", 2048),
+            ("tiny", 2048),
+            ("outliers_x10", 768),
+            ("gaussian", 768),
+        ] {
+            if !k.is_multiple_of(ty.block_elems()) {
+                continue;
+            }
+            let mut rng = Rng::new(13 + k as u64);
+            let blocks = n * k / ty.block_elems();
+            let w: Vec<Vec<u8>> = (0..experts).map(|_| rng.blocks(ty, blocks, 0.05)).collect();
+            let mut rows = Vec::new();
+            for _ in 0..tokens {
+                let x: Vec<f32> = (0..k)
+                    .map(|c| match name {
+                        "gaussian" => rng.normal(),
+                        "tiny" => {
+                            rng.uniform(0.5, 1.5) * if rng.unit() < 0.5 { -1e-40 } else { 1e-40 }
+                        }
+                        _ => {
+                            let f = if name == "outliers_x50" { 50.0 } else { 10.0 };
+                            match c {
+                                7 => f * if rng.unit() < 0.5 { -1.0 } else { 1.0 },
+                                c if c == k * 1500 / 2048 => f / 2.0,
+                                _ => rng.uniform(-1.0, 1.0),
+                            }
+                        }
+                    })
+                    .collect();
+                let first = rng.below(experts);
+                let second = (first + 1 + rng.below(experts - 1)) % experts;
+                for e in [first, second].into_iter().take(n_used) {
+                    rows.push((e, x.clone()));
+                }
+            }
+            out.push(Case {
+                name: if k == 2048 {
+                    name.to_string()
+                } else {
+                    format!("{name}_k{k}")
+                },
+                ty,
+                k,
+                n,
+                experts: w,
+                rows,
+                q4_own: None,
+            });
+        }
+    }
+    out
+}
+
+/// The real-weights cases of `dir` (manifest.txt; see tools/make_accuracy_vectors.py): each
+/// layer one expert, token `t` routed to experts `t mod E` and `(t + 1 + t/E) mod E`.
+fn real_cases(dir: &Path, types: &[GgmlType]) -> Result<Vec<Case>, String> {
+    let manifest = dir.join("manifest.txt");
+    let text =
+        std::fs::read_to_string(&manifest).map_err(|e| format!("{}: {e}", manifest.display()))?;
+    let mut out = Vec::new();
+    for line in text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+    {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let num = |i: usize| -> Result<usize, String> {
+            f.get(i)
+                .and_then(|v| v.parse().ok())
+                .ok_or_else(|| format!("{}: bad line {line:?}", manifest.display()))
+        };
+        let (name, k, n, experts, tokens) = (f[0], num(1)?, num(2)?, num(3)?, num(4)?);
+        let own = |ty: GgmlType| {
+            f[5..].iter().find_map(|kv| {
+                let (t, v) = kv.split_once('=')?;
+                (t == ty.name()).then(|| v.parse::<f64>().ok()).flatten()
+            })
+        };
+        let read =
+            |file: String| std::fs::read(dir.join(&file)).map_err(|e| format!("{file}: {e}"));
+        let act: Vec<f32> = read(format!("{name}.act.f32"))?
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes")))
+            .collect();
+        if act.len() != experts * tokens * k {
+            return Err(format!(
+                "{name}.act.f32: {} values, expected {}",
+                act.len(),
+                experts * tokens * k
+            ));
+        }
+        for &ty in types {
+            let file = format!("{name}.{}.blocks", ty.name());
+            if !dir.join(&file).exists() {
+                continue; // e.g. Q4_K at K = 384
+            }
+            let blocks = read(file.clone())?;
+            let per = n * ty
+                .row_bytes(k)
+                .ok_or(format!("{file}: K not whole blocks"))?;
+            if blocks.len() != experts * per {
+                return Err(format!(
+                    "{file}: {} bytes, expected {}",
+                    blocks.len(),
+                    experts * per
+                ));
+            }
+            let mut rows = Vec::new();
+            for t in 0..tokens {
+                let picks = [t % experts, (t + 1 + t / experts) % experts];
+                for &e in picks.iter().take(experts.min(2)) {
+                    rows.push((
+                        e,
+                        act[(e * tokens + t) * k..(e * tokens + t + 1) * k].to_vec(),
+                    ));
+                }
+            }
+            out.push(Case {
+                name: format!("minilm_{name}"),
+                ty,
+                k,
+                n,
+                experts: blocks.chunks_exact(per).map(<[u8]>::to_vec).collect(),
+                rows,
+                q4_own: own(ty),
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// The lever a library path applies.
+#[derive(Clone, Copy, PartialEq)]
+enum Lever {
+    Today,
+    TinyFix,
+    Hadamard,
+    Segments(usize),
+    Outliers,
+    /// The same, the correction's weights from the inflated int8 expert.
+    OutliersInt8W,
+}
+
+fn measure(case: &Case) -> Result<Measured, String> {
+    let (k, n) = (case.k, case.n);
+    let e = |e: ork_moe::inflate::InflateError| e.to_string();
+    // The reference and ggml, row by row.
+    let mut wf: Vec<Vec<f32>> = Vec::new();
+    let rb = case.ty.row_bytes(k).expect("whole blocks");
+    for ex in &case.experts {
+        let mut f = vec![0f32; n * k];
+        for (r, out) in f.chunks_exact_mut(k).enumerate() {
+            dequantize_row(case.ty, &ex[r * rb..(r + 1) * rb], out).map_err(|e| e.to_string())?;
+        }
+        wf.push(f);
+    }
+    let reference: Vec<f64> = case
+        .rows
+        .iter()
+        .flat_map(|(ex, x)| {
+            let w = &wf[*ex];
+            (0..n).map(move |j| {
+                w[j * k..(j + 1) * k]
+                    .iter()
+                    .zip(x)
+                    .map(|(&a, &b)| a as f64 * b as f64)
+                    .sum::<f64>()
+            })
+        })
+        .collect();
+    let at = VecDotType::for_weights(case.ty).ok_or("no vec-dot type")?;
+    let mut ggml = Vec::with_capacity(reference.len());
+    for (ex, x) in &case.rows {
+        let act = at.quantize_row(x).map_err(|e| e.to_string())?;
+        for j in 0..n {
+            ggml.push(
+                vec_dot(case.ty, k, &case.experts[*ex][j * rb..(j + 1) * rb], &act)
+                    .map_err(|e| e.to_string())? as f64,
+            );
+        }
+    }
+    let mut nmse = vec![nmse_of(&ggml, &reference)];
+    let mut outlier_stats = (0.0, 0);
+    for lever in [
+        Lever::Today,
+        Lever::TinyFix,
+        Lever::Hadamard,
+        Lever::Segments(256),
+        Lever::Segments(512),
+        Lever::Outliers,
+        Lever::OutliersInt8W,
+    ] {
+        let (y, stats) = library(case, lever).map_err(e)?;
+        if lever == Lever::Outliers {
+            outlier_stats = stats;
+        }
+        nmse.push(nmse_of(&y, &reference));
+    }
+    Ok(Measured {
+        case: case.name.clone(),
+        ty: case.ty,
+        k,
+        n,
+        rows: case.rows.len(),
+        nmse,
+        outliers: outlier_stats,
+        q4_own: case.q4_own,
+    })
+}
+
+fn nmse_of(y: &[f64], reference: &[f64]) -> f64 {
+    let err: f64 = y
+        .iter()
+        .zip(reference)
+        .map(|(a, b)| (a - b) * (a - b))
+        .sum();
+    err / reference.iter().map(|b| b * b).sum::<f64>()
+}
+
+/// The library's outputs (in `case.rows` order, `n` per row) with `lever`, and for the outlier
+/// lever the channels split per row (mean, max).
+fn library(
+    case: &Case,
+    lever: Lever,
+) -> Result<(Vec<f64>, (f64, usize)), ork_moe::inflate::InflateError> {
+    let tiles = Tiles::RK3588;
+    let (k, n) = (case.k, case.n);
+    let (kp, np) = (tiles.pad(k), tiles.pad(n));
+    let rot = Rotation::new(k);
+    let mut y = vec![0f64; case.rows.len() * n];
+    let (mut split_total, mut split_max) = (0usize, 0usize);
+    for ex in 0..case.experts.len() {
+        let members: Vec<usize> = (0..case.rows.len())
+            .filter(|&r| case.rows[r].0 == ex)
+            .collect();
+        if members.is_empty() {
+            continue;
+        }
+        let m = members.len();
+        let w = case.weights(ex);
+        let mut b = vec![0i8; tiles.b_len(kp, np)];
+        let mut chan = vec![0f32; np];
+        match lever {
+            Lever::Hadamard => inflate_expert_rotated(&w, &rot, &tiles, &mut b, &mut chan)?,
+            _ => inflate_expert(&w, &tiles, &mut b, &mut chan)?,
+        }
+        // Row-major int8 rows, then native A.
+        let mut a = vec![0i8; m * kp];
+        let mut scales: Vec<Vec<RowScale>> = Vec::with_capacity(m);
+        let mut split: Vec<Vec<usize>> = vec![Vec::new(); m];
+        let mut scratch = vec![0f32; k];
+        for (i, &r) in members.iter().enumerate() {
+            let x = &case.rows[r].1;
+            let q = &mut a[i * kp..(i + 1) * kp];
+            scales.push(match lever {
+                Lever::Today => vec![RowScale {
+                    scale: quantize_row(x, q),
+                    exp2: 0,
+                }],
+                Lever::TinyFix => vec![quantize_row_scaled(x, q)],
+                Lever::Hadamard => vec![quantize_row_rotated(&rot, x, &mut scratch, q)],
+                Lever::Segments(seg) => {
+                    let mut s = Vec::new();
+                    segments::quantize_row_segments(x, seg, q, &mut s);
+                    s
+                }
+                Lever::Outliers | Lever::OutliersInt8W => vec![outliers::split_row(
+                    x,
+                    Rule::DEFAULT,
+                    &mut scratch,
+                    &mut split[i],
+                    q,
+                )],
+            });
+            split_total += split[i].len();
+            split_max = split_max.max(split[i].len());
+        }
+        let mut an = vec![0i8; tiles.a_len(m, kp)];
+        tiles.pack_a(&a, m, kp, &mut an);
+        let shape = Shape { m, kp, np };
+        let seg = match lever {
+            Lever::Segments(s) => s,
+            _ => kp,
+        };
+        let mut c = vec![0i32; kp.div_ceil(seg) * tiles.c_len(m, np)];
+        segments::gemm_segments(&tiles, shape, seg, &an, &b, &mut c);
+        let mut columns: HashMap<usize, Vec<f32>> = HashMap::new();
+        for ch in split.iter().flatten() {
+            if !columns.contains_key(ch) {
+                let mut col = vec![0f32; n];
+                if lever == Lever::OutliersInt8W {
+                    outliers::native_column(&tiles, kp, &b, &chan, *ch, &mut col);
+                } else {
+                    w.dequantize_column(*ch, &mut col)?;
+                }
+                columns.insert(*ch, col);
+            }
+        }
+        let result = Segmented {
+            tiles: &tiles,
+            m,
+            np,
+            c: &c,
+        };
+        for (i, &r) in members.iter().enumerate() {
+            for j in 0..n {
+                let v = if lever == Lever::Today {
+                    // The scatter's expression, with the folded scale.
+                    c[tiles.c_index(m, i, j)] as f32 * (scales[i][0].scale * chan[j])
+                } else {
+                    result.output(&scales[i], i, j, chan[j])
+                };
+                let corr = outliers::correction(&case.rows[r].1, &split[i], j, |ch| &columns[&ch]);
+                y[r * n + j] = (v + corr) as f64;
+            }
+        }
+    }
+    Ok((y, (split_total as f64 / case.rows.len() as f64, split_max)))
+}
+
+/// What the levers cost: the rotated inflate against the direct one (1 thread, median of
+/// interleaved rounds), the activation rotation per row against plain quantization, and the
+/// segment GEMMs per expert on the NPU.
+fn costs() {
+    let tiles = Tiles::RK3588;
+    println!("\nlever costs, 1 thread (measured; interleaved rounds, medians):");
+    println!(
+        "{:<6} {:>5} {:>5} {:>12} {:>13} {:>7} {:>12} {:>14} {:>16}",
+        "type",
+        "k",
+        "n",
+        "inflate_us",
+        "rotated_us",
+        "ratio",
+        "quant_row_us",
+        "rot+quant_us",
+        "seg512_gemms"
+    );
+    for (k, n) in [
+        (2048usize, 768usize),
+        (768, 2048),
+        (4096, 1408),
+        (1408, 4096),
+    ] {
+        for ty in [GgmlType::Q4_0, GgmlType::Q4_K] {
+            if !k.is_multiple_of(ty.block_elems()) {
+                continue;
+            }
+            let data = Rng::new(k as u64).blocks(ty, n * k / ty.block_elems(), 0.05);
+            let w = ExpertWeights {
+                ty,
+                data: &data,
+                row_stride: ty.row_bytes(k).expect("blocks"),
+                n,
+                k,
+            };
+            let rot = Rotation::new(k);
+            let mut b = vec![0i8; tiles.b_len(tiles.pad(k), tiles.pad(n))];
+            let mut s = vec![0f32; tiles.pad(n)];
+            let x: Vec<f32> = {
+                let mut r = Rng::new(1);
+                (0..k).map(|_| r.normal()).collect()
+            };
+            let (mut q, mut scratch) = (vec![0i8; k], vec![0f32; k]);
+            let (mut direct, mut rotated, mut plain, mut rotq) =
+                (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+            for _ in 0..5 {
+                direct.push(
+                    time(1, 3, || {
+                        inflate_expert(black_box(&w), &tiles, &mut b, &mut s).expect("valid")
+                    })
+                    .median,
+                );
+                rotated.push(
+                    time(0, 1, || {
+                        inflate_expert_rotated(black_box(&w), &rot, &tiles, &mut b, &mut s)
+                            .expect("valid")
+                    })
+                    .median,
+                );
+                plain.push(
+                    time(10, 200, || {
+                        black_box(quantize_row(black_box(&x), &mut q));
+                    })
+                    .median,
+                );
+                rotq.push(
+                    time(10, 200, || {
+                        black_box(quantize_row_rotated(
+                            &rot,
+                            black_box(&x),
+                            &mut scratch,
+                            &mut q,
+                        ));
+                    })
+                    .median,
+                );
+            }
+            let med = |mut v: Vec<f64>| {
+                v.sort_by(f64::total_cmp);
+                v[v.len() / 2] * 1e6
+            };
+            let (d, r) = (med(direct), med(rotated));
+            println!(
+                "{:<6} {:>5} {:>5} {:>12.0} {:>13.0} {:>6.1}x {:>12.2} {:>14.2} {:>16}",
+                ty.name(),
+                k,
+                n,
+                d,
+                r,
+                r / d,
+                med(plain),
+                med(rotq),
+                segments::cost(1, k, n, 512).gemms
+            );
+        }
+    }
+    println!(
+        "(rotation: {} for K=2048, {} for K=768, {} for K=1408)",
+        Rotation::new(2048).construction(),
+        Rotation::new(768).construction(),
+        Rotation::new(1408).construction()
+    );
+}

@@ -1,0 +1,395 @@
+//! The one place that reads the process environment: every `ORK_*` setting, parsed once into the
+//! typed [`Config`] a context passes down (`Engine::new`, `Device::open`). Nothing below this
+//! module and the C boundary reads the environment.
+//!
+//! One rule for bad values: an unset or empty variable means its default; anything else that does
+//! not parse is an error naming the variable, its value and what it expects (`ork_ctx_new` returns
+//! NULL with the message in `ork_last_error`; the probe exits with status 2). A valid value that
+//! this machine cannot honour (`ORK_SIMD=avx512` on a CPU without it) is an error too.
+//!
+//! [`VARS`] is the table of variables; README's environment table is checked against it.
+
+use crate::isa::Isa;
+use crate::moe::cache::{Policy, Verify};
+use crate::moe::{Config, MtMode, SmallBatch};
+use crate::npu::{BackendChoice, CoreMask};
+use std::path::PathBuf;
+
+/// One environment variable: its name, its default as README shows it, what it means, and how a
+/// value is applied to a [`Config`].
+pub struct Var {
+    pub name: &'static str,
+    pub default: &'static str,
+    pub meaning: &'static str,
+    apply: fn(&mut Config, &str) -> Result<(), String>,
+}
+
+/// Every variable the library reads, in README's order.
+pub const VARS: &[Var] = &[
+    Var {
+        name: "ORK_BACKEND",
+        default: "auto",
+        meaning: "`auto` (librknnrt if it loads and answers, else `emu`), `emu`, `rknn`, `cpu`",
+        apply: |c, v| {
+            c.device.backend = BackendChoice::parse(v).ok_or("auto, emu, rknn or cpu")?;
+            Ok(())
+        },
+    },
+    Var {
+        name: "ORK_RKNN_LIB",
+        default: "librknnrt.so",
+        meaning: "path of the Rockchip runtime",
+        apply: |c, v| {
+            c.device.rknn_lib = Some(PathBuf::from(v));
+            Ok(())
+        },
+    },
+    Var {
+        name: "ORK_CORE_MASK",
+        default: "7",
+        meaning: "NPU cores to use (bit mask of the 3 cores, 1..7, decimal or 0x)",
+        apply: |c, v| {
+            let mask = match v.strip_prefix("0x") {
+                Some(hex) => u8::from_str_radix(hex, 16).ok(),
+                None => v.parse().ok(),
+            };
+            c.device.core_mask = CoreMask(mask.filter(|m| (1..=7).contains(m)).ok_or("1..7")?);
+            Ok(())
+        },
+    },
+    Var {
+        name: "ORK_CACHE_MB",
+        default: "1024",
+        meaning: "budget of the inflated-expert cache, MiB",
+        apply: |c, v| {
+            let mb: u64 = v.parse().map_err(|_| "a whole number of MiB")?;
+            c.cache_bytes = mb.checked_mul(1 << 20).ok_or("a smaller number of MiB")?;
+            Ok(())
+        },
+    },
+    Var {
+        name: "ORK_CACHE_POLICY",
+        default: "pin",
+        meaning: "when the cache is full: `pin` (keep what is held, stream the rest, replace entries gone stale) or `lru`",
+        apply: |c, v| {
+            c.cache_policy = word(v, &[("pin", Policy::Pin), ("lru", Policy::Lru)])?;
+            Ok(())
+        },
+    },
+    Var {
+        name: "ORK_CACHE_VERIFY",
+        default: "sampled",
+        meaning: "`sampled` or `full`: how much of an expert's bytes a cache hit re-checks",
+        apply: |c, v| {
+            c.cache_verify = word(v, &[("sampled", Verify::Sampled), ("full", Verify::Full)])?;
+            Ok(())
+        },
+    },
+    Var {
+        name: "ORK_MIN_ROWS",
+        default: "8",
+        meaning: "mean rows per used expert below which a call is not sent to the NPU",
+        apply: |c, v| {
+            c.min_rows = v.parse().map_err(|_| "a whole number")?;
+            Ok(())
+        },
+    },
+    Var {
+        name: "ORK_MIN_ROWS_MODE",
+        default: "decline",
+        meaning: "below the threshold: `decline` (`ORK_NOT_HANDLED`) or `cpu` (CPU int8 path)",
+        apply: |c, v| {
+            let modes = [("decline", SmallBatch::Decline), ("cpu", SmallBatch::Cpu)];
+            c.small_batch = word(v, &modes)?;
+            Ok(())
+        },
+    },
+    Var {
+        name: "ORK_THREADS",
+        default: "0",
+        meaning: "threads per call of the library's own pool and of the CPU-executed backends' submits; 0 = all cores (never more than the cores)",
+        apply: |c, v| {
+            let n: usize = v.parse().map_err(|_| "a whole number (0: all cores)")?;
+            c.device.host.threads = threads(n);
+            Ok(())
+        },
+    },
+    Var {
+        name: "ORK_MT_MODE",
+        default: "coop",
+        meaning: "how `ork_mul_mat_id_mt` uses the caller's threads: `coop` (each takes a share of the work) or `leader` (thread 0 runs the call on the library's pool, the others wait in the caller's barrier)",
+        apply: |c, v| {
+            c.mt_mode = word(v, &[("coop", MtMode::Coop), ("leader", MtMode::Leader)])?;
+            Ok(())
+        },
+    },
+    Var {
+        name: "ORK_SIMD",
+        default: "best",
+        meaning: "kernel path: `best`, `scalar`, `ssse3`, `avx2`, `avx512`, `neon`, `dotprod` (must exist on this CPU)",
+        apply: |c, v| {
+            c.device.host.isa = simd(v)?;
+            Ok(())
+        },
+    },
+    Var {
+        name: "ORK_LOG",
+        default: "warn",
+        meaning: "most verbose log level: `off`, `error`, `warn`, `info` (the backend chosen), `debug` (every call), `trace`",
+        apply: |c, v| {
+            c.log_level = v
+                .parse()
+                .map_err(|_| "off, error, warn, info, debug or trace")?;
+            Ok(())
+        },
+    },
+    Var {
+        name: "ORK_EMU_SUBMIT_US",
+        default: "100",
+        meaning: "emulator cost model: fixed cost of one submit, µs (modelled times only)",
+        apply: |c, v| {
+            c.device.emu.cost.submit_us = number(v, false)?;
+            Ok(())
+        },
+    },
+    Var {
+        name: "ORK_EMU_TASK_US",
+        default: "2",
+        meaning: "emulator cost model: set-up cost of one task on an NPU core, µs",
+        apply: |c, v| {
+            c.device.emu.cost.task_us = number(v, false)?;
+            Ok(())
+        },
+    },
+    Var {
+        name: "ORK_EMU_CORE_TOPS",
+        default: "0.4",
+        meaning: "emulator cost model: sustained int8 TOPS of one NPU core",
+        apply: |c, v| {
+            c.device.emu.cost.core_tops = number(v, true)?;
+            Ok(())
+        },
+    },
+    Var {
+        name: "ORK_EMU_DRAM_GBPS",
+        default: "15",
+        meaning: "emulator cost model: DRAM bandwidth the NPU gets, GB/s",
+        apply: |c, v| {
+            c.device.emu.cost.dram_gbps = number(v, true)?;
+            Ok(())
+        },
+    },
+    Var {
+        name: "ORK_EMU_STRICT",
+        default: "0",
+        meaning: "`1`: a cacheable input the CPU wrote but did not sync is an error, not a warning",
+        apply: |c, v| {
+            c.device.emu.strict = flag(v)?;
+            Ok(())
+        },
+    },
+    Var {
+        name: "ORK_EMU_PER_TASK",
+        default: "0",
+        meaning: "`1`: the emulator runs every planned hardware task's rows on their own (slower, same bits; exercises the task plan)",
+        apply: |c, v| {
+            c.device.emu.per_task = flag(v)?;
+            Ok(())
+        },
+    },
+    Var {
+        name: "ORK_EMU_DUMP",
+        default: "",
+        meaning: "folder to dump every submit's A, B and C into (unset: no dump)",
+        apply: |c, v| {
+            c.device.emu.dump = Some(PathBuf::from(v));
+            Ok(())
+        },
+    },
+];
+
+/// The defaults with every set variable of the process environment applied.
+pub fn from_env() -> Result<Config, String> {
+    from_lookup(|name| std::env::var(name).ok())
+}
+
+/// [`from_env`] over any source of variables (tests use a map).
+pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Config, String> {
+    let mut c = Config::default();
+    for var in VARS {
+        let Some(raw) = get(var.name) else { continue };
+        let v = raw.trim();
+        if v.is_empty() {
+            continue;
+        }
+        (var.apply)(&mut c, v).map_err(|want| format!("{}={raw:?}: expected {want}", var.name))?;
+    }
+    Ok(c)
+}
+
+/// `n` threads per call, 0 meaning every core; never more than the cores.
+pub fn threads(n: usize) -> usize {
+    let cores = crate::pool::global().threads();
+    if n == 0 {
+        cores
+    } else {
+        n.min(cores)
+    }
+}
+
+/// The kernel path `name` (`best` or an [`Isa`] name) if this CPU has it.
+pub fn simd(name: &str) -> Result<Isa, String> {
+    if name.eq_ignore_ascii_case("best") {
+        return Ok(Isa::best());
+    }
+    let available = || {
+        let names: Vec<_> = Isa::available().iter().map(|i| i.name()).collect();
+        format!("one of best, {}", names.join(", "))
+    };
+    match Isa::from_name(name) {
+        Some(isa) if isa.is_available() => Ok(isa),
+        Some(isa) => Err(format!(
+            "a path this CPU has ({} is not: {})",
+            isa.name(),
+            available()
+        )),
+        None => Err(available()),
+    }
+}
+
+/// One of `choices`' words, any case.
+fn word<T: Copy>(v: &str, choices: &[(&'static str, T)]) -> Result<T, String> {
+    let lower = v.to_ascii_lowercase();
+    choices
+        .iter()
+        .find(|(w, _)| *w == lower)
+        .map(|&(_, t)| t)
+        .ok_or_else(|| {
+            let words: Vec<_> = choices.iter().map(|(w, _)| *w).collect();
+            words.join(" or ")
+        })
+}
+
+fn flag(v: &str) -> Result<bool, &'static str> {
+    match v.to_ascii_lowercase().as_str() {
+        "1" | "true" | "on" | "yes" => Ok(true),
+        "0" | "false" | "off" | "no" => Ok(false),
+        _ => Err("0 or 1"),
+    }
+}
+
+/// A finite number, at least 0 (or above 0 when `positive`).
+fn number(v: &str, positive: bool) -> Result<f64, &'static str> {
+    let x: f64 = v.parse().map_err(|_| "a number")?;
+    match (x.is_finite(), positive) {
+        (true, true) if x > 0.0 => Ok(x),
+        (true, false) if x >= 0.0 => Ok(x),
+        (_, true) => Err("a number above 0"),
+        (_, false) => Err("a number of at least 0"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn parse(vars: &[(&str, &str)]) -> Result<Config, String> {
+        let map: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        from_lookup(|name| map.get(name).cloned())
+    }
+
+    #[test]
+    fn every_documented_default_is_the_default() {
+        for var in VARS {
+            let documented = match var.name {
+                // Defaults that are no value of the variable: the runtime's default names, no dump.
+                "ORK_RKNN_LIB" | "ORK_EMU_DUMP" => continue,
+                _ => parse(&[(var.name, var.default)]),
+            };
+            assert_eq!(documented, Ok(Config::default()), "{}", var.name);
+        }
+    }
+
+    #[test]
+    fn values_reach_their_fields() {
+        let c = parse(&[
+            ("ORK_BACKEND", "CPU"),
+            ("ORK_CORE_MASK", "0x5"),
+            ("ORK_CACHE_MB", "3"),
+            ("ORK_MIN_ROWS_MODE", "cpu"),
+            ("ORK_THREADS", "1"),
+            ("ORK_SIMD", "scalar"),
+            ("ORK_LOG", "debug"),
+            ("ORK_EMU_CORE_TOPS", "1.5"),
+            ("ORK_EMU_STRICT", "1"),
+            ("ORK_EMU_DUMP", "/tmp/d"),
+            ("ORK_MIN_ROWS", " "),
+        ])
+        .unwrap();
+        assert_eq!(c.device.backend, BackendChoice::Cpu);
+        assert_eq!(c.device.core_mask, CoreMask(5));
+        assert_eq!(c.cache_bytes, 3 << 20);
+        assert_eq!(c.small_batch, SmallBatch::Cpu);
+        assert_eq!(c.device.host.threads, 1);
+        assert_eq!(c.device.host.isa, Isa::Scalar);
+        assert_eq!(c.log_level, log::LevelFilter::Debug);
+        assert_eq!(c.device.emu.cost.core_tops, 1.5);
+        assert!(c.device.emu.strict);
+        assert_eq!(c.device.emu.dump, Some(PathBuf::from("/tmp/d")));
+        assert_eq!(c.min_rows, Config::default().min_rows, "blank is unset");
+    }
+
+    #[test]
+    fn bad_values_are_errors_that_name_the_variable() {
+        for (name, value) in [
+            ("ORK_BACKEND", "npu"),
+            ("ORK_CORE_MASK", "8"),
+            ("ORK_CACHE_MB", "-1"),
+            ("ORK_CACHE_MB", "99999999999999999"),
+            ("ORK_THREADS", "two"),
+            ("ORK_SIMD", "mmx"),
+            ("ORK_EMU_CORE_TOPS", "0"),
+            ("ORK_EMU_SUBMIT_US", "NaN"),
+            ("ORK_EMU_STRICT", "maybe"),
+            ("ORK_LOG", "loud"),
+        ] {
+            let e = parse(&[(name, value)]).unwrap_err();
+            assert!(e.starts_with(&format!("{name}=")), "{e}");
+            assert!(e.contains("expected"), "{e}");
+        }
+    }
+
+    #[test]
+    fn readme_environment_table_matches() {
+        let readme = include_str!("../README.md");
+        let rows: Vec<(String, String, String)> = readme
+            .lines()
+            .filter_map(|l| l.strip_prefix("| `ORK_"))
+            .map(|rest| {
+                let mut cells = rest.split('|').map(str::trim);
+                let name = format!("ORK_{}", cells.next().unwrap_or("").trim_end_matches('`'));
+                let default = cells.next().unwrap_or("").trim_matches('`').to_string();
+                let meaning = cells.next().unwrap_or("").to_string();
+                (name, default, meaning)
+            })
+            .collect();
+        let vars: Vec<(String, String, String)> = VARS
+            .iter()
+            .map(|v| {
+                (
+                    v.name.to_string(),
+                    v.default.to_string(),
+                    v.meaning.to_string(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            rows, vars,
+            "README's environment table and config::VARS differ"
+        );
+    }
+}

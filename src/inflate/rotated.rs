@@ -1,0 +1,106 @@
+//! Rotated weights for the online-Hadamard lever: native int8 B of `W·Rᵀ` (each weight row
+//! rotated by [`Rotation`]) with per-channel scales, so that `C = A_rot · B_rot` with activation
+//! rows rotated by the same `R` (`moe::quantize::quantize_row_rotated`) is the plain int8 GEMM
+//! of `(R·x) · (R·w)ᵀ = x · wᵀ`.
+//!
+//! The rotation mixes every weight of a row, so the table trick of the direct inflate (one
+//! lookup per stored quant) cannot apply: this path dequantizes the expert to f32, rotates each
+//! row, and quantizes per channel like the legacy via-f32 path (`s = max|w'|/127`). It is paid
+//! once per expert inflate (the result is what the cache keeps); the unrotated path stays the
+//! direct one. Cost against the direct inflate: `ork-probe accuracy` (docs/ACCURACY.md).
+
+use super::via_f32::{dequantize_expert, quantize_channels};
+use super::{check, ExpertWeights, InflateError};
+use crate::layout::Tiles;
+use crate::quant::hadamard::Rotation;
+
+/// Weight rows rotated together.
+const LANES: usize = 16;
+
+/// Inflates `W·Rᵀ` into native B and channel scales (the outputs of [`super::inflate_expert`],
+/// for rotated weights). `rot.k()` must equal `w.k`.
+pub fn inflate_expert_rotated(
+    w: &ExpertWeights,
+    rot: &Rotation,
+    tiles: &Tiles,
+    b_native: &mut [i8],
+    chan_scales: &mut [f32],
+) -> Result<(), InflateError> {
+    let shape = check(w, tiles, b_native.len(), chan_scales.len())?;
+    if rot.k() != w.k {
+        return Err(InflateError::RotationMismatch {
+            k: w.k,
+            rotation_k: rot.k(),
+        });
+    }
+    let mut f = dequantize_expert(w, &shape)?;
+    // LANES rows at a time, interleaved, so each step of the transform is one vector operation
+    // for all of them (bit-identical to rotating each row alone).
+    let mut lanes = vec![[0f32; LANES]; w.k];
+    for group in f.chunks_mut(LANES * w.k.max(1)) {
+        for (l, row) in group.chunks_exact(w.k).enumerate() {
+            for (v, &x) in lanes.iter_mut().zip(row) {
+                v[l] = x;
+            }
+        }
+        rot.apply_lanes(&mut lanes);
+        for (l, row) in group.chunks_exact_mut(w.k).enumerate() {
+            for (x, v) in row.iter_mut().zip(&lanes) {
+                *x = v[l];
+            }
+        }
+    }
+    quantize_channels(&f, w, &shape, tiles, b_native, chan_scales)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quant::{dequantize_row, GgmlType};
+    use crate::testutil::Rng;
+
+    #[test]
+    fn rotated_weights_dot_rotated_activations_give_the_product() {
+        let (k, n) = (768, 40);
+        let t = Tiles::RK3588;
+        let ty = GgmlType::Q4_0;
+        let data = Rng::new(4).blocks(ty, n * k / 32, 0.05);
+        let w = ExpertWeights {
+            ty,
+            data: &data,
+            row_stride: ty.row_bytes(k).unwrap(),
+            n,
+            k,
+        };
+        let rot = Rotation::new(k);
+        let mut b = vec![0i8; t.b_len(t.pad(k), t.pad(n))];
+        let mut s = vec![0f32; t.pad(n)];
+        inflate_expert_rotated(&w, &rot, &t, &mut b, &mut s).unwrap();
+        assert!(s[n..].iter().all(|&v| v == 0.0));
+        let x: Vec<f32> = {
+            let mut r = Rng::new(8);
+            (0..k).map(|_| r.normal()).collect()
+        };
+        let mut rx = vec![0f32; k];
+        rot.apply(&x, &mut rx);
+        let mut wf = vec![0f32; k];
+        for row in 0..n {
+            dequantize_row(ty, &data[row * w.row_stride..][..w.row_stride], &mut wf).unwrap();
+            let exact: f64 = wf.iter().zip(&x).map(|(&a, &b)| a as f64 * b as f64).sum();
+            let got: f64 = (0..k)
+                .map(|c| b[t.b_index(t.pad(k), row, c)] as f64 * s[row] as f64 * rx[c] as f64)
+                .sum();
+            let norm = wf.iter().map(|&v| (v as f64).powi(2)).sum::<f64>().sqrt()
+                * x.iter().map(|&v| (v as f64).powi(2)).sum::<f64>().sqrt();
+            assert!(
+                (got - exact).abs() < 0.02 * norm,
+                "row {row}: {got} vs {exact}"
+            );
+        }
+        let wrong = Rotation::new(384);
+        assert_eq!(
+            inflate_expert_rotated(&w, &wrong, &t, &mut b, &mut s),
+            Err(InflateError::RotationMismatch { k, rotation_k: 384 })
+        );
+    }
+}

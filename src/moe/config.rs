@@ -1,0 +1,57 @@
+//! The configuration of one context (the C `ork_config`): typed, with defaults, and no knowledge
+//! of where the values came from (`crate::config` reads the environment).
+
+use super::cache::{Policy, Verify};
+use crate::npu::DeviceConfig;
+
+/// What happens to calls below `min_rows` rows per expert.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SmallBatch {
+    /// `NotHandled`: the caller's own path runs them.
+    Decline,
+    /// Taken, but the GEMMs run on the CPU int8 kernels instead of the device.
+    Cpu,
+}
+
+/// How [`super::Engine::run_mt`] uses the caller's threads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MtMode {
+    /// Every caller thread takes a share of the work (phase 1 split, phase 2 work items).
+    Coop,
+    /// Caller thread 0 runs the call on the crate's pool; the others wait in the caller's barrier.
+    /// Kept to measure against `Coop` where the caller's idle threads spin.
+    Leader,
+}
+
+/// A context's configuration.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    /// The device and how its CPU-executed backends run (kernel path, threads).
+    pub device: DeviceConfig,
+    /// Expert cache budget in bytes.
+    pub cache_bytes: u64,
+    pub cache_policy: Policy,
+    pub cache_verify: Verify,
+    /// Calls whose average rows per used expert (`Problem::rows_per_expert`) are below this go
+    /// to `small_batch`.
+    pub min_rows: u32,
+    pub small_batch: SmallBatch,
+    pub mt_mode: MtMode,
+    /// Most verbose library log level (process-wide: the last context created sets it).
+    pub log_level: log::LevelFilter,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            device: DeviceConfig::default(),
+            cache_bytes: 1 << 30,
+            cache_policy: Policy::Pin,
+            cache_verify: Verify::Sampled,
+            min_rows: 8,
+            small_batch: SmallBatch::Decline,
+            mt_mode: MtMode::Coop,
+            log_level: log::LevelFilter::Warn,
+        }
+    }
+}

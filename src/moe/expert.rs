@@ -1,0 +1,177 @@
+//! An expert's int8 weights: found in the cache, or inflated now (and cached).
+//!
+//! A call computes one projection, or a pair sharing activations and ids (gate and up: one GEMM
+//! per expert over both). The weights of a pair are inflated into one native B, the first
+//! projection's N-tiles then the second's, so that one submit computes both.
+
+use super::cache::{
+    fingerprint, name_hash, Cache, CacheStats, Expert, Fingerprint, Key, Lookup, Policy, Segment,
+    Verify,
+};
+use super::call::try_vec;
+use super::desc::Problem;
+use super::{Error, ErrorKind};
+use crate::inflate::{inflate_expert_with, ExpertWeights, InflateError};
+use crate::isa::Isa;
+use crate::layout::Tiles;
+use crate::npu::{flags, Device};
+use std::sync::Arc;
+
+/// The cache and how a hit is verified.
+pub(super) struct Experts {
+    cache: Cache,
+    verify: Verify,
+}
+
+/// Where an expert came from.
+pub(super) enum Source {
+    Cache,
+    /// Inflated now: bytes of native B written.
+    Inflated(u64),
+}
+
+/// One projection's weights: the whole `as` tensor of `problem`, and its name.
+#[derive(Clone, Copy)]
+pub(super) struct Weights<'a> {
+    pub problem: &'a Problem,
+    pub data: &'a [u8],
+    pub name: Option<&'a str>,
+}
+
+impl Weights<'_> {
+    /// Expert `e`'s bytes, and its cache identity.
+    fn expert(&self, e: usize, verify: Verify) -> (&[u8], Key, Fingerprint) {
+        let p = self.problem;
+        let (off, len) = p.expert_bytes(e);
+        let bytes = &self.data[off..off + len];
+        let key = Key {
+            addr: self.data.as_ptr() as usize + off,
+            ty: p.wtype,
+            k: p.k,
+            n: p.n,
+            row_stride: p.w_nb1,
+            name_hash: name_hash(self.name),
+            pair: 0,
+        };
+        let fp = fingerprint(
+            bytes,
+            p.n,
+            p.w_row_bytes,
+            p.w_nb1,
+            p.wtype.block_bytes(),
+            verify,
+        );
+        (bytes, key, fp)
+    }
+}
+
+impl Experts {
+    pub fn new(budget: u64, policy: Policy, verify: Verify) -> Experts {
+        Experts {
+            cache: Cache::new(budget, policy),
+            verify,
+        }
+    }
+
+    pub fn stats(&self) -> CacheStats {
+        self.cache.stats()
+    }
+
+    /// Expert `e` of the projections `weights` (one, or a pair of one shape), inflated on `isa`
+    /// into one device buffer of `device` (synced) unless the cache holds it.
+    pub fn get(
+        &self,
+        device: &Device,
+        tiles: &Tiles,
+        isa: Isa,
+        weights: &[Weights],
+        e: usize,
+    ) -> Result<(Arc<Expert>, Source), Error> {
+        let parts: Vec<_> = weights.iter().map(|w| w.expert(e, self.verify)).collect();
+        let (_, mut key, mut fp) = parts[0];
+        if let Some(&(_, second, second_fp)) = parts.get(1) {
+            key.pair = second.addr ^ second.name_hash as usize;
+            fp = fp.with(second_fp);
+        }
+        if let Lookup::Hit(x) = self.cache.lookup(&key, fp) {
+            return Ok((x, Source::Cache));
+        }
+        let p = weights[0].problem;
+        let (kp, np) = (tiles.pad(p.k), tiles.pad(p.n));
+        let n_all = np * weights.len();
+        let mut b = device.alloc::<i8>(tiles.b_len(kp, n_all), flags::CPU_FILLED, 0)?;
+        let mut chan = try_vec(n_all, 0f32, "channel scales")?;
+        let inflate = |bytes: &[u8], out: &mut [i8], chan: &mut [f32]| {
+            let w = ExpertWeights {
+                ty: p.wtype,
+                data: bytes,
+                row_stride: p.w_nb1,
+                n: p.n,
+                k: p.k,
+            };
+            inflate_expert_with(isa, &w, tiles, out, chan).map_err(|err| match err {
+                InflateError::NonFiniteScale { row, block } => Error::new(
+                    ErrorKind::InvalidArgument,
+                    format!("as: expert {e}, row {row}, block {block} has a NaN or infinite scale"),
+                ),
+                other => Error::new(
+                    ErrorKind::Internal,
+                    format!("inflating expert {e}: {other}"),
+                ),
+            })
+        };
+        let depths = tiles.k_segments(kp, device.max_k());
+        let one = tiles.b_len(kp, np);
+        if let [(k0, k1)] = depths[..] {
+            // One native B over all projections: their N-tiles back to back.
+            let outs = b.as_mut_slice()[..one * parts.len()].chunks_exact_mut(one);
+            for (((bytes, ..), out), chan) in parts.iter().zip(outs).zip(chan.chunks_exact_mut(np))
+            {
+                inflate(bytes, out, chan)?;
+            }
+            let segments = vec![Segment {
+                k0,
+                k1,
+                b_offset: 0,
+            }];
+            return self.keep(key, fp, Expert { b, chan, segments });
+        }
+        // Deeper than one device GEMM: inflate the whole rows (one scale per channel over all of
+        // K), then lay each depth range out as a native B of its own, projections back to back.
+        let mut whole = try_vec(one * parts.len(), 0i8, "inflated expert")?;
+        let outs = whole.chunks_exact_mut(one);
+        for (((bytes, ..), out), chan) in parts.iter().zip(outs).zip(chan.chunks_exact_mut(np)) {
+            inflate(bytes, out, chan)?;
+        }
+        let mut segments = Vec::with_capacity(depths.len());
+        let mut at = 0;
+        for (k0, k1) in depths {
+            segments.push(Segment {
+                k0,
+                k1,
+                b_offset: at,
+            });
+            let len = tiles.b_len(k1 - k0, np);
+            for src in whole.chunks_exact(one) {
+                let out = &mut b.as_mut_slice()[at..at + len];
+                tiles.copy_b_depth(src, kp, np, (k0, k1), out);
+                at += len;
+            }
+        }
+        self.keep(key, fp, Expert { b, chan, segments })
+    }
+
+    /// Syncs a freshly inflated expert to the device and offers it to the cache.
+    fn keep(
+        &self,
+        key: Key,
+        fp: Fingerprint,
+        mut x: Expert,
+    ) -> Result<(Arc<Expert>, Source), Error> {
+        x.b.sync_to_device()?;
+        let written = x.b.len() as u64;
+        let x = Arc::new(x);
+        self.cache.insert(key, fp, Arc::clone(&x));
+        Ok((x, Source::Inflated(written)))
+    }
+}

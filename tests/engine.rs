@@ -1,0 +1,453 @@
+//! The engine itself (no C boundary) on odd shapes: N not a multiple of 32, K = 256·odd, 1, 3 and
+//! 8 slots, broadcast and per-slot activations, strided `dst` rows with sentinels between them.
+//! The emulated NPU and the CPU backend must agree bit for bit, single-caller and cooperative
+//! runs too, and both must be within int8 accuracy of an f64 reference.
+
+use ork_moe::moe::desc::{TensorDesc, GGML_TYPE_I32};
+use ork_moe::moe::{Config, Engine, Inputs, PairInputs};
+use ork_moe::npu::{BackendChoice, DeviceConfig};
+use ork_moe::quant::{dequantize_row, GgmlType};
+use ork_moe::testutil::Rng;
+use std::sync::atomic::AtomicU32;
+use std::sync::Barrier;
+
+/// Bits written between and after `dst` rows; an engine that writes them has gone out of bounds.
+const SENTINEL: u32 = 0x7fc0_dead;
+
+#[derive(Clone, Copy, Debug)]
+struct Shape {
+    ty: GgmlType,
+    k: usize,
+    n: usize,
+    n_expert: usize,
+    n_used: usize,
+    n_tokens: usize,
+    /// Activation rows per token: 1 (broadcast to every slot) or `n_used`.
+    b_rows: usize,
+    /// Extra f32 elements after each `dst` row.
+    dst_gap: usize,
+}
+
+/// One call's tensors, laid out with the strides of `Shape`.
+struct Case {
+    s: Shape,
+    weights: Vec<u8>,
+    /// Bytes between experts (more than N rows: a view into a larger tensor).
+    expert_stride: usize,
+    b: Vec<f32>,
+    ids: Vec<i32>,
+}
+
+impl Case {
+    fn new(s: Shape, seed: u64) -> Case {
+        let mut rng = Rng::new(seed);
+        let row = s.ty.row_bytes(s.k).expect("K is whole blocks");
+        let expert_stride = s.n * row + s.ty.block_bytes();
+        let mut weights = vec![0u8; s.n_expert * expert_stride];
+        for e in 0..s.n_expert {
+            let blocks = rng.blocks(s.ty, s.n * s.k / s.ty.block_elems(), 0.02);
+            weights[e * expert_stride..][..s.n * row].copy_from_slice(&blocks);
+        }
+        let b = (0..s.k * s.b_rows * s.n_tokens)
+            .map(|_| rng.uniform(-1.0, 1.0))
+            .collect();
+        // Distinct experts per token, as a router's top-k gives them.
+        let mut ids = Vec::with_capacity(s.n_used * s.n_tokens);
+        for _ in 0..s.n_tokens {
+            let mut chosen: Vec<i32> = Vec::new();
+            while chosen.len() < s.n_used {
+                let e = rng.below(s.n_expert) as i32;
+                if !chosen.contains(&e) {
+                    chosen.push(e);
+                }
+            }
+            ids.extend(chosen);
+        }
+        Case {
+            s,
+            weights,
+            expert_stride,
+            b,
+            ids,
+        }
+    }
+
+    fn dst_row(&self) -> usize {
+        self.s.n + self.s.dst_gap
+    }
+
+    fn dst_len(&self) -> usize {
+        self.dst_row() * self.s.n_used * self.s.n_tokens
+    }
+
+    fn descs(&self, dst: &[AtomicU32]) -> [TensorDesc<'_>; 4] {
+        let s = &self.s;
+        let row = s.ty.row_bytes(s.k).unwrap();
+        let t = |ty: i32, ne: [usize; 3], nb: [usize; 3], addr: usize| TensorDesc {
+            ty,
+            ne: [ne[0] as i64, ne[1] as i64, ne[2] as i64, 1],
+            nb: [nb[0], nb[1], nb[2], nb[2] * ne[2]],
+            addr,
+            name: Some("blk.0.ffn_gate_exps.weight"),
+        };
+        let w = t(
+            s.ty.id(),
+            [s.k, s.n, s.n_expert],
+            [s.ty.block_bytes(), row, self.expert_stride],
+            self.weights.as_ptr() as usize,
+        );
+        let b = t(
+            GgmlType::F32.id(),
+            [s.k, s.b_rows, s.n_tokens],
+            [4, 4 * s.k, 4 * s.k * s.b_rows],
+            self.b.as_ptr() as usize,
+        );
+        let ids = t(
+            GGML_TYPE_I32,
+            [s.n_used, s.n_tokens, 1],
+            [4, 4 * s.n_used, 4 * s.n_used * s.n_tokens],
+            self.ids.as_ptr() as usize,
+        );
+        let d = t(
+            GgmlType::F32.id(),
+            [s.n, s.n_used, s.n_tokens],
+            [4, 4 * self.dst_row(), 4 * self.dst_row() * s.n_used],
+            dst.as_ptr() as usize,
+        );
+        [w, b, ids, d]
+    }
+
+    /// `dst` after one call on `engine`: from a single caller, or from `threads` cooperating.
+    fn run(&self, engine: &Engine, threads: usize) -> Vec<u32> {
+        let dst: Vec<AtomicU32> = (0..self.dst_len())
+            .map(|_| AtomicU32::new(SENTINEL))
+            .collect();
+        let [w, b, ids, d] = self.descs(&dst);
+        let plan = engine.plan(&w, &b, &ids, &d).expect("a valid call");
+        let p = &plan.problem;
+        let io = Inputs {
+            weights: &self.weights[..p.w_extent],
+            name: w.name,
+            b: &self.b[..p.b_extent / 4],
+            ids: &self.ids[..p.ids_extent / 4],
+            dst: &dst[..p.dst_extent / 4],
+            pair: None,
+        };
+        run_plan(engine, plan, &io, threads);
+        dst.into_iter().map(AtomicU32::into_inner).collect()
+    }
+
+    /// The same activations and ids with other weights: the second projection of a pair.
+    fn sibling(&self, seed: u64) -> Case {
+        Case {
+            weights: Case::new(self.s, seed).weights,
+            b: self.b.clone(),
+            ids: self.ids.clone(),
+            ..*self
+        }
+    }
+
+    /// Both `dst`s of the pair (`self`, `second`) in one call on `engine`.
+    fn run_pair(&self, second: &Case, engine: &Engine, threads: usize) -> (Vec<u32>, Vec<u32>) {
+        let new_dst = || -> Vec<AtomicU32> {
+            (0..self.dst_len())
+                .map(|_| AtomicU32::new(SENTINEL))
+                .collect()
+        };
+        let (dst0, dst1) = (new_dst(), new_dst());
+        let [w0, b, ids, d0] = self.descs(&dst0);
+        let [w1, _, _, d1] = second.descs(&dst1);
+        let plan = engine
+            .plan_pair(&w0, &w1, &b, &ids, &d0, &d1)
+            .expect("a valid pair");
+        let (p0, p1) = (&plan.problem, plan.pair.as_ref().expect("a pair plan"));
+        let io = Inputs {
+            weights: &self.weights[..p0.w_extent],
+            name: w0.name,
+            b: &self.b[..p0.b_extent / 4],
+            ids: &self.ids[..p0.ids_extent / 4],
+            dst: &dst0[..p0.dst_extent / 4],
+            pair: Some(PairInputs {
+                weights: &second.weights[..p1.w_extent],
+                name: w1.name,
+                dst: &dst1[..p1.dst_extent / 4],
+            }),
+        };
+        run_plan(engine, plan, &io, threads);
+        let bits = |d: Vec<AtomicU32>| d.into_iter().map(AtomicU32::into_inner).collect();
+        (bits(dst0), bits(dst1))
+    }
+
+    /// The f64 result of the dequantized weights and the f32 activations, `[token][slot][n]`.
+    fn reference(&self) -> Vec<f64> {
+        let s = &self.s;
+        let row = s.ty.row_bytes(s.k).unwrap();
+        let mut w = vec![0f32; s.k];
+        let mut out = vec![0f64; s.n * s.n_used * s.n_tokens];
+        for t in 0..s.n_tokens {
+            for slot in 0..s.n_used {
+                let e = self.ids[t * s.n_used + slot] as usize;
+                let x = &self.b[(t * s.b_rows + slot % s.b_rows) * s.k..][..s.k];
+                for n in 0..s.n {
+                    let at = e * self.expert_stride + n * row;
+                    dequantize_row(s.ty, &self.weights[at..at + row], &mut w).unwrap();
+                    let dot: f64 = w.iter().zip(x).map(|(&a, &b)| a as f64 * b as f64).sum();
+                    out[(t * s.n_used + slot) * s.n + n] = dot;
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Runs `plan` from a single caller, or from `threads` cooperating through a barrier.
+fn run_plan(engine: &Engine, plan: ork_moe::moe::Plan, io: &Inputs, threads: usize) {
+    if threads == 1 {
+        engine.run(plan, io).expect("the call runs");
+        return;
+    }
+    let barrier = Barrier::new(threads);
+    std::thread::scope(|scope| {
+        for ith in 0..threads {
+            let (plan, barrier) = (plan.clone(), &barrier);
+            scope.spawn(move || {
+                let mut wait = || {
+                    barrier.wait();
+                };
+                engine
+                    .run_mt(plan, io, ith, threads, &mut wait)
+                    .expect("the cooperative call runs");
+            });
+        }
+    });
+}
+
+fn engine(backend: BackendChoice) -> Engine {
+    engine_on(backend, DeviceConfig::default().host.threads)
+}
+
+/// An engine whose single-caller runs use `threads` threads.
+fn engine_on(backend: BackendChoice, threads: usize) -> Engine {
+    let mut device = DeviceConfig {
+        backend,
+        ..DeviceConfig::default()
+    };
+    device.host.threads = threads;
+    Engine::new(Config {
+        device,
+        // Every call through the device path, whatever its size.
+        min_rows: 0,
+        ..Config::default()
+    })
+    .expect("the backend opens")
+}
+
+const SHAPES: [Shape; 6] = [
+    Shape {
+        ty: GgmlType::Q4_0,
+        k: 768,
+        n: 100,
+        n_expert: 8,
+        n_used: 3,
+        n_tokens: 5,
+        b_rows: 3,
+        dst_gap: 7,
+    },
+    Shape {
+        ty: GgmlType::Q4_K,
+        k: 1280,
+        n: 72,
+        n_expert: 4,
+        n_used: 1,
+        n_tokens: 9,
+        b_rows: 1,
+        dst_gap: 1,
+    },
+    Shape {
+        ty: GgmlType::Q8_0,
+        k: 256,
+        n: 33,
+        n_expert: 16,
+        n_used: 8,
+        n_tokens: 3,
+        b_rows: 1,
+        dst_gap: 3,
+    },
+    Shape {
+        ty: GgmlType::Q6_K,
+        k: 768,
+        n: 40,
+        n_expert: 6,
+        n_used: 3,
+        n_tokens: 4,
+        b_rows: 3,
+        dst_gap: 0,
+    },
+    // K = 2048: the stream envelope (gate/up's primitive) on an odd N.
+    Shape {
+        ty: GgmlType::Q4_1,
+        k: 2048,
+        n: 50,
+        n_expert: 8,
+        n_used: 8,
+        n_tokens: 16,
+        b_rows: 8,
+        dst_gap: 2,
+    },
+    Shape {
+        ty: GgmlType::Q5_0,
+        k: 1792,
+        n: 65,
+        n_expert: 5,
+        n_used: 3,
+        n_tokens: 6,
+        b_rows: 1,
+        dst_gap: 5,
+    },
+];
+
+#[test]
+fn emu_and_cpu_agree_bit_for_bit_and_match_the_reference() {
+    let (emu, cpu) = (engine(BackendChoice::Emu), engine(BackendChoice::Cpu));
+    for (i, &shape) in SHAPES.iter().enumerate() {
+        let case = Case::new(shape, 100 + i as u64);
+        let on_emu = case.run(&emu, 1);
+        assert!(on_emu == case.run(&cpu, 1), "{shape:?}: emu and cpu differ");
+        assert!(
+            on_emu == case.run(&emu, 3),
+            "{shape:?}: cooperative run differs"
+        );
+
+        let reference = case.reference();
+        let (mut err, mut norm) = (0f64, 0f64);
+        for (r, chunk) in on_emu.chunks_exact(case.dst_row()).enumerate() {
+            let (values, gap) = chunk.split_at(shape.n);
+            assert!(
+                gap.iter().all(|&x| x == SENTINEL),
+                "{shape:?}: wrote between rows"
+            );
+            for (&got, &want) in values.iter().zip(&reference[r * shape.n..]) {
+                let got = f32::from_bits(got) as f64;
+                assert!(got.is_finite(), "{shape:?}: row {r} not written");
+                err += (got - want).powi(2);
+                norm += want * want;
+            }
+        }
+        // test-backend-ops' MUL_MAT_ID bound; int8 activations and weights stay well inside it.
+        let nmse = err / norm;
+        assert!(nmse < 5e-4, "{shape:?}: NMSE {nmse:e}");
+    }
+}
+
+#[test]
+fn deep_k_is_summed_from_segments_bit_for_bit() {
+    // The emulator takes K <= 10240 per GEMM: deeper experts run as depth segments whose int32
+    // products add up to the whole one; the CPU backend takes any K in one piece.
+    let (emu, cpu) = (engine(BackendChoice::Emu), engine(BackendChoice::Cpu));
+    let cases = [
+        (GgmlType::Q4_0, 8192),
+        (GgmlType::Q4_0, 8224),
+        (GgmlType::Q4_0, 10240),
+        (GgmlType::Q4_0, 10272),
+        (GgmlType::Q4_0, 14336),
+        (GgmlType::Q4_K, 16384),
+    ];
+    for (i, (ty, k)) in cases.into_iter().enumerate() {
+        let shape = Shape {
+            ty,
+            k,
+            n: 32,
+            n_expert: 4,
+            n_used: 2,
+            n_tokens: 16,
+            b_rows: 2,
+            dst_gap: 1,
+        };
+        let case = Case::new(shape, 200 + i as u64);
+        let on_emu = case.run(&emu, 1);
+        assert!(on_emu == case.run(&cpu, 1), "K={k}: emu and cpu differ");
+        assert!(
+            on_emu == case.run(&emu, 2),
+            "K={k}: cooperative run differs"
+        );
+        let submits = emu.stats().submits_run_i8;
+        assert!(submits > 0, "K={k}: the device ran the GEMMs");
+    }
+}
+
+#[test]
+fn a_pair_equals_its_two_calls_bit_for_bit() {
+    // Gate and up of one expert as one GEMM: same bits as two calls, one submit per expert (one
+    // thread: several would split a large expert's channels into several submits).
+    let (emu, cpu) = (engine_on(BackendChoice::Emu, 1), engine(BackendChoice::Cpu));
+    let shapes = [
+        SHAPES[0], // N = 100: padding channels between the two projections' blocks
+        SHAPES[4], // K = 2048: the stream envelope
+        Shape {
+            ty: GgmlType::Q4_0,
+            k: 14336,
+            n: 40,
+            n_expert: 4,
+            n_used: 2,
+            n_tokens: 8,
+            b_rows: 1,
+            dst_gap: 3,
+        }, // deep K: depth segments of both projections
+    ];
+    for (i, &shape) in shapes.iter().enumerate() {
+        let gate = Case::new(shape, 300 + i as u64);
+        let up = gate.sibling(400 + i as u64);
+        let separate = (gate.run(&emu, 1), up.run(&emu, 1));
+        let before = emu.stats();
+        assert!(
+            gate.run_pair(&up, &emu, 1) == separate,
+            "{shape:?}: pair differs"
+        );
+        let after = emu.stats();
+        let submits = |s: &ork_moe::moe::Stats| s.submits_run_i8 + s.submits_stream;
+        let experts_used = {
+            let mut ids = gate.ids.clone();
+            ids.sort_unstable();
+            ids.dedup();
+            ids.len() as u64
+        };
+        let segments = shape.k.div_ceil(10240) as u64;
+        assert_eq!(
+            submits(&after) - submits(&before),
+            experts_used * segments,
+            "{shape:?}"
+        );
+        assert!(
+            gate.run_pair(&up, &emu, 3) == separate,
+            "{shape:?}: cooperative pair"
+        );
+        assert!(
+            gate.run_pair(&up, &cpu, 1) == separate,
+            "{shape:?}: cpu pair"
+        );
+    }
+}
+
+#[test]
+fn a_fused_gate_up_tensor_is_one_call() {
+    // llama.cpp's ffn_gate_up_exps: one MUL_MAT_ID with N = 2·n_ff, split into views afterwards.
+    let shape = Shape {
+        ty: GgmlType::Q4_K,
+        k: 2048,
+        n: 1536,
+        n_expert: 8,
+        n_used: 4,
+        n_tokens: 8,
+        b_rows: 1,
+        dst_gap: 0,
+    };
+    let case = Case::new(shape, 500);
+    let (emu, cpu) = (engine_on(BackendChoice::Emu, 1), engine(BackendChoice::Cpu));
+    let on_emu = case.run(&emu, 1);
+    assert!(on_emu == case.run(&cpu, 1));
+    let stats = emu.stats();
+    assert_eq!(
+        stats.submits_stream, stats.experts_inflated,
+        "one submit per expert"
+    );
+}
