@@ -23,7 +23,7 @@ fn check_predicts_call_on_random_descriptors() {
     let mut rng = Rng::new(0x14);
     let mut contexts: HashMap<(i32, u32, bool, u32), *mut ork_ctx> = HashMap::new();
     let mut seen: HashMap<&str, usize> = HashMap::new();
-    let (mut accepted, mut entries) = (0usize, [0usize; 3]);
+    let (mut accepted, mut deep, mut entries) = (0usize, 0usize, [0usize; 3]);
     for case_no in 0..CASES {
         let mut c = random_case(&mut rng);
         let backend = if rng.below(4) == 0 {
@@ -57,16 +57,22 @@ fn check_predicts_call_on_random_descriptors() {
             *seen.entry(s).or_default() += 1;
         }
         match run_case(ctx, &mut c, entry) {
-            Ok(code) => accepted += (code == ORK_OK) as usize,
+            Ok(code) => {
+                accepted += (code == ORK_OK) as usize;
+                deep += (code == ORK_OK && c.d.w.ne[0] > 8192) as usize;
+            }
             Err(e) => panic!("case {case_no}: {e}"),
         }
     }
     for ctx in contexts.into_values() {
         ork_ctx_free(ctx);
     }
-    println!("{accepted} of {CASES} accepted; entries {entries:?}; reasons seen: {seen:?}");
-    // Every kind of case occurred, and a fair share was computed.
-    assert!(accepted > CASES / 5, "{accepted}");
+    println!(
+        "{accepted} of {CASES} accepted ({deep} deeper than 8192); entries {entries:?}; \
+         reasons seen: {seen:?}"
+    );
+    // Every kind of case occurred, and a fair share was computed, deep K included.
+    assert!(accepted > CASES / 5 && deep > 0, "{accepted}, {deep}");
     for must in [
         "weight rows overlap",
         "activation rows overlap",

@@ -181,6 +181,12 @@ fn faults_on_stream_calls() {
 }
 
 #[test]
+fn faults_on_deep_k_calls() {
+    // K = 10272: beyond one emulated run_i8 (10240), summed from depth segments.
+    check_shape(GgmlType::Q4_0, [10272, 32, 4, 2, 4, 1], 3);
+}
+
+#[test]
 fn domain_too_small_for_one_expert_is_out_of_memory() {
     let call_data = Owned::contiguous(GgmlType::Q8_0, [256, 64, 4, 2, 4, 1], &mut Rng::new(3));
     let (device, monitor) = Device::emu_monitored(emu::Config {

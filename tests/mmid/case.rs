@@ -6,7 +6,7 @@ use super::*;
 use ork_moe::testutil::Rng;
 use std::collections::BTreeSet;
 
-/// Deepest K drawn.
+/// Deepest K drawn, but for a few deep cases.
 pub const MAX_K: usize = 1024;
 
 /// A source of choices.
@@ -109,7 +109,11 @@ pub fn random_case(rng: &mut impl Draw) -> Case {
     // Mostly shallow, sometimes deep.
     let blocks = MAX_K / wt.block_elems();
     let depth = 1 + rng.below(blocks);
-    let k = wt.block_elems() * (1 + rng.below(depth));
+    let mut k = wt.block_elems() * (1 + rng.below(depth));
+    if rng.below(48) == 0 {
+        // Deeper than one device GEMM (10240 on the emulator, 8192 on the board's runtime).
+        k = [8224usize, 10272, 14336, 16384][rng.below(4)].next_multiple_of(wt.block_elems());
+    }
     let n = [1, 2, 5, 31, 32, 33, 64, 70][rng.below(8)];
     let n_expert = 1 + rng.below(6);
     let n_used = 1 + rng.below(4);
