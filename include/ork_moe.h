@@ -132,6 +132,9 @@ typedef struct ork_config {
   double outlier_factor;
   // Submitter threads (`ORK_SUBMITTERS`): -1 = auto (one per NPU core on rknn), else a count.
   int32_t submitters;
+  // Faults the emulator injects (`ORK_EMU_FAULTS` syntax); NULL: the environment's or none.
+  // Read during `ork_ctx_new` only.
+  const char *emu_faults;
 } ork_config;
 
 // Result of every fallible call.

@@ -13,6 +13,7 @@ use crate::isa::Isa;
 use crate::moe::cache::{Policy, Verify};
 use crate::moe::outliers::Rule;
 use crate::moe::{Config, MtMode, SmallBatch};
+use crate::npu::emu::FaultPlan;
 use crate::npu::{BackendChoice, CoreMask};
 use std::path::PathBuf;
 
@@ -220,6 +221,15 @@ pub const VARS: &[Var] = &[
         },
     },
     Var {
+        name: "ORK_EMU_FAULTS",
+        default: "",
+        meaning: "faults the emulator injects, for tests: `op:N` or `op:N+` (that one and every later one), comma-separated, `op` one of `alloc`, `domain_full`, `run`, `sync_to_device`, `sync_from_device`, N counting from 1 per kind (unset: none)",
+        apply: |c, v| {
+            c.device.emu.faults = FaultPlan::parse(v)?;
+            Ok(())
+        },
+    },
+    Var {
         name: "ORK_EMU_DUMP",
         default: "",
         meaning: "folder to dump every submit's A, B and C into (unset: no dump)",
@@ -347,7 +357,7 @@ mod tests {
         for var in VARS {
             let documented = match var.name {
                 // Defaults that are no value of the variable: the runtime's default names, no dump.
-                "ORK_RKNN_LIB" | "ORK_EMU_DUMP" => continue,
+                "ORK_RKNN_LIB" | "ORK_EMU_DUMP" | "ORK_EMU_FAULTS" => continue,
                 _ => parse(&[(var.name, var.default)]),
             };
             assert_eq!(documented, Ok(Config::default()), "{}", var.name);

@@ -172,6 +172,9 @@ pub struct ork_config {
     pub outlier_factor: f64,
     /// Submitter threads (`ORK_SUBMITTERS`): -1 = auto (one per NPU core on rknn), else a count.
     pub submitters: i32,
+    /// Faults the emulator injects (`ORK_EMU_FAULTS` syntax); NULL: the environment's or none.
+    /// Read during `ork_ctx_new` only.
+    pub emu_faults: *const c_char,
 }
 
 /// The caller's threads for `ork_mul_mat_id_mt`.
@@ -334,6 +337,7 @@ fn to_c_config(c: &Config) -> ork_config {
         outlier_max: c.outliers.map_or(0, |r| r.max_channels as u32),
         outlier_factor: c.outliers.map_or(0.0, |r| r.factor as f64),
         submitters: c.submitters.map_or(-1, |n| n as i32),
+        emu_faults: std::ptr::null(),
     }
 }
 
@@ -385,6 +389,11 @@ fn from_c_config(c: &ork_config, base: Config) -> Result<Config, Error> {
     }
     if let Some(p) = path(c.emu_dump_dir) {
         d.emu.dump = Some(p);
+    }
+    if let Some(spec) = path(c.emu_faults) {
+        let spec = spec.to_string_lossy();
+        d.emu.faults = crate::npu::emu::FaultPlan::parse(&spec)
+            .map_err(|e| invalid(&format!("config: emu_faults {spec:?}: expected {e}")))?;
     }
     d.emu.strict = c.emu_strict != 0;
     d.emu.per_task = c.emu_per_task != 0;
@@ -467,7 +476,7 @@ pub extern "C" fn ork_ctx_new(cfg: *const ork_config) -> *mut ork_ctx {
         let config = from_c_config(&full, env)?;
         log_install(config.log_level);
         let engine = Engine::new(config)?;
-        ctx = Box::into_raw(Box::new(ork_ctx { engine }));
+        ctx = ork_ctx_from_engine(engine);
         Ok(())
     });
     if r == ORK_OK {
@@ -475,6 +484,12 @@ pub extern "C" fn ork_ctx_new(cfg: *const ork_config) -> *mut ork_ctx {
     } else {
         std::ptr::null_mut()
     }
+}
+
+/// Rust only (not in the C header): a context around an engine the caller built, e.g. on an
+/// emulator with injected faults. Free it with `ork_ctx_free`.
+pub fn ork_ctx_from_engine(engine: Engine) -> *mut ork_ctx {
+    Box::into_raw(Box::new(ork_ctx { engine }))
 }
 
 /// Frees a context (NULL is a no-op). No call may be running on it.

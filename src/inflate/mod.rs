@@ -193,6 +193,11 @@ pub fn inflate_expert_with(
         return Err(InflateError::IsaUnavailable(isa));
     }
     let shape = check(w, tiles, b_native.len(), chan_scales.len())?;
+    if shape.kp == 0 {
+        // No depth: every row is empty, so all-zero (scale 0), and native B has no bytes.
+        chan_scales[..shape.np].fill(0.0);
+        return Ok(());
+    }
     let mut inflater = TileInflater::new(isa, w, tiles);
     let mut rows: Vec<&[u8]> = Vec::with_capacity(tiles.b_n);
     for (t, tile_out) in b_native[..tiles.b_len(shape.kp, shape.np)]

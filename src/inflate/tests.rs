@@ -96,6 +96,26 @@ fn zero_row_gives_zero_scale_and_weights_and_nan_is_an_error() {
     }
 }
 
+/// Found by fuzzing (fuzz/ decode): K = 0 divided by a zero tile depth.
+#[test]
+fn zero_depth_gives_zero_scales_on_every_path() {
+    let t = Tiles::RK3588;
+    for isa in Isa::available() {
+        for ty in GgmlType::QUANTIZED {
+            let w = ExpertWeights {
+                ty,
+                data: &[],
+                row_stride: 0,
+                n: 3,
+                k: 0,
+            };
+            let mut s = vec![9f32; 32];
+            inflate_expert_with(isa, &w, &t, &mut [], &mut s).unwrap();
+            assert!(s.iter().all(|&x| x == 0.0), "{isa:?} {ty:?}");
+        }
+    }
+}
+
 #[test]
 fn dequantize_column_is_the_column_of_dequantize_row() {
     let (k, n) = (512, 5);

@@ -25,8 +25,8 @@ pub struct TensorDesc<'a> {
     pub name: Option<&'a str>,
 }
 
-/// A validated MUL_MAT_ID call. Strides of f32 / i32 tensors are in elements (their innermost
-/// stride is always one element).
+/// A validated MUL_MAT_ID call. Strides of f32 / i32 tensors are in elements; the stride of a
+/// dimension of size 1 is never used and is 0 here, whatever the descriptor said.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Problem {
     pub wtype: GgmlType,
@@ -41,12 +41,14 @@ pub struct Problem {
     /// Activation rows per token (`b.ne[1]`): 1 = broadcast to all slots, else slot `s` reads row
     /// `s % b_rows`.
     pub b_rows: usize,
-    /// Bytes of one weight row, and the row / expert strides of `as` in bytes.
+    /// Bytes of one weight row, and the row / expert strides of `as` in bytes (`w_nb1` is the row
+    /// size when there is one row).
     pub w_row_bytes: usize,
     pub w_nb1: usize,
     pub w_nb2: usize,
     pub b_s1: usize,
     pub b_s2: usize,
+    pub ids_s0: usize,
     pub ids_s1: usize,
     pub dst_s1: usize,
     pub dst_s2: usize,
@@ -98,24 +100,133 @@ fn dims(t: &TensorDesc, what: &str) -> Result<[usize; 4], Error> {
     Ok(d)
 }
 
-/// Strides of an f32/i32 tensor in elements; `None` when they are not whole, aligned elements
-/// (a layout ggml's own path handles and this one declines).
-fn elem_strides(t: &TensorDesc) -> Option<[usize; 3]> {
-    let aligned = t.addr.is_multiple_of(4)
-        && t.nb[0] == 4
-        && t.nb[1].is_multiple_of(4)
-        && t.nb[2].is_multiple_of(4);
-    aligned.then(|| [1, t.nb[1] / 4, t.nb[2] / 4])
+/// The byte strides of `t` that are used: those of dimensions of size 1 are 0.
+fn used_strides(t: &TensorDesc, d: &[usize; 4]) -> [usize; 3] {
+    std::array::from_fn(|i| if d[i] > 1 { t.nb[i] } else { 0 })
 }
 
-fn overlaps(a: (usize, usize), b: (usize, usize)) -> bool {
-    a.0 < b.0.saturating_add(b.1) && b.0 < a.0.saturating_add(a.1)
+/// Strides in 4-byte elements, or `None` when the data or a stride is not whole aligned elements
+/// (a layout ggml's own path handles and this one declines).
+fn elem_strides(addr: usize, nb: [usize; 3]) -> Option<[usize; 3]> {
+    let aligned = addr.is_multiple_of(4) && nb.iter().all(|s| s.is_multiple_of(4));
+    aligned.then(|| nb.map(|s| s / 4))
+}
+
+/// Steps of the exact search in [`disjoint_runs`] beyond which it gives up (a few µs).
+const SEARCH_STEPS: usize = 1 << 14;
+
+/// Whether the runs `[o, o + inner)` at the offsets `o = i·s + j·t` (`i < e`, `j < f`, with
+/// `dims = [(e, s), (f, t)]`) are pairwise disjoint; `None` when that is not decided within
+/// [`SEARCH_STEPS`] steps.
+///
+/// Two runs meet iff their offsets differ by less than `inner`, i.e. iff some `(i, j) ≠ (0, 0)`
+/// with `|i| < e`, `|j| < f` has `|i·s + j·t| < inner`. A dimension whose stride is below `inner`
+/// meets at its first step; if the larger stride steps over the whole span of the smaller
+/// dimension (every contiguous, padded or permuted layout), nothing meets; otherwise, for each
+/// `j` of the shorter dimension, `|i·s + j·t|` is convex in `i`, so the nearest `i` (clamped to
+/// its range) decides. Sound and complete; only the search is bounded.
+fn disjoint_runs(inner: usize, dims: [(usize, usize); 2]) -> Option<bool> {
+    let mut used: Vec<(u128, u128)> = dims
+        .iter()
+        .filter(|&&(count, _)| count > 1)
+        .map(|&(count, stride)| (count as u128, stride as u128))
+        .collect();
+    let inner = inner as u128;
+    if used.iter().any(|&(_, stride)| stride < inner) {
+        return Some(false);
+    }
+    used.sort_by_key(|&(_, stride)| stride);
+    let [(e_small, s_small), (e_big, s_big)] = match used[..] {
+        [_, _] => [used[0], used[1]],
+        _ => return Some(true),
+    };
+    if s_big >= (e_small - 1) * s_small + inner {
+        return Some(true);
+    }
+    let ((e_loop, s_loop), (e_free, s_free)) = if e_small <= e_big {
+        ((e_small, s_small), (e_big, s_big))
+    } else {
+        ((e_big, s_big), (e_small, s_small))
+    };
+    if e_loop - 1 > SEARCH_STEPS as u128 {
+        return None;
+    }
+    let (s_free, lim, inner) = (s_free as i128, e_free as i128 - 1, inner as i128);
+    for j in 1..e_loop as i128 {
+        let x = j * s_loop as i128;
+        let q = x.div_euclid(s_free);
+        for i in [-q, -q - 1] {
+            if (i.clamp(-lim, lim) * s_free + x).abs() < inner {
+                return Some(false);
+            }
+        }
+    }
+    Some(true)
+}
+
+/// Whether every byte of `[0, extent)` belongs to one of the runs `[o, o + inner)` (offsets as in
+/// [`disjoint_runs`]): a contiguous tensor.
+fn dense(inner: usize, dims: [(usize, usize); 2]) -> bool {
+    let mut used: Vec<(usize, usize)> = dims.into_iter().filter(|&(c, _)| c > 1).collect();
+    used.sort_by_key(|&(_, stride)| stride);
+    let mut span = inner;
+    for (count, stride) in used {
+        if stride != span {
+            return false;
+        }
+        span = span.saturating_mul(count);
+    }
+    true
+}
+
+/// One tensor's memory as the overlap checks see it: `[addr, addr + extent)`, made of runs of
+/// `inner` bytes (the first at `addr`, the last ending at `addr + extent`).
+struct Span {
+    addr: usize,
+    extent: usize,
+    inner: usize,
+    dense: bool,
+}
+
+impl Span {
+    fn meets(&self, lo: usize, len: usize) -> bool {
+        lo < self.addr + self.extent && self.addr < lo + len
+    }
+
+    /// The first and the last run: always element bytes.
+    fn end_runs(&self) -> [(usize, usize); 2] {
+        [
+            (self.addr, self.inner),
+            (self.addr + self.extent - self.inner, self.inner),
+        ]
+    }
+
+    /// `Some(true)` when the two tensors certainly share a byte, `Some(false)` when their extents
+    /// are apart, `None` when the extents interleave and sharing is not proven. Proofs: an end run
+    /// of one meets an end run of the other, or lies in the extent of the other when that one is
+    /// dense.
+    fn shares_bytes(&self, other: &Span) -> Option<bool> {
+        if !self.meets(other.addr, other.extent) {
+            return Some(false);
+        }
+        let run_in = |run: (usize, usize), t: &Span| {
+            (t.dense && t.meets(run.0, run.1))
+                || t.end_runs()
+                    .iter()
+                    .any(|&(lo, len)| run.0 < lo + len && lo < run.0 + run.1)
+        };
+        let proven = self.end_runs().iter().any(|&r| run_in(r, other))
+            || other.end_runs().iter().any(|&r| run_in(r, self));
+        proven.then_some(true)
+    }
 }
 
 /// Validates the four descriptors of `dst = mul_mat_id(as, b, ids)`.
 ///
-/// Err(NotHandled) for valid calls this library does not take (weight type, strided activations);
-/// Err(InvalidArgument) for descriptors ggml itself would reject.
+/// Err(InvalidArgument) only for calls that are invalid: mismatched shapes, NULL data, sizes that
+/// overflow, `dst` elements that really overlap each other or an input. Err(NotHandled) for valid
+/// calls this library does not take (weight type, F16 activations, layouts its kernels do not
+/// read, overlaps it cannot rule out cheaply).
 pub fn validate(
     w: &TensorDesc,
     b: &TensorDesc,
@@ -172,6 +283,11 @@ pub fn validate(
             dd[0], dd[1], dd[2]
         )));
     }
+    for (t, what) in [(w, "as"), (b, "b"), (ids, "ids"), (dst, "dst")] {
+        if t.addr == 0 {
+            return Err(invalid(format!("{what}: data is NULL")));
+        }
+    }
 
     let Some(wtype) = GgmlType::from_id(w.ty).filter(|t| GgmlType::QUANTIZED.contains(t)) else {
         return Err(declined(format!(
@@ -192,82 +308,130 @@ pub fn validate(
             wtype.block_elems()
         )));
     };
+
     if k > MAX_K {
         return Err(declined(format!(
             "as: K = {k} exceeds {MAX_K}, beyond which int8 products could overflow int32 sums"
         )));
     }
-    if w.nb[0] != wtype.block_bytes() || w.nb[1] < w_row_bytes {
+
+    // Rows are read as contiguous runs of blocks / floats; the extents below assume it.
+    if w.nb[0] != wtype.block_bytes() {
         return Err(declined(format!(
-            "as: strides nb[0] = {}, nb[1] = {} are not plain {} rows",
+            "as: nb[0] = {} is not {}'s block size {}",
             w.nb[0],
-            w.nb[1],
-            wtype.name()
+            wtype.name(),
+            wtype.block_bytes()
         )));
     }
-    let (Some(bs), Some(is), Some(ds)) = (elem_strides(b), elem_strides(ids), elem_strides(dst))
-    else {
-        return Err(declined(
-            "b/ids/dst: element strides are not whole aligned 4-byte elements".into(),
-        ));
-    };
-    // Every output element is distinct memory, and the inputs' rows do not overlap: this bounds
-    // the engine's own allocations (rows, quantized activations) by memory the caller really has.
-    if dst.nb[1] < n * 4 || dst.nb[2] < n_used.saturating_mul(dst.nb[1]) {
-        return Err(invalid(format!(
-            "dst: strides nb[1] = {}, nb[2] = {} make outputs overlap",
-            dst.nb[1], dst.nb[2]
+    if b.nb[0] != 4 {
+        return Err(declined(format!(
+            "b: nb[0] = {}: activation rows are not contiguous",
+            b.nb[0]
         )));
     }
-    let b_row_bytes = k.saturating_mul(4);
-    let b_rows_ok = b_rows == 1 || b.nb[1] >= b_row_bytes;
-    let b_tokens_ok = b.nb[2]
-        >= (b_rows - 1)
-            .saturating_mul(b.nb[1])
-            .saturating_add(b_row_bytes);
-    let ids_ok = ids.nb[1] >= n_used.saturating_mul(4);
-    let w_experts_ok = w.nb[2] >= (n - 1).saturating_mul(w.nb[1]).saturating_add(w_row_bytes);
-    if !(b_rows_ok && b_tokens_ok && ids_ok && w_experts_ok) {
-        return Err(declined(
-            "as/b/ids: overlapping rows (a broadcast view) are left to the caller".into(),
-        ));
-    }
-    let w_extent =
-        extent(w_row_bytes, &[(n, w.nb[1]), (n_expert, w.nb[2])]).ok_or_else(|| overflow("as"))?;
-    let b_extent = extent(
-        k.checked_mul(4).ok_or_else(|| overflow("b"))?,
-        &[(b_rows, b.nb[1]), (n_tokens, b.nb[2])],
-    )
-    .ok_or_else(|| overflow("b"))?;
-    let ids_extent =
-        extent(4, &[(n_used, ids.nb[0]), (n_tokens, ids.nb[1])]).ok_or_else(|| overflow("ids"))?;
-    let dst_extent = extent(
-        n.checked_mul(4).ok_or_else(|| overflow("dst"))?,
-        &[(n_used, dst.nb[1]), (n_tokens, dst.nb[2])],
-    )
-    .ok_or_else(|| overflow("dst"))?;
+
+    // Byte extents: a size that overflows is invalid whatever the layout.
+    let [_, w_nb1, w_nb2] = used_strides(w, &wd);
+    let b_nb = used_strides(b, &bd);
+    let ids_nb = used_strides(ids, &idd);
+    let dst_nb = used_strides(dst, &dd);
+    let w_dims = [(n, w_nb1), (n_expert, w_nb2)];
+    let b_row_bytes = k.checked_mul(4).ok_or_else(|| overflow("b"))?;
+    let b_dims = [(b_rows, b_nb[1]), (n_tokens, b_nb[2])];
+    let ids_dims = [(n_used, ids_nb[0]), (n_tokens, ids_nb[1])];
+    let dst_row_bytes = n.checked_mul(4).ok_or_else(|| overflow("dst"))?;
+    let dst_dims = [(n_used, dst_nb[1]), (n_tokens, dst_nb[2])];
+    let w_extent = extent(w_row_bytes, &w_dims).ok_or_else(|| overflow("as"))?;
+    let b_extent = extent(b_row_bytes, &b_dims).ok_or_else(|| overflow("b"))?;
+    let ids_extent = extent(4, &ids_dims).ok_or_else(|| overflow("ids"))?;
+    let dst_extent = extent(dst_row_bytes, &dst_dims).ok_or_else(|| overflow("dst"))?;
     for (t, len, what) in [
         (w, w_extent, "as"),
         (b, b_extent, "b"),
         (ids, ids_extent, "ids"),
         (dst, dst_extent, "dst"),
     ] {
-        if t.addr == 0 {
-            return Err(invalid(format!("{what}: data is NULL")));
-        }
         if t.addr.checked_add(len).is_none() {
             return Err(overflow(what));
         }
     }
-    for (t, len, what) in [
-        (w, w_extent, "as"),
-        (b, b_extent, "b"),
-        (ids, ids_extent, "ids"),
-    ] {
-        if overlaps((dst.addr, dst_extent), (t.addr, len)) {
-            return Err(invalid(format!("dst overlaps {what}")));
+
+    // dst: every output element distinct memory, apart from the inputs.
+    if dst_nb[0] != 4 && n > 1 {
+        return Err(if dst_nb[0] < 4 {
+            invalid(format!("dst: nb[0] = {} makes outputs overlap", dst.nb[0]))
+        } else {
+            declined(format!(
+                "dst: nb[0] = {}: output rows are not contiguous",
+                dst.nb[0]
+            ))
+        });
+    }
+    match disjoint_runs(dst_row_bytes, dst_dims) {
+        Some(true) => {}
+        Some(false) => {
+            return Err(invalid(format!(
+                "dst: strides nb[1] = {}, nb[2] = {} make outputs overlap",
+                dst.nb[1], dst.nb[2]
+            )))
+        }
+        None => {
+            return Err(declined(format!(
+                "dst: strides nb[1] = {}, nb[2] = {} interleave rows too finely to check cheaply",
+                dst.nb[1], dst.nb[2]
+            )))
         }
     }
+    let span = |t: &TensorDesc, extent, inner, dims| Span {
+        addr: t.addr,
+        extent,
+        inner,
+        dense: dense(inner, dims),
+    };
+    let dst_span = span(dst, dst_extent, dst_row_bytes, dst_dims);
+    for (input, what) in [
+        (span(w, w_extent, w_row_bytes, w_dims), "as"),
+        (span(b, b_extent, b_row_bytes, b_dims), "b"),
+        (span(ids, ids_extent, 4, ids_dims), "ids"),
+    ] {
+        match dst_span.shares_bytes(&input) {
+            Some(false) => {}
+            Some(true) => return Err(invalid(format!("dst overlaps {what}"))),
+            // The engine views each tensor as one slice, so interleaved extents are not taken.
+            None => {
+                return Err(declined(format!(
+                    "dst and {what} interleave in memory: left to the caller"
+                )))
+            }
+        }
+    }
+
+    // Distinct weight and activation rows bound the engine's own allocations (routing counts per
+    // expert, quantized rows) by memory the caller really has; overlapping ones are views that
+    // ggml's own path reads as well.
+    if disjoint_runs(w_row_bytes, w_dims) != Some(true) {
+        return Err(declined(format!(
+            "as: strides nb[1] = {}, nb[2] = {} make weight rows overlap: left to the caller",
+            w.nb[1], w.nb[2]
+        )));
+    }
+    if disjoint_runs(b_row_bytes, b_dims) != Some(true) {
+        return Err(declined(format!(
+            "b: strides nb[1] = {}, nb[2] = {} make activation rows overlap (a broadcast view): \
+             left to the caller",
+            b.nb[1], b.nb[2]
+        )));
+    }
+    let (Some(bs), Some(is), Some(ds)) = (
+        elem_strides(b.addr, b_nb),
+        elem_strides(ids.addr, ids_nb),
+        elem_strides(dst.addr, dst_nb),
+    ) else {
+        return Err(declined(
+            "b/ids/dst: data or strides are not whole aligned 4-byte elements".into(),
+        ));
+    };
     Ok(Problem {
         wtype,
         k,
@@ -277,10 +441,11 @@ pub fn validate(
         n_tokens,
         b_rows,
         w_row_bytes,
-        w_nb1: w.nb[1],
-        w_nb2: w.nb[2],
+        w_nb1: if n > 1 { w_nb1 } else { w_row_bytes },
+        w_nb2,
         b_s1: bs[1],
         b_s2: bs[2],
+        ids_s0: is[0],
         ids_s1: is[1],
         dst_s1: ds[1],
         dst_s2: ds[2],
@@ -320,7 +485,7 @@ impl Problem {
 
     /// Index into `ids` (i32 elements) of the expert id of `slot` of `token`.
     pub fn ids_offset(&self, token: usize, slot: usize) -> usize {
-        token * self.ids_s1 + slot
+        token * self.ids_s1 + slot * self.ids_s0
     }
 
     /// Index into `dst` (f32 elements) of output channel 0 of `slot` of `token`.
@@ -444,5 +609,106 @@ mod tests {
         assert_eq!(with(&|d| d[3].nb[2] = 4 * 768), ErrorKind::InvalidArgument);
         assert_eq!(with(&|d| d[1].nb[2] = 0), ErrorKind::NotHandled);
         assert_eq!(with(&|d| d[0].nb[2] = 18), ErrorKind::NotHandled);
+        assert_eq!(with(&|d| d[3].nb[0] = 8), ErrorKind::NotHandled);
+        assert_eq!(with(&|d| d[3].nb[0] = 2), ErrorKind::InvalidArgument);
+        assert_eq!(with(&|d| d[3].addr += 2), ErrorKind::NotHandled);
+    }
+
+    /// Brute force: do the runs `[o, o + inner)` at `i·s + j·t` overlap?
+    fn runs_meet(inner: usize, [(e, s), (f, t)]: [(usize, usize); 2]) -> bool {
+        let mut offsets: Vec<usize> = (0..e)
+            .flat_map(|i| (0..f).map(move |j| i * s + j * t))
+            .collect();
+        offsets.sort_unstable();
+        offsets.windows(2).any(|w| w[1] - w[0] < inner)
+    }
+
+    #[test]
+    fn disjoint_runs_is_exact_on_random_lattices() {
+        let mut rng = crate::testutil::Rng::new(14);
+        let (mut disjoint, mut searched) = (0, 0);
+        for _ in 0..20000 {
+            let inner = 1 + rng.below(6);
+            let dims = [
+                (1 + rng.below(7), rng.below(40)),
+                (1 + rng.below(7), rng.below(40)),
+            ];
+            let got = disjoint_runs(inner, dims).expect("small lattices are decided");
+            assert_eq!(got, !runs_meet(inner, dims), "inner {inner}, dims {dims:?}");
+            disjoint += got as usize;
+            let [(e, s), (f, t)] = dims;
+            let nested = e < 2 || f < 2 || s.max(t) >= (e - 1) * s.min(t) + inner;
+            searched += (got && !nested) as usize;
+        }
+        // Both answers, and interleaved (not nested) disjoint lattices, were exercised.
+        assert!(disjoint > 2000 && disjoint < 18000, "{disjoint}");
+        assert!(searched > 100, "{searched}");
+        // Undecided only beyond the search bound; nested layouts never need the search.
+        let big = SEARCH_STEPS + 2;
+        assert_eq!(disjoint_runs(1, [(big, 3), (big, 5)]), None);
+        assert_eq!(disjoint_runs(4, [(big, 4), (big, 4 * big)]), Some(true));
+        assert_eq!(disjoint_runs(1, [(3, 2), (2, 5)]), Some(true));
+    }
+
+    #[test]
+    fn permuted_and_broadcast_views_are_taken() {
+        let (n, n_used, n_tokens) = (768usize, 8usize, 4usize);
+        let ok = descs(2048, n as i64, 128, n_used as i64, n_tokens as i64);
+        let take = |f: &dyn Fn(&mut [TensorDesc<'static>; 4])| {
+            let mut d = ok;
+            f(&mut d);
+            validate(&d[0], &d[1], &d[2], &d[3])
+        };
+        // dst with slots and tokens swapped in memory (ggml_permute of a [N, n_tokens, n_used]).
+        let p = take(&|d| d[3].nb[1..3].copy_from_slice(&[4 * n * n_tokens, 4 * n])).unwrap();
+        assert_eq!((p.dst_s1, p.dst_s2), (n * n_tokens, n));
+        assert_eq!(p.dst_extent, 4 * n * n_used * n_tokens);
+        // b with one row per slot, stored token-major and permuted.
+        let p = take(&|d| {
+            d[1].ne[1] = n_used as i64;
+            d[1].nb[1..3].copy_from_slice(&[4 * 2048 * n_tokens, 4 * 2048]);
+        })
+        .unwrap();
+        assert_eq!((p.b_s1, p.b_s2, p.b_rows), (2048 * n_tokens, 2048, n_used));
+        // A broadcast b: its nb[1] is never used, odd or not.
+        let p = take(&|d| d[1].nb[1] = 3).unwrap();
+        assert_eq!(p.b_s1, 0);
+        // Transposed ids, and ids shared by every token (read-only, so aliasing is harmless).
+        let p = take(&|d| d[2].nb[0..2].copy_from_slice(&[4 * n_tokens, 4])).unwrap();
+        assert_eq!((p.ids_s0, p.ids_s1), (n_tokens, 1));
+        assert_eq!(p.ids_offset(3, 2), 3 + 2 * n_tokens);
+        assert_eq!(take(&|d| d[2].nb[1] = 0).unwrap().ids_s1, 0);
+        // Experts interleaved row by row (as permuted): rows distinct.
+        let row = 2048 / 32 * 18;
+        take(&|d| d[0].nb[1..3].copy_from_slice(&[row * 128, row])).unwrap();
+        // One output per row, 3 slots 2 floats apart, 2 tokens 3 floats apart: elements 0 2 4
+        // and 3 5 7, interleaved (not nested) and distinct.
+        let mut small = descs(32, 1, 4, 3, 2);
+        small[3].nb = [4, 8, 12, 0];
+        let p = validate(&small[0], &small[1], &small[2], &small[3]).unwrap();
+        assert_eq!((p.dst_s1, p.dst_s2, p.dst_extent), (2, 3, 4 * 8));
+    }
+
+    #[test]
+    fn overlap_with_inputs_is_invalid_only_when_proven() {
+        let ok = descs(64, 32, 4, 2, 3);
+        let with = |f: &dyn Fn(&mut [TensorDesc<'static>; 4])| {
+            let mut d = ok;
+            f(&mut d);
+            validate(&d[0], &d[1], &d[2], &d[3]).map(drop)
+        };
+        // Same first element: certain.
+        let r = with(&|d| d[3].addr = d[1].addr);
+        assert_eq!(r.unwrap_err().kind, ErrorKind::InvalidArgument);
+        // dst's rows in the gaps of a padded b: disjoint but interleaved, so declined, not invalid.
+        let r = with(&|d| {
+            d[1].nb[1..3].copy_from_slice(&[512, 512]);
+            d[3].addr = d[1].addr + 256;
+            d[3].nb[1..3].copy_from_slice(&[1024, 2048]);
+        });
+        assert_eq!(r.unwrap_err().kind, ErrorKind::NotHandled);
+        // dst wholly inside a contiguous b: certain.
+        let r = with(&|d| d[3].addr = d[1].addr + 4);
+        assert_eq!(r.unwrap_err().kind, ErrorKind::InvalidArgument);
     }
 }

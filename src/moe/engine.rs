@@ -90,8 +90,18 @@ const A_K: usize = 16;
 impl Engine {
     pub fn new(config: Config) -> Result<Engine, Error> {
         let device = Device::open(&config.device)?;
+        Engine::with_device(config, device)
+    }
+
+    /// An engine on a device the caller opened (`config.device` is then not used to open one),
+    /// e.g. an emulator with injected faults.
+    pub fn with_device(config: Config, device: Device) -> Result<Engine, Error> {
         let tiles = device.tiles();
-        if tiles.a_k != A_K || tiles.c_n != QUAD || tiles.b_n % QUAD != 0 || tiles.b_k != 32 {
+        if tiles.a_k != A_K
+            || tiles.c_n != QUAD
+            || !tiles.b_n.is_multiple_of(QUAD)
+            || tiles.b_k != 32
+        {
             return Err(Error::new(
                 ErrorKind::DeviceError,
                 format!("unsupported tile sizes {tiles:?}"),

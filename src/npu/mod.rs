@@ -563,7 +563,15 @@ impl Device {
 
     /// The emulated RK3588 NPU with `config`, on the best kernel path and every core.
     pub fn emu(config: emu::Config) -> Device {
-        Device::with_backend(Box::new(emu::Emu::new(config, HostExec::default())))
+        Device::emu_monitored(config).0
+    }
+
+    /// [`Device::emu`], with a view of the emulator's domain accounting and operation counts
+    /// that stays valid after the device is dropped (leak and fault-injection checks).
+    pub fn emu_monitored(config: emu::Config) -> (Device, emu::Monitor) {
+        let emu = emu::Emu::new(config, HostExec::default());
+        let monitor = emu.monitor();
+        (Device::with_backend(Box::new(emu)), monitor)
     }
 
     /// The CPU int8 GEMM behind the device interface, on the best kernel path and every core.

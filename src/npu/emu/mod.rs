@@ -15,11 +15,15 @@
 //! - a cost model of the board ([`CostModel`]) gives each submit a *modelled* time.
 //!
 //! With [`Config::dump`] (`ORK_EMU_DUMP=dir`) it writes every submit's A, B and C (device views)
-//! to files for diffing.
+//! to files for diffing. [`Config::faults`] makes chosen allocations, submits or syncs fail
+//! ([`FaultPlan`]); a [`Monitor`] reads the domain accounting and the operation counts, also after
+//! the emulator is gone.
 
 mod cost;
+mod faults;
 
 pub use cost::{CostModel, SubmitParts};
+pub use faults::{Fault, FaultOp, FaultPlan, OpCounts};
 
 use super::exec::{self, Execution, GemmView, HostExec, Split, Task};
 use super::{
@@ -64,6 +68,8 @@ pub struct Config {
     /// Execute each planned task's rows separately: slower, same bits; exercises the strided row
     /// gather and scatter of the hardware tasks.
     pub per_task: bool,
+    /// Operations to fail on purpose (none by default).
+    pub faults: FaultPlan,
 }
 
 impl Default for Config {
@@ -74,6 +80,7 @@ impl Default for Config {
             dump: None,
             domain_bytes: DOMAIN_BYTES,
             per_task: false,
+            faults: FaultPlan::default(),
         }
     }
 }
@@ -82,6 +89,33 @@ impl Default for Config {
 struct Domains {
     used: Mutex<[u64; DOMAINS as usize]>,
     capacity: u64,
+}
+
+/// What the emulator and its buffers share: the domain accounting and the fault counters.
+struct Shared {
+    domains: Domains,
+    faults: faults::Faults,
+}
+
+/// A view of one emulator's accounting, valid after the emulator and its buffers are gone.
+#[derive(Clone)]
+pub struct Monitor(Arc<Shared>);
+
+impl Monitor {
+    /// Bytes (whole pages) in use per IOMMU domain.
+    pub fn domain_used(&self) -> [u64; DOMAINS as usize] {
+        *self
+            .0
+            .domains
+            .used
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Allocations, submits and syncs so far, and how many were made to fail.
+    pub fn ops(&self) -> OpCounts {
+        self.0.faults.counts()
+    }
 }
 
 impl Domains {
@@ -130,7 +164,7 @@ pub struct EmuStorage<T> {
     dev_newer: bool,
     domain: u32,
     pages: u64,
-    domains: Arc<Domains>,
+    shared: Arc<Shared>,
 }
 
 impl<T: Copy + Default + Send + Sync + 'static> EmuStorage<T> {
@@ -165,7 +199,7 @@ impl<T: Copy + Default + Send + Sync + 'static> EmuStorage<T> {
 
 impl<T> Drop for EmuStorage<T> {
     fn drop(&mut self) {
-        self.domains.release(self.domain, self.pages);
+        self.shared.domains.release(self.domain, self.pages);
     }
 }
 
@@ -187,6 +221,9 @@ impl<T: Copy + Default + Send + Sync + 'static> Storage<T> for EmuStorage<T> {
     }
 
     fn sync_to_device(&mut self) -> Result<()> {
+        if let Some(msg) = self.shared.faults.fails(FaultOp::SyncToDevice) {
+            return Err(Error::Device(msg));
+        }
         // A flush writes back what the CPU dirtied; untouched lines leave the device's as they are.
         if self.cpu_dirty {
             self.dev = None;
@@ -197,6 +234,9 @@ impl<T: Copy + Default + Send + Sync + 'static> Storage<T> for EmuStorage<T> {
     }
 
     fn sync_from_device(&mut self) -> Result<()> {
+        if let Some(msg) = self.shared.faults.fails(FaultOp::SyncFromDevice) {
+            return Err(Error::Device(msg));
+        }
         // An invalidate makes the CPU see the device's memory, dropping unflushed CPU writes.
         if let Some(dev) = self.dev.take() {
             self.cpu = dev;
@@ -219,22 +259,30 @@ impl<T: Copy + Default + Send + Sync + 'static> Storage<T> for EmuStorage<T> {
 pub struct Emu {
     config: Config,
     host: HostExec,
-    domains: Arc<Domains>,
+    shared: Arc<Shared>,
     submits: AtomicU64,
 }
 
 impl Emu {
     pub fn new(config: Config, host: HostExec) -> Emu {
-        let domains = Arc::new(Domains {
-            used: Mutex::new([0; DOMAINS as usize]),
-            capacity: config.domain_bytes,
+        let shared = Arc::new(Shared {
+            domains: Domains {
+                used: Mutex::new([0; DOMAINS as usize]),
+                capacity: config.domain_bytes,
+            },
+            faults: faults::Faults::new(config.faults.clone()),
         });
         Emu {
             config,
             host,
-            domains,
+            shared,
             submits: AtomicU64::new(0),
         }
+    }
+
+    /// A view of this emulator's accounting that outlives it.
+    pub fn monitor(&self) -> Monitor {
+        Monitor(Arc::clone(&self.shared))
     }
 
     fn alloc<T: Copy + Default + Send + Sync + 'static>(
@@ -244,7 +292,8 @@ impl Emu {
         domain: u32,
     ) -> Result<EmuStorage<T>> {
         let bytes = (len as u64).saturating_mul(std::mem::size_of::<T>() as u64);
-        let pages = self.domains.reserve(domain, bytes)?;
+        self.shared.faults.alloc(domain, bytes)?;
+        let pages = self.shared.domains.reserve(domain, bytes)?;
         // Zeroed vectors come from calloc/mmap: pages are only backed once touched, so a full
         // domain can be modelled without 4 GiB of RAM.
         let cacheable = flags & super::flags::CACHEABLE != 0;
@@ -257,7 +306,7 @@ impl Emu {
             dev_newer: false,
             domain,
             pages,
-            domains: Arc::clone(&self.domains),
+            shared: Arc::clone(&self.shared),
         })
     }
 
@@ -429,6 +478,12 @@ impl Backend for Emu {
         }
         let c_offsets: Vec<usize> = gemms.iter().map(|g| g.c_offset).collect();
         let c_dev = storage_as_mut::<EmuStorage<i32>, i32>(c.storage_mut())?.device_view_mut();
+        // A failing run leaves garbage where its results would be, so that a caller ignoring the
+        // error would show it.
+        let failure = self.shared.faults.fails(FaultOp::Run);
+        if failure.is_some() {
+            c_dev.fill(FAILED_RUN_GARBAGE);
+        }
         let split = Split {
             threads: self.host.threads,
             per_task: self.config.per_task,
@@ -453,6 +508,7 @@ impl Backend for Emu {
         );
         Ok(Box::new(EmuJob {
             exec,
+            failure,
             report,
             dump,
             dump_inputs,
@@ -461,8 +517,13 @@ impl Backend for Emu {
     }
 }
 
+/// What the device side of a failed run's output holds.
+const FAILED_RUN_GARBAGE: i32 = 0x5a5a_5a5a;
+
 struct EmuJob<'a> {
     exec: Execution<'a>,
+    /// An injected run failure: nothing is computed and finishing returns it.
+    failure: Option<String>,
     report: Report,
     dump: Option<(PathBuf, u64)>,
     dump_inputs: Vec<(Vec<i8>, Vec<i8>)>,
@@ -471,10 +532,15 @@ struct EmuJob<'a> {
 
 impl Job for EmuJob<'_> {
     fn run_share(&self, _ith: usize, _nth: usize) {
-        self.exec.run();
+        if self.failure.is_none() {
+            self.exec.run();
+        }
     }
 
     fn finish(self: Box<Self>) -> Result<Report> {
+        if let Some(msg) = self.failure {
+            return Err(Error::Device(msg));
+        }
         if let Some((dir, seq)) = &self.dump {
             dump(
                 dir,

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# ThreadSanitizer over the engine's cooperative and concurrent tests: the worker pool, the device
+# layer's submits shared by caller threads, the engine units, cooperative calls on 1-4 threads
+# with a real barrier (tests/faults.rs, tests/engine.rs, tests/check_predicts_call.rs), and
+# concurrent calls on one context (tests/concurrent.rs). Nightly, with std rebuilt instrumented (-Zbuild-std; needs the
+# nightly rust-src component), so that std's own synchronization is seen. Any report fails the
+# run (TSan exits 66). The C harness is left out: its C side is not instrumented.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+start=$(date +%s)
+if ! rustup component list --toolchain nightly --installed | grep -q '^rust-src'; then
+    rustup component add rust-src --toolchain nightly
+fi
+export RUSTFLAGS="-Zsanitizer=thread"
+export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
+tsan() {
+    cargo +nightly test -Zbuild-std --target x86_64-unknown-linux-gnu --target-dir target/tsan "$@"
+}
+tsan --no-run --lib --test concurrent --test faults --test engine --test check_predicts_call --test npu
+echo "build: $(( $(date +%s) - start )) s"
+tsan --lib -- pool:: moe:: npu::
+tsan --test concurrent
+tsan --test faults
+tsan --test engine
+tsan --test check_predicts_call
+tsan --test npu -- concurrent_submits_from_several_threads caller_threads_run_the_shares
+echo "tsan: no reports, $(( $(date +%s) - start )) s"
