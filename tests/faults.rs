@@ -1,6 +1,7 @@
 //! Injected device faults (the emulator's `FaultPlan`) through the C ABI: for every fault kind,
 //! at several points of a call, and for every entry point (single caller; cooperative on 1..4
 //! threads sharing a `std::sync::Barrier` through the C callback; led by thread 0):
+//! The same with the GEMMs on submitter threads (`Config::submitters`, the board's phase 2).
 //! - every thread returns the documented code (`DEVICE_ERROR`; `OUT_OF_MEMORY` for a full domain);
 //! - `dst` holds, element by element, either its old bytes or the exact result (`mmid::expected`),
 //!   never anything else (results are written only from finished, synced GEMMs);
@@ -21,9 +22,11 @@ enum Entry {
     Single,
     Coop(usize),
     Led(usize),
+    /// Cooperative, with the GEMMs on three submitter threads (as on the board).
+    Piped(usize),
 }
 
-const ENTRIES: [Entry; 7] = [
+const ENTRIES: [Entry; 9] = [
     Entry::Single,
     Entry::Coop(1),
     Entry::Coop(2),
@@ -31,6 +34,8 @@ const ENTRIES: [Entry; 7] = [
     Entry::Coop(4),
     Entry::Led(2),
     Entry::Led(3),
+    Entry::Piped(1),
+    Entry::Piped(3),
 ];
 
 const OPS: [FaultOp; 5] = [
@@ -40,6 +45,8 @@ const OPS: [FaultOp; 5] = [
     FaultOp::SyncToDevice,
     FaultOp::SyncFromDevice,
 ];
+
+const SUBMITTERS: usize = 3;
 
 /// A context on a fresh emulator with `faults`, and the emulator's monitor.
 fn faulty_context(entry: Entry, faults: FaultPlan) -> (*mut ork_ctx, Monitor) {
@@ -53,6 +60,10 @@ fn faulty_context(entry: Entry, faults: FaultPlan) -> (*mut ork_ctx, Monitor) {
             Entry::Led(_) => MtMode::Leader,
             _ => MtMode::Coop,
         },
+        submitters: match entry {
+            Entry::Piped(_) => Some(SUBMITTERS),
+            _ => None,
+        },
         ..Config::default()
     };
     let engine = Engine::with_device(config, device).expect("engine");
@@ -63,7 +74,7 @@ fn faulty_context(entry: Entry, faults: FaultPlan) -> (*mut ork_ctx, Monitor) {
 fn run(ctx: *mut ork_ctx, d: &Descs, entry: Entry) -> Vec<(ork_result, String)> {
     match entry {
         Entry::Single => vec![(call(ctx, d), last_error())],
-        Entry::Coop(nth) | Entry::Led(nth) => call_mt(ctx, d, nth),
+        Entry::Coop(nth) | Entry::Led(nth) | Entry::Piped(nth) => call_mt(ctx, d, nth),
     }
 }
 
@@ -71,7 +82,11 @@ fn run(ctx: *mut ork_ctx, d: &Descs, entry: Entry) -> Vec<(ork_result, String)> 
 /// buffers that concurrent threads may or may not find among the spares (at most one each).
 fn sure_count(ops: &OpCounts, op: FaultOp, threads: usize) -> u64 {
     match op {
-        FaultOp::Alloc | FaultOp::DomainFull => ops.allocs.saturating_sub(threads as u64 - 1),
+        // The first two (a fresh context's first B and A) always happen.
+        FaultOp::Alloc | FaultOp::DomainFull => ops
+            .allocs
+            .saturating_sub(threads as u64 - 1)
+            .max(ops.allocs.min(2)),
         FaultOp::Run => ops.runs,
         FaultOp::SyncToDevice => ops.syncs_to_device,
         FaultOp::SyncFromDevice => ops.syncs_from_device,
@@ -82,6 +97,9 @@ fn threads(entry: Entry) -> usize {
     match entry {
         Entry::Single | Entry::Led(_) => ork_moe::pool::global().threads(),
         Entry::Coop(nth) => nth,
+        // Each submitter may also hold the C buffers of the items prepared ahead for it (the
+        // engine's lookahead, 3 per submitter) and one running.
+        Entry::Piped(nth) => nth + 4 * SUBMITTERS,
     }
 }
 
