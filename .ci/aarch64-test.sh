@@ -7,7 +7,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH=/usr/bin:$PATH
-export CARGO_TARGET_DIR=${CARGO_TARGET_DIR_ARM:-target-arm}
+# Outside the clone, so that CI reuses the cross build.
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR_ARM:-$HOME/.cache/ork-moe/target-arm}
 export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
 export CC_aarch64_unknown_linux_gnu=aarch64-linux-gnu-gcc
 target_dir=$(realpath -m "$CARGO_TARGET_DIR")

@@ -7,6 +7,8 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 seconds=${FUZZ_SECONDS:-60}
+# The instrumented build lives outside the clone, so CI reuses it.
+export CARGO_TARGET_DIR=${ORK_FUZZ_TARGET:-$HOME/.cache/ork-moe/target-fuzz}
 start=$(date +%s)
 
 if ! cargo fuzz --version >/dev/null 2>&1; then
