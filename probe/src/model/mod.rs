@@ -225,30 +225,6 @@ fn add_stages(a: &mut Stages, b: Stages) {
     a.scatter += b.scatter;
 }
 
-/// The used experts of a call in the engine's order (most rows first, ties by id), with the
-/// call's misses on the first of them: the engine does not say which experts hit (only how
-/// many), and the model needs only the count.
-fn experts_of(ids: &[i32], n_expert: usize, misses: u64) -> Vec<ExpertCall> {
-    let mut rows = vec![0u32; n_expert];
-    for &e in ids {
-        rows[e as usize] += 1;
-    }
-    let mut used: Vec<(u32, usize)> = rows
-        .iter()
-        .enumerate()
-        .filter(|(_, &r)| r > 0)
-        .map(|(e, &r)| (r, e))
-        .collect();
-    used.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-    used.iter()
-        .enumerate()
-        .map(|(i, &(rows, _))| ExpertCall {
-            rows,
-            hit: i as u64 >= misses,
-        })
-        .collect()
-}
-
 fn delta(after: &Stats, before: &Stats, m: &mut Measured) {
     m.hits += after.cache_hits - before.cache_hits;
     m.misses += after.cache_misses - before.cache_misses;
@@ -316,11 +292,10 @@ fn run_case(
                     dst: &dst[..n * nu * tokens],
                     pair: None,
                 };
-                let stages = engine.run(plan, &io).map_err(|e| e.to_string())?;
+                let (stages, runs) = engine.run_traced(plan, &io).map_err(|e| e.to_string())?;
                 m.wall_us += start.elapsed().as_secs_f64() * 1e6;
                 add_stages(&mut m.stages, stages);
                 let after = engine.stats();
-                let misses = after.cache_misses - before.cache_misses;
                 delta(&after, &before, &mut m);
                 calls.push(CallWork {
                     layer: layer as u32,
@@ -330,7 +305,13 @@ fn run_case(
                     ty: wty,
                     act_rows: (tokens * b_rows) as u64,
                     n_expert: ne,
-                    experts: experts_of(&ids, ne, misses),
+                    experts: runs
+                        .iter()
+                        .map(|r| ExpertCall {
+                            rows: r.rows as u32,
+                            hit: r.hit,
+                        })
+                        .collect(),
                 });
             }
         }
