@@ -486,3 +486,36 @@ fn reported_dims_that_differ_from_the_packer_are_a_device_error() {
     );
     assert_eq!(s.counters().runs, 0);
 }
+
+/// Issue 12 fix 1, the bound: a buffer holds at most `MAX_VIEWS` (64) views; operands at further
+/// offsets are copied through staging buffers, still exact. Fails on the broken variant without
+/// the cap (one import per offset: 69).
+#[test]
+fn a_buffers_views_are_capped_and_later_offsets_staged() {
+    let s = Standin::new(Sdk::V2_3, "");
+    let dev = Device::rknn(Some(&s.path)).unwrap();
+    let experts: Vec<Case> = (0..70).map(|e| Case::random(2, 32, 32, 200 + e)).collect();
+    let len = experts[0].b.len();
+    let mut b = dev
+        .alloc::<i8>(len * experts.len(), flags::CPU_FILLED, 0)
+        .unwrap();
+    for (e, case) in experts.iter().enumerate() {
+        b.write(e * len, &case.b).unwrap();
+    }
+    b.sync_to_device().unwrap();
+    for (e, case) in experts.iter().enumerate() {
+        let (a, _, mut c) = case.upload(&dev, flags::CPU_FILLED, 0);
+        let mm = MatMul {
+            b_offset: e * len,
+            ..case.matmul(&a, &b)
+        };
+        dev.run_i8(mm, &mut c).unwrap();
+        c.sync_from_device().unwrap();
+        assert!(c.as_slice() == &case.expected[..], "expert {e}");
+    }
+    assert_eq!(
+        s.counters().imports,
+        64,
+        "offsets 1..=64 as views, the last 5 staged"
+    );
+}
