@@ -384,6 +384,8 @@ pub struct Report {
     pub macs: u64,
     /// Modelled RK3588 time of the submit in µs (emu only; never a measurement).
     pub modelled_us: Option<f64>,
+    /// Runtime matmul contexts the submit had to create (rknn only: each is costly on the board).
+    pub contexts_created: u64,
 }
 
 /// Backend side of a prepared submit.
@@ -413,6 +415,10 @@ pub trait Backend: Send + Sync {
     fn prepare<'a>(&'a self, submit: Submit<'a>) -> Result<Box<dyn Job + 'a>>;
     /// Pool threads a submit should use (never more than it has independent work units for).
     fn threads(&self) -> usize;
+    /// The vendor runtime's version string, where there is one.
+    fn runtime_version(&self) -> Option<String> {
+        None
+    }
 }
 
 /// A prepared submit: run its shares on the caller's threads, then finish it.
@@ -460,6 +466,8 @@ pub struct Stats {
     pub macs: u64,
     /// Sum of the modelled RK3588 submit times (emu only): modelled, never measured.
     pub modelled_us: f64,
+    /// Runtime matmul contexts created by submits (rknn only).
+    pub contexts_created: u64,
 }
 
 #[derive(Default)]
@@ -469,6 +477,7 @@ struct Counters {
     bytes: AtomicU64,
     macs: AtomicU64,
     modelled_ns: AtomicU64,
+    contexts_created: AtomicU64,
 }
 
 impl Counters {
@@ -483,6 +492,8 @@ impl Counters {
             (r.modelled_us.unwrap_or(0.0) * 1e3) as u64,
             Ordering::Relaxed,
         );
+        self.contexts_created
+            .fetch_add(r.contexts_created, Ordering::Relaxed);
     }
 }
 
@@ -584,6 +595,11 @@ impl Device {
         rknn::open(path).map(Device::with_backend)
     }
 
+    /// The vendor runtime with explicit settings.
+    pub fn rknn_with(config: &rknn::Config) -> Result<Device> {
+        rknn::open_with(config).map(Device::with_backend)
+    }
+
     /// Opens the backend `cfg` names; `Auto` tries `rknn` and falls back to `emu`. The device's
     /// core mask starts as `cfg.core_mask`.
     pub fn open(cfg: &DeviceConfig) -> Result<Device> {
@@ -612,6 +628,12 @@ impl Device {
 
     pub fn backend(&self) -> BackendKind {
         self.backend.kind()
+    }
+
+    /// The vendor runtime's version string (`rknn`; `None` elsewhere or where the library holds
+    /// none).
+    pub fn runtime_version(&self) -> Option<String> {
+        self.backend.runtime_version()
     }
 
     /// Tile sizes of the native layouts the backend expects (from the runtime on `rknn`).
@@ -739,6 +761,7 @@ impl Device {
             bytes: load(&c.bytes),
             macs: load(&c.macs),
             modelled_us: load(&c.modelled_ns) as f64 / 1e3,
+            contexts_created: load(&c.contexts_created),
         }
     }
 
