@@ -42,7 +42,17 @@ pub const VARS: &[Var] = &[
         default: "librknnrt.so",
         meaning: "path of the Rockchip runtime",
         apply: |c, v| {
-            c.device.rknn_lib = Some(PathBuf::from(v));
+            c.device.rknn.lib = Some(v.to_string());
+            Ok(())
+        },
+    },
+    Var {
+        name: "ORK_RKNN_DYNAMIC_M",
+        default: "64",
+        meaning: "row counts one dynamic-shape matmul context of the runtime covers (1..=W, W+1..=2W, ...; at most 512); 0: one context per row count",
+        apply: |c, v| {
+            let w: usize = v.parse().map_err(|_| "a whole number, at most 512")?;
+            c.device.rknn.dynamic_m = Some(w).filter(|&w| w <= 512).ok_or("at most 512")?;
             Ok(())
         },
     },

@@ -184,7 +184,10 @@ fn auto_takes_the_runtime_when_it_answers_else_the_emulator() {
     let open = |backend, lib: &str| {
         Device::open(&DeviceConfig {
             backend,
-            rknn_lib: Some(lib.into()),
+            rknn: ork_moe::npu::rknn::Config {
+                lib: Some(lib.into()),
+                ..Default::default()
+            },
             ..DeviceConfig::default()
         })
     };

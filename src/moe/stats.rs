@@ -77,6 +77,8 @@ pub struct Stats {
     pub submits_stream: u64,
     pub submits_chain: u64,
     pub cpu_gemms: u64,
+    /// Matmul contexts the runtime created (rknn; 0 elsewhere).
+    pub contexts_created: u64,
     /// Modelled NPU time (emulator cost model), never a measurement.
     pub modelled_npu_us: f64,
     pub backend: Option<BackendKind>,

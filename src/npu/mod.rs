@@ -45,7 +45,6 @@ pub use exec::HostExec;
 use crate::layout::Tiles;
 use std::any::Any;
 use std::fmt;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Once;
 
@@ -530,8 +529,8 @@ impl BackendChoice {
 #[derive(Clone, Debug, PartialEq)]
 pub struct DeviceConfig {
     pub backend: BackendChoice,
-    /// The vendor runtime (`ORK_RKNN_LIB`); `None`: the default library names.
-    pub rknn_lib: Option<PathBuf>,
+    /// The vendor runtime's settings (`ORK_RKNN_LIB`, `ORK_RKNN_DYNAMIC_M`).
+    pub rknn: rknn::Config,
     /// Cores of `run_i8` and `run_stream_i8`.
     pub core_mask: CoreMask,
     /// Kernel path and pool threads of the CPU-executed backends (emu, cpu).
@@ -543,7 +542,7 @@ impl Default for DeviceConfig {
     fn default() -> DeviceConfig {
         DeviceConfig {
             backend: BackendChoice::Auto,
-            rknn_lib: None,
+            rknn: rknn::Config::default(),
             core_mask: CoreMask::ALL,
             host: HostExec::default(),
             emu: emu::Config::default(),
@@ -603,13 +602,12 @@ impl Device {
     /// Opens the backend `cfg` names; `Auto` tries `rknn` and falls back to `emu`. The device's
     /// core mask starts as `cfg.core_mask`.
     pub fn open(cfg: &DeviceConfig) -> Result<Device> {
-        let lib = cfg.rknn_lib.as_ref().map(|p| p.to_string_lossy());
         let emu = || emu::Emu::new(cfg.emu.clone(), cfg.host);
         let backend: Box<dyn Backend> = match cfg.backend {
             BackendChoice::Emu => Box::new(emu()),
             BackendChoice::Cpu => Box::new(cpu::Cpu::new(cfg.host)),
-            BackendChoice::Rknn => rknn::open(lib.as_deref())?,
-            BackendChoice::Auto => rknn::open(lib.as_deref()).unwrap_or_else(|e| {
+            BackendChoice::Rknn => rknn::open_with(&cfg.rknn)?,
+            BackendChoice::Auto => rknn::open_with(&cfg.rknn).unwrap_or_else(|e| {
                 log::debug!("rknn backend unavailable ({e}); using the emulator");
                 Box::new(emu())
             }),

@@ -866,26 +866,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn experts_come_in_the_engines_order_with_the_misses_first() {
-        let ids = [3, 1, 3, 0, 3, 1];
-        let e = experts_of(&ids, 4, 2);
-        assert_eq!(
-            e,
-            vec![
-                ExpertCall {
-                    rows: 3,
-                    hit: false
-                },
-                ExpertCall {
-                    rows: 2,
-                    hit: false
-                },
-                ExpertCall { rows: 1, hit: true },
-            ]
-        );
-    }
-
-    #[test]
     fn options_parse_and_reject() {
         let args = |s: &str| s.split_whitespace().map(String::from).collect::<Vec<_>>();
         let o = Options::parse(&args(
