@@ -211,7 +211,7 @@ const ENGINES: usize = 3;
 
 fn engines() -> [EngineModel; ENGINES] {
     [
-        EngineModel::today(),
+        EngineModel::engine(),
         EngineModel::pipelined(),
         EngineModel::pipelined_fused(),
     ]
