@@ -15,6 +15,11 @@
 # counters must show handled calls.
 # The last stdout line is the venv's python. Env: ORK_CACHE, ORK_PY_CHECK, ORK_PY_THREADS (default 2),
 # CMAKE_ARGS (extra cmake flags), ORK_BUILD_JOBS (parallel compile jobs, default nproc).
+#
+# ORK_PY_LLAMA_BUILD=<dir> (a build.sh build directory, e.g. `$(bash ggml-patch/build.sh | tail -1)`)
+# installs only the Python package (-DLLAMA_BUILD=OFF: nothing compiled, seconds) and has it load that
+# build's patched libllama.so (llama-cpp-python's LLAMA_CPP_LIB_PATH): one patched llama.cpp for the
+# command-line tools and Python alike. CI uses this; the default compiles a second copy into the venv.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -28,6 +33,13 @@ lib=${1:-$repo/target/release/libork_moe.so}
 threads=${ORK_PY_THREADS:-2}
 mapfile -t isa_flags < <(ork_isa_flags)
 cmake_args="${isa_flags[*]} -DLLAVA_BUILD=OFF${CMAKE_ARGS:+ $CMAKE_ARGS}"
+if [[ -n ${ORK_PY_LLAMA_BUILD:-} ]]; then
+    shared=$(cd "$ORK_PY_LLAMA_BUILD" && pwd)/bin
+    [[ -f $shared/libllama.so ]] || die "$shared/libllama.so missing (ORK_PY_LLAMA_BUILD must be a build.sh build)"
+    # The Python package only: its C library is the patched build's.
+    cmake_args="-DLLAMA_BUILD=OFF -DLLAVA_BUILD=OFF"
+    export LLAMA_CPP_LIB_PATH=$shared
+fi
 mapfile -t patches < <(ork_patches)
 ((${#patches[@]})) || die "no patches in $here"
 python3 -c 'import venv' 2>/dev/null || die "python3 with the venv module is required (Debian: apt-get install python3-venv)"
