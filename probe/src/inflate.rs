@@ -100,8 +100,14 @@ pub fn run(opts: &Options, cfg: &Config) -> Result<ExitCode, String> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// The synthetic blocks of one `k` × `n` expert of `ty` the inflate measurements use (the same
+/// bytes in every run).
+pub fn expert_blocks(ty: GgmlType, k: usize, n: usize) -> Vec<u8> {
+    Rng::new((k * 31 + n) as u64).blocks(ty, n * k / ty.block_elems(), 0.05)
+}
+
 fn measure(isa: Isa, tiles: &Tiles, ty: GgmlType, k: usize, n: usize) -> Result<Row, String> {
-    let data = Rng::new((k * 31 + n) as u64).blocks(ty, n * k / ty.block_elems(), 0.05);
+    let data = expert_blocks(ty, k, n);
     let w = ExpertWeights {
         ty,
         data: &data,

@@ -615,8 +615,14 @@ impl Device {
         let dev = Device::with_backend(backend);
         dev.set_core_mask(cfg.core_mask);
         LOG_CHOICE.call_once(|| {
+            let profile = match (&cfg.emu.profile, dev.backend()) {
+                (Some(p), BackendKind::Emu) => {
+                    format!("; cost model from board profile {}", p.display())
+                }
+                _ => String::new(),
+            };
             log::info!(
-                "NPU backend: {} (ORK_BACKEND={:?})",
+                "NPU backend: {} (ORK_BACKEND={:?}){profile}",
                 dev.backend().name(),
                 cfg.backend
             )

@@ -60,15 +60,19 @@ fn compiler() -> String {
     }
 }
 
+/// The stand-in's source, embedded so that the tests of any package of the workspace (the
+/// probe's too) build it from this one file.
+const SOURCE: &str = include_str!("rknnrt_standin.c");
+
 /// Builds the stand-in variant once per test binary; its path.
 pub fn build(sdk: Sdk) -> &'static str {
     static LIBS: [OnceLock<String>; 3] = [OnceLock::new(), OnceLock::new(), OnceLock::new()];
     LIBS[sdk as usize].get_or_init(|| {
-        let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/standin/rknnrt_standin.c");
-        let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
-            "librknnrt-standin-{sdk:?}-{}.so",
-            std::process::id()
-        ));
+        let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+        let stem = format!("librknnrt-standin-{sdk:?}-{}", std::process::id());
+        let src = tmp.join(format!("{stem}.c"));
+        std::fs::write(&src, SOURCE).expect("write the stand-in's source");
+        let out = tmp.join(format!("{stem}.so"));
         let cc = compiler();
         let status = Command::new(&cc)
             .args([

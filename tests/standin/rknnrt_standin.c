@@ -29,7 +29,8 @@
  *   domain_mb=N     each IOMMU domain holds at most N MiB; a fuller one fails rknn_create_mem2
  *   fail=KIND:N     the N-th call of KIND fails (N+ : that one and every later one); KIND is alloc
  *                   (rknn_create_mem2), import (rknn_create_mem_from_fd), create (matmul contexts), run,
- *                   sync, bind (set_io_mem). May be given several times.
+ *                   sync, bind (set_io_mem), or wrong (the N-th run succeeds with one wrong output value, a
+ *                   runtime that computes wrongly). May be given several times.
  * Build flags: -DSTANDIN_SDK=16 is runtime 1.6.0 (no rknn_create_mem2, no dynamic shapes), -DSTANDIN_SDK=20
  * is 2.0.0b0 (dynamic shapes under their first name, rknn_matmul_create_dyn_shape). The version string is
  * embedded as the vendor's is ("librknnrt version: ...").
@@ -113,8 +114,8 @@ _Static_assert(sizeof(matmul_shape) == 12, "rknn_matmul_shape is 12 bytes");
 
 /* ---- configuration, counters, faults ---- */
 
-enum { F_ALLOC, F_IMPORT, F_CREATE, F_RUN, F_SYNC, F_BIND, F_KINDS };
-static const char *const fault_names[F_KINDS] = {"alloc", "import", "create", "run", "sync", "bind"};
+enum { F_ALLOC, F_IMPORT, F_CREATE, F_RUN, F_SYNC, F_BIND, F_WRONG, F_KINDS };
+static const char *const fault_names[F_KINDS] = {"alloc", "import", "create", "run", "sync", "bind", "wrong"};
 enum { MAX_FAULTS = 16 };
 
 static struct {
@@ -678,17 +679,21 @@ int rknn_matmul_run(rknn_context ctx) {
     const int8_t *a = (const int8_t *)device_bytes(mm->mem[0]);
     const int8_t *b = (const int8_t *)device_bytes(mm->mem[1]);
     uint8_t *c = device_bytes(mm->mem[2]);
+    /* K is a multiple of TILE_B_K (create refuses others): each TILE_B_K run of k is contiguous in B and
+     * each TILE_A_K run in A, so the inner loop reads both sequentially. */
     for (int32_t n = 0; n < N; n++) {
         for (int32_t m = 0; m < M; m++) {
             int32_t acc = 0;
-            for (int32_t k = 0; k < K; k++) {
-                int32_t av = a[(size_t)(k / TILE_A_K) * M * TILE_A_K + (size_t)m * TILE_A_K + k % TILE_A_K];
-                acc += av * b[b_index(K, N, n, k)];
+            for (int32_t k0 = 0; k0 < K; k0 += TILE_A_K) {
+                const int8_t *ak = a + (size_t)(k0 / TILE_A_K) * M * TILE_A_K + (size_t)m * TILE_A_K;
+                const int8_t *bk = b + b_index(K, N, n, k0);
+                for (int32_t k = 0; k < TILE_A_K; k++) acc += ak[k] * bk[k];
             }
             size_t ci = (size_t)(n / TILE_C_N) * M * TILE_C_N + (size_t)m * TILE_C_N + n % TILE_C_N;
             memcpy(c + ci * 4, &acc, 4);
         }
     }
+    if (injected(F_WRONG)) c[0] ^= 1;
     return 0;
 }
 

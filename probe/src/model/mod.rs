@@ -455,6 +455,15 @@ pub fn run(args: &[String]) -> Result<ExitCode, String> {
         cfg.device.backend = b;
     }
     ork_moe::ffi::log_install(cfg.log_level);
+    if let Some(info) = &o.settings.profile {
+        // `ork-probe board` off a board (emulator, stand-in runtime) measures this machine.
+        if info.backend != "rknn" || info.runtime_version.contains("stand-in") {
+            eprintln!(
+                "model: warning: {} was written on backend {} ({}): its NPU figures are not a board's",
+                info.path, info.backend, info.runtime_version
+            );
+        }
+    }
     for shape in &o.configs {
         o.routing.check(shape.n_expert, shape.n_used)?;
         let full_bytes = full_expert_bytes(shape);

@@ -62,17 +62,13 @@ pub fn no_device(library: &str, code: i32) -> String {
          Linux's rocket driver), or this user may not open its device node",
         code_name(code)
     );
-    let _ = write!(
-        s,
-        "; {}",
-        device_nodes(Path::new("/sys/class/drm"), Path::new("/dev"))
-    );
+    let _ = write!(s, "; {}", super::device_nodes());
     s
 }
 
 /// The DRM nodes and the driver behind each (`renderD129: rknpu`), from sysfs, and whether the
 /// current user may open those of rknpu; older vendor kernels expose `/dev/rknpu` instead.
-fn device_nodes(drm: &Path, dev: &Path) -> String {
+pub fn device_nodes(drm: &Path, dev: &Path) -> String {
     let mut nodes: Vec<(String, String)> = std::fs::read_dir(drm)
         .into_iter()
         .flatten()

@@ -85,6 +85,16 @@ impl Default for Config {
 /// two, and a context declares only this many shapes up front.
 pub const DEFAULT_DYNAMIC_M: usize = 64;
 
+/// What this machine shows of the rknpu driver's device nodes (`rknpu device nodes:
+/// /dev/dri/renderD129 opens`, or which DRM nodes exist and their drivers), for the board check
+/// and error messages.
+pub fn device_nodes() -> String {
+    diag::device_nodes(
+        std::path::Path::new("/sys/class/drm"),
+        std::path::Path::new("/dev"),
+    )
+}
+
 /// A runtime error code as an [`Error`].
 fn check(what: &str, code: i32) -> Result<()> {
     if code == sys::SUCC {
