@@ -55,6 +55,7 @@
 mod neon;
 mod params;
 mod scalar;
+mod tile;
 mod via_f32;
 #[cfg(target_arch = "x86_64")]
 mod x86;
@@ -64,7 +65,8 @@ pub use via_f32::inflate_expert_via_f32;
 use crate::isa::{self, Isa};
 use crate::layout::Tiles;
 use crate::quant::{GgmlType, QuantError};
-use params::RowParams;
+use params::TileParams;
+use tile::Tile;
 
 /// One expert's quantized weight matrix as ggml stores it: `n` rows (output channels) of `k`
 /// weights of type `ty`, row `i` starting at byte `i * row_stride` of `data`.
@@ -165,30 +167,32 @@ pub fn inflate_expert_with(
         return Err(InflateError::IsaUnavailable(isa));
     }
     let shape = check(w, tiles, b_native.len(), chan_scales.len())?;
-    let kernel = tile_kernel(isa, w.ty);
-    let mut params: Vec<RowParams> = (0..tiles.b_n.min(w.n))
-        .map(|_| RowParams::new(w.ty, w.k))
-        .collect();
+    let (scan, kernel) = (scan_row(isa), tile_kernel(isa, w.ty, tiles.b_n));
+    let mut params = TileParams::new(w.ty, w.k, tiles.b_n);
     let mut rows: Vec<&[u8]> = Vec::with_capacity(tiles.b_n);
     for (t, tile_out) in b_native[..tiles.b_len(shape.kp, shape.np)]
         .chunks_exact_mut(tiles.b_n * shape.kp)
         .enumerate()
     {
-        let first = t * tiles.b_n;
         rows.clear();
-        for (row, p) in (first..w.n.min(first + tiles.b_n)).zip(&mut params) {
-            let bytes = w.row(row, shape.row_bytes);
-            chan_scales[row] = p
-                .prepare(bytes)
-                .map_err(|block| InflateError::NonFiniteScale { row, block })?;
-            rows.push(bytes);
+        for (j, row) in (t * tiles.b_n..).take(tiles.b_n).enumerate() {
+            if row < w.n {
+                let bytes = w.row(row, shape.row_bytes);
+                chan_scales[row] = scan(&mut params, j, bytes)
+                    .map_err(|block| InflateError::NonFiniteScale { row, block })?;
+                rows.push(bytes);
+            } else {
+                // A padding channel: zero parameters make any row's bytes inflate to zeros.
+                params.zero_row(j);
+                rows.push(rows[0]);
+            }
         }
         let mut tile = Tile {
             out: tile_out,
             b_n: tiles.b_n,
         };
-        kernel(&rows, &params[..rows.len()], &mut tile, w.k / RUN);
-        tile.zero_padding(rows.len(), w.k / RUN);
+        kernel(&rows, &params, &mut tile, w.k / RUN);
+        tile.zero_padding(tiles.b_n, w.k / RUN);
     }
     chan_scales[w.n..shape.np].fill(0.0);
     Ok(())
@@ -267,97 +271,37 @@ fn check(
     Ok(Shape { kp, np, row_bytes })
 }
 
-/// One N-tile of native B: `b_n` rows (output channels) × the padded depth, run by run.
-struct Tile<'a> {
-    out: &'a mut [i8],
-    b_n: usize,
-}
+/// Fills runs `0..runs` of a tile's `b_n` rows (`rows[j]` with its parameters in `params`).
+type TileKernel = fn(&[&[u8]], &TileParams, &mut Tile, usize);
 
-impl Tile<'_> {
-    /// Run `r` (weights `32r..32r+32`) of the tile's row `j`; consecutive `j` are adjacent.
-    #[inline(always)]
-    fn run(&mut self, r: usize, j: usize) -> &mut [i8; RUN] {
-        let at = (r * self.b_n + j) * RUN;
-        (&mut self.out[at..at + RUN])
-            .try_into()
-            .expect("a run is 32 bytes")
-    }
+/// Fills tile row `j`'s parameters from its bytes: `s_n`, or the first non-finite block.
+type ScanRow = fn(&mut TileParams, usize, &[u8]) -> Result<f32, usize>;
 
-    /// Runs `r..r + G` of the tile's row `j`.
-    #[inline(always)]
-    fn run_group<const G: usize>(&mut self, r: usize, j: usize) -> [&mut [i8; RUN]; G] {
-        let (at, stride) = ((r * self.b_n + j) * RUN, self.b_n * RUN);
-        let ranges: [_; G] = std::array::from_fn(|i| at + i * stride..at + i * stride + RUN);
-        let runs = self
-            .out
-            .get_disjoint_mut(ranges)
-            .expect("distinct runs inside the tile");
-        runs.map(|run| run.try_into().expect("a run is 32 bytes"))
-    }
-
-    fn runs(&self) -> usize {
-        self.out.len() / (self.b_n * RUN)
-    }
-
-    /// Zeroes what the rows did not fill: depth padding of `rows` rows, and padding rows.
-    fn zero_padding(&mut self, rows: usize, runs_filled: usize) {
-        for r in 0..self.runs() {
-            let from = if r < runs_filled { rows } else { 0 };
-            let at = r * self.b_n * RUN;
-            self.out[at + from * RUN..at + self.b_n * RUN].fill(0);
-        }
-    }
-}
-
-/// Calls `convert(row bytes, row params, r, destination)` for runs `0..runs` of every row of a
-/// tile, in native B's order so the writes stream through memory.
-#[inline(always)]
-fn for_each_run(
-    rows: &[&[u8]],
-    params: &[RowParams],
-    tile: &mut Tile,
-    runs: usize,
-    mut convert: impl FnMut(&[u8], &RowParams, usize, &mut [i8; RUN]),
-) {
-    for r in 0..runs {
-        for (j, (row, p)) in rows.iter().zip(params).enumerate() {
-            convert(row, p, r, tile.run(r, j));
-        }
-    }
-}
-
-/// Like [`for_each_run`] for formats whose runs come in groups of `G` from the same bytes (Q4_K:
-/// the low and high nibbles of 32 bytes; Q6_K: the four runs of a 128-weight half):
-/// `convert(row bytes, row params, r, runs r..r + G)` for `r` a multiple of `G`.
-#[inline(always)]
-fn for_each_run_group<const G: usize>(
-    rows: &[&[u8]],
-    params: &[RowParams],
-    tile: &mut Tile,
-    runs: usize,
-    mut convert: impl FnMut(&[u8], &RowParams, usize, [&mut [i8; RUN]; G]),
-) {
-    for r in (0..runs).step_by(G) {
-        for (j, (row, p)) in rows.iter().zip(params).enumerate() {
-            convert(row, p, r, tile.run_group(r, j));
-        }
-    }
-}
-
-/// Fills runs `0..runs` of a tile's rows (`rows[j]` with its prepared `params[j]`).
-type TileKernel = fn(&[&[u8]], &[RowParams], &mut Tile, usize);
-
-fn tile_kernel(isa: Isa, ty: GgmlType) -> TileKernel {
+/// The kernel for `ty` on `isa`, for tiles of `b_n` rows.
+fn tile_kernel(isa: Isa, ty: GgmlType, b_n: usize) -> TileKernel {
     #[cfg(target_arch = "x86_64")]
-    if let Some(k) = x86::tile_kernel(isa, ty) {
+    if let Some(k) = x86::tile_kernel(isa, ty, b_n) {
         return k;
     }
     #[cfg(target_arch = "aarch64")]
     if let Some(k) = neon::tile_kernel(isa, ty) {
         return k;
     }
-    let _ = isa;
+    let _ = (isa, b_n);
     scalar::tile_kernel(ty)
+}
+
+/// The row scan built for `isa` (the same code, vectorized for the path's instruction set).
+fn scan_row(isa: Isa) -> ScanRow {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(s) = x86::scan_row(isa) {
+        return s;
+    }
+    #[cfg(target_arch = "aarch64")]
+    if let Some(s) = neon::scan_row(isa) {
+        return s;
+    }
+    scalar::scan_row
 }
 
 #[cfg(test)]

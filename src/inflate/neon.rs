@@ -4,9 +4,10 @@
 //! narrows where the scalar code saturates, and `sqrdmulh`, which on these operands is exactly
 //! `(x·m + 2¹⁴) >> 15`.
 
-use super::params::{half, multiplier, scaled_codes, RowParams};
+use super::params::{scaled_codes, TileParams};
 use super::scalar::{q4_k_pair_source, q6_k_half_source};
-use super::{for_each_run, for_each_run_group, Tile, TileKernel};
+use super::tile::{for_each_group, for_each_run, Tile};
+use super::{ScanRow, TileKernel};
 use crate::isa::Isa;
 use crate::quant::GgmlType;
 use std::arch::aarch64::*;
@@ -27,6 +28,12 @@ pub(super) fn tile_kernel(isa: Isa, ty: GgmlType) -> Option<TileKernel> {
         GgmlType::Q6_K => |r, p, t, n| unsafe { q6_k(r, p, t, n) },
         GgmlType::F32 | GgmlType::F16 => return None,
     })
+}
+
+/// The row scan compiled for the path (Advanced SIMD is the target's baseline, so the shared
+/// scan needs no build of its own).
+pub(super) fn scan_row(_isa: Isa) -> Option<ScanRow> {
+    None
 }
 
 /// Binary32 codes `base..base+16`.
@@ -87,28 +94,23 @@ fn nibbles(qs: &[u8], lut: int8x16_t, out: &mut [i8; 32]) {
 }
 
 #[target_feature(enable = "neon")]
-fn q4_0(rows: &[&[u8]], params: &[RowParams], tile: &mut Tile, runs: usize) {
+fn q4_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
     let c: [i16; 16] = scaled_codes(GgmlType::Q4_0);
-    for_each_run(rows, params, tile, runs, |row, p, r, out| {
-        let blk = &row[r * 18..r * 18 + 18];
-        nibbles(
-            &blk[2..],
-            rescale_table(&c, multiplier(half(blk, 0), p.unit)),
-            out,
-        );
+    for_each_run(rows, &params.m, tile, runs, |row, &m, r, out| {
+        nibbles(&row[r * 18 + 2..], rescale_table(&c, m), out);
     });
 }
 
 #[target_feature(enable = "neon")]
-fn q4_1(rows: &[&[u8]], params: &[RowParams], tile: &mut Tile, runs: usize) {
+fn q4_1(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
     let c = codes(0);
-    for_each_run(rows, params, tile, runs, |row, p, r, out| {
-        nibbles(&row[r * 20 + 4..], table16(&c, p.f[r], p.g[r]), out);
+    for_each_run(rows, &params.fg, tile, runs, |row, &[f, g], r, out| {
+        nibbles(&row[r * 20 + 4..], table16(&c, f, g), out);
     });
 }
 
 #[target_feature(enable = "neon")]
-fn q5_0(rows: &[&[u8]], params: &[RowParams], tile: &mut Tile, runs: usize) {
+fn q5_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
     let c: [i16; 32] = scaled_codes(GgmlType::Q5_0);
     let (c_lo, c_hi) = c.split_at(16);
     let (c_lo, c_hi): (&[i16; 16], &[i16; 16]) =
@@ -116,9 +118,8 @@ fn q5_0(rows: &[&[u8]], params: &[RowParams], tile: &mut Tile, runs: usize) {
     let bit_masks: [u8; 16] = [1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128];
     // SAFETY: `bit_masks` is 16 readable bytes.
     let bits = unsafe { vld1q_u8(bit_masks.as_ptr()) };
-    for_each_run(rows, params, tile, runs, |row, p, r, out| {
+    for_each_run(rows, &params.m, tile, runs, |row, &m, r, out| {
         let blk = &row[r * 22..r * 22 + 22];
-        let m = multiplier(half(blk, 0), p.unit);
         let t = int8x16x2_t(rescale_table(c_lo, m), rescale_table(c_hi, m));
         let qh = u32::from_le_bytes(blk[2..6].try_into().expect("4 bytes"));
         let q = load16(&blk[6..]);
@@ -155,10 +156,9 @@ fn rescale16<const TIMES4: bool>(x: int8x16_t, m: i16) -> int8x16_t {
 }
 
 #[target_feature(enable = "neon")]
-fn q8_0(rows: &[&[u8]], params: &[RowParams], tile: &mut Tile, runs: usize) {
-    for_each_run(rows, params, tile, runs, |row, p, r, out| {
+fn q8_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
+    for_each_run(rows, &params.m, tile, runs, |row, &m, r, out| {
         let blk = &row[r * 34..r * 34 + 34];
-        let m = multiplier(half(blk, 0), p.unit);
         for h in 0..2 {
             let q = vreinterpretq_s8_u8(load16(&blk[2 + 16 * h..]));
             store16(&mut out[16 * h..], rescale16::<false>(q, m));
@@ -167,52 +167,51 @@ fn q8_0(rows: &[&[u8]], params: &[RowParams], tile: &mut Tile, runs: usize) {
 }
 
 #[target_feature(enable = "neon")]
-fn q4_k(rows: &[&[u8]], params: &[RowParams], tile: &mut Tile, runs: usize) {
+fn q4_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
     let c = codes(0);
-    for_each_run_group(rows, params, tile, runs, |row, p, r, [even, odd]| {
-        let at = q4_k_pair_source(r);
-        let (lo, hi) = (
-            table16(&c, p.f[r], p.g[r]),
-            table16(&c, p.f[r + 1], p.g[r + 1]),
-        );
-        for h in 0..2 {
-            let q = load16(&row[at + 16 * h..]);
-            store16(
-                &mut even[16 * h..],
-                vqtbl1q_s8(lo, vandq_u8(q, vdupq_n_u8(15))),
-            );
-            store16(&mut odd[16 * h..], vqtbl1q_s8(hi, vshrq_n_u8(q, 4)));
-        }
-    });
-}
-
-#[target_feature(enable = "neon")]
-fn q6_k(rows: &[&[u8]], params: &[RowParams], tile: &mut Tile, runs: usize) {
-    for_each_run_group(
+    let fg = &params.fg;
+    for_each_group::<2, 1, _>(
         rows,
-        params,
+        fg,
         tile,
         runs,
-        |row, p, r, out: [&mut [i8; 32]; 4]| {
-            let (ql, qh, m) = q6_k_half_source(r);
-            let m = &p.m[m..m + 8];
-            let (low, two) = (vdupq_n_u8(15), vdupq_n_u8(3));
+        |r, [row], [[p0], [p1]], [[even], [odd]]| {
+            let at = q4_k_pair_source(r);
+            let (lo, hi) = (table16(&c, p0[0], p0[1]), table16(&c, p1[0], p1[1]));
             for h in 0..2 {
-                let ql0 = load16(&row[ql + 16 * h..]);
-                let ql1 = load16(&row[ql + 32 + 16 * h..]);
-                let qh = load16(&row[qh + 16 * h..]);
-                let high2 = |shift: uint8x16_t| vshlq_n_u8(vandq_u8(shift, two), 4);
-                let codes = [
-                    vorrq_u8(vandq_u8(ql0, low), high2(qh)),
-                    vorrq_u8(vandq_u8(ql1, low), high2(vshrq_n_u8(qh, 2))),
-                    vorrq_u8(vshrq_n_u8(ql0, 4), high2(vshrq_n_u8(qh, 4))),
-                    vorrq_u8(vshrq_n_u8(ql1, 4), high2(vshrq_n_u8(qh, 6))),
-                ];
-                for (t, code) in codes.into_iter().enumerate() {
-                    let x = vsubq_s8(vreinterpretq_s8_u8(code), vdupq_n_s8(32));
-                    store16(&mut out[t][16 * h..], rescale16::<true>(x, m[2 * t + h]));
-                }
+                let q = load16(&row[at + 16 * h..]);
+                store16(
+                    &mut even[16 * h..],
+                    vqtbl1q_s8(lo, vandq_u8(q, vdupq_n_u8(15))),
+                );
+                store16(&mut odd[16 * h..], vqtbl1q_s8(hi, vshrq_n_u8(q, 4)));
             }
         },
     );
+}
+
+#[target_feature(enable = "neon")]
+fn q6_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
+    let m = params.m.as_chunks::<2>().0;
+    for_each_group::<4, 1, _>(rows, m, tile, runs, |r, [row], m, out| {
+        let (ql, qh) = q6_k_half_source(r);
+        let (m, out) = (m.map(|[m]| m), out.map(|[o]| o));
+        let (low, two) = (vdupq_n_u8(15), vdupq_n_u8(3));
+        for h in 0..2 {
+            let ql0 = load16(&row[ql + 16 * h..]);
+            let ql1 = load16(&row[ql + 32 + 16 * h..]);
+            let qh = load16(&row[qh + 16 * h..]);
+            let high2 = |shift: uint8x16_t| vshlq_n_u8(vandq_u8(shift, two), 4);
+            let codes = [
+                vorrq_u8(vandq_u8(ql0, low), high2(qh)),
+                vorrq_u8(vandq_u8(ql1, low), high2(vshrq_n_u8(qh, 2))),
+                vorrq_u8(vshrq_n_u8(ql0, 4), high2(vshrq_n_u8(qh, 4))),
+                vorrq_u8(vshrq_n_u8(ql1, 4), high2(vshrq_n_u8(qh, 6))),
+            ];
+            for (t, code) in codes.into_iter().enumerate() {
+                let x = vsubq_s8(vreinterpretq_s8_u8(code), vdupq_n_s8(32));
+                store16(&mut out[t][16 * h..], rescale16::<true>(x, m[t][h]));
+            }
+        }
+    });
 }

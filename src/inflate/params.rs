@@ -1,24 +1,38 @@
 //! The per-row half of the method (see the module docs): the row scale `s_n` and the per-block
-//! parameters, computed from the block scales alone by scalar code that every kernel path shares.
+//! parameters, computed from the block scales alone. One definition for every kernel path,
+//! written as short passes over arrays (gather the fp16 fields, one max, one elementwise map) so
+//! that each path's build of it vectorizes: the kernel modules call [`TileParams::prepare`]
+//! from functions compiled for their instruction set.
 
 use crate::quant::{GgmlType, K_SCALE_SIZE, QK_K};
 
-/// One row's parameters, reused from row to row (sized once per expert).
-///
-/// Where a block's parameter is one product with its fp16 scale (Q4_0, Q5_0, Q8_0: the
-/// multiplier `m_j = clamp(rne(fl(d_j·unit_n)), ±32767)`), the kernels compute it on the fly from
-/// `unit`, which costs less than a pass storing it; otherwise it is stored here.
-pub(super) struct RowParams {
+/// The parameters of one N-tile's rows in tile order (run `r` of tile row `j` at `r·rows + j`,
+/// so a kernel walking native B's order reads them as one stream), reused from tile to tile.
+pub(super) struct TileParams {
     ty: GgmlType,
-    /// Q4_0, Q5_0: `unit_n = fl(inv_n·2¹⁵/code_scale)`; Q8_0: `unit_n = fl(32768/E_n)`; 0 for an
-    /// all-zero row.
-    pub unit: f32,
-    /// Q4_1, Q4_K: `f_j = fl(a_j·inv_n)` of each (sub-)block of 32.
-    pub f: Vec<f32>,
-    /// Q4_1, Q4_K: `g_j = fl(b_j·inv_n)` of each (sub-)block of 32.
-    pub g: Vec<f32>,
-    /// Rescale types: Q15 multiplier `m_j` of each block (Q8_0) or sub-block of 16 (Q6_K).
+    /// Rows per tile: the stride of the tile-order arrays.
+    rows: usize,
+    /// Q15 multipliers `m_j`: Q4_0, Q5_0, Q8_0: block `r`'s at `r·rows + j`; Q6_K: sub-blocks
+    /// `2r`, `2r + 1` (the two halves of run `r`) at `2(r·rows + j)`, `2(r·rows + j) + 1`.
     pub m: Vec<i16>,
+    /// Q4_1, Q4_K: `[f_j, g_j] = [fl(a_j·inv_n), fl(b_j·inv_n)]` of run `r` at `r·rows + j`.
+    pub fg: Vec<[f32; 2]>,
+    scratch: Scratch,
+}
+
+/// One row's working arrays, in run order.
+struct Scratch {
+    /// The first fp16 field of each block (Q4_K, Q6_K: repeated for each run / sub-block).
+    h0: Vec<u16>,
+    /// Q4_1, Q4_K: the second fp16 field (`m`, `dmin`), laid out like `h0`.
+    h1: Vec<u16>,
+    /// Q4_K: the 6-bit scale of each sub-block; Q6_K: the signed 8-bit scale of each sub-block.
+    sc: Vec<u8>,
+    /// Q4_K: the 6-bit min of each sub-block.
+    mn: Vec<u8>,
+    m: Vec<i16>,
+    f: Vec<f32>,
+    g: Vec<f32>,
 }
 
 /// Zero point of the table types' codes: `c(q) = q - zero_point`.
@@ -50,86 +64,159 @@ pub(super) fn scaled_codes<const N: usize>(ty: GgmlType) -> [i16; N] {
 const Q8_0_UNIT: f32 = 32768.0;
 const Q6_K_UNIT: f32 = 32512.0;
 
-impl RowParams {
-    pub fn new(ty: GgmlType, k: usize) -> RowParams {
-        let blocks = k / ty.block_elems();
-        let (tables, multipliers) = match ty {
-            GgmlType::Q4_1 => (blocks, 0),
-            GgmlType::Q4_K => (blocks * 8, 0),
-            GgmlType::Q6_K => (0, blocks * 16),
-            _ => (0, 0),
+/// Runs of 32 weights per Q4_K/Q6_K super-block, and Q6_K sub-blocks of 16.
+const RUNS_PER_QK_K: usize = QK_K / 32;
+const Q6_K_SUBS: usize = QK_K / 16;
+
+impl TileParams {
+    /// Parameters for tiles of `rows` rows of `k` weights of `ty`.
+    pub fn new(ty: GgmlType, k: usize, rows: usize) -> TileParams {
+        let (runs, blocks) = (k / 32, k / ty.block_elems());
+        let per_block = |n: usize| vec![0u16; blocks * n];
+        let (h0, h1, sc, mn) = match ty {
+            GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => (per_block(1), vec![], 0, 0),
+            GgmlType::Q4_1 => (per_block(1), per_block(1), 0, 0),
+            GgmlType::Q4_K => (per_block(8), per_block(8), runs, runs),
+            GgmlType::Q6_K => (per_block(Q6_K_SUBS), vec![], 2 * runs, 0),
+            GgmlType::F32 | GgmlType::F16 => (vec![], vec![], 0, 0),
         };
-        RowParams {
+        let (m, fg) = match ty {
+            GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => (runs, 0),
+            GgmlType::Q6_K => (2 * runs, 0),
+            GgmlType::Q4_1 | GgmlType::Q4_K => (0, runs),
+            GgmlType::F32 | GgmlType::F16 => (0, 0),
+        };
+        TileParams {
             ty,
-            unit: 0.0,
-            f: vec![0.0; tables],
-            g: vec![0.0; tables],
-            m: vec![0; multipliers],
+            rows,
+            m: vec![0; m * rows],
+            fg: vec![[0.0; 2]; fg * rows],
+            scratch: Scratch {
+                h0,
+                h1,
+                sc: vec![0; sc],
+                mn: vec![0; mn],
+                m: vec![0; m],
+                f: vec![0.0; fg],
+                g: vec![0.0; fg],
+            },
         }
     }
 
-    /// Fills the parameters for one row of blocks and returns `s_n`, or the index of the first
-    /// block with a NaN or infinite scale.
-    pub fn prepare(&mut self, row: &[u8]) -> Result<f32, usize> {
-        let ty = self.ty;
-        let blocks = row.chunks_exact(ty.block_bytes());
-        match ty {
-            GgmlType::Q4_0 | GgmlType::Q5_0 => {
-                let largest = check_halves(row, ty.block_bytes(), 0)?;
-                // |w| <= |d|·zp for codes -zp..zp-1; the product with a power of two is exact.
-                let w_max = largest * zero_point(ty) as f32;
-                let (inv, s) = table_range(w_max);
-                // A power-of-two factor: exact, so m_j = rne(fl(d_j·inv_n)·2¹⁵/code_scale).
-                self.unit = inv * (32768 / code_scale(ty)) as f32;
-                Ok(s)
-            }
-            GgmlType::Q4_1 => {
-                check_halves(row, ty.block_bytes(), 0)?;
-                check_halves(row, ty.block_bytes(), 2)?;
-                for ((a, b), blk) in self.f.iter_mut().zip(&mut self.g).zip(blocks) {
-                    (*a, *b) = (half(blk, 0), half(blk, 2));
-                }
-                Ok(self.scale_tables(tables_max(&self.f, &self.g)))
-            }
-            GgmlType::Q4_K => {
-                check_halves(row, ty.block_bytes(), 0)?;
-                check_halves(row, ty.block_bytes(), 2)?;
-                let subs = self.f.chunks_exact_mut(8).zip(self.g.chunks_exact_mut(8));
-                for ((a, b), blk) in subs.zip(blocks) {
-                    let (d, dmin) = (half(blk, 0), half(blk, 2));
-                    let (sc, mn) = q4k_scales_mins(blk[4..16].try_into().expect("12 bytes"));
-                    for j in 0..8 {
-                        // ggml: w = fl(fl(d·sc)·q) - fl(dmin·m); negating the offset is exact.
-                        (a[j], b[j]) = (d * sc[j] as f32, -(dmin * mn[j] as f32));
-                    }
-                }
-                Ok(self.scale_tables(tables_max(&self.f, &self.g)))
-            }
-            GgmlType::Q8_0 => {
-                let e_max = check_halves(row, ty.block_bytes(), 0)?;
-                self.unit = if e_max > 0.0 { Q8_0_UNIT / e_max } else { 0.0 };
-                Ok(e_max)
+    /// Fills the parameters of tile row `j` from the row's blocks and returns `s_n`, or the
+    /// index of the first block with a NaN or infinite scale.
+    #[inline(always)]
+    pub fn prepare(&mut self, j: usize, row: &[u8]) -> Result<f32, usize> {
+        let s = self.scratch.scan(self.ty, row)?;
+        self.scatter(j);
+        Ok(s)
+    }
+
+    /// Gives tile row `j` (a padding channel) all-zero parameters: every kernel then writes
+    /// zeros for it, whatever bytes it reads as the row.
+    pub fn zero_row(&mut self, j: usize) {
+        self.scratch.m.fill(0);
+        self.scratch.f.fill(0.0);
+        self.scratch.g.fill(0.0);
+        self.scatter(j);
+    }
+
+    /// The row's parameters into tile order.
+    #[inline(always)]
+    fn scatter(&mut self, j: usize) {
+        let (rows, row) = (self.rows, &self.scratch);
+        match self.ty {
+            GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => {
+                let tile = self.m[j..].iter_mut().step_by(rows);
+                tile.zip(&row.m).for_each(|(t, m)| *t = *m);
             }
             GgmlType::Q6_K => {
-                let d_max = check_halves(row, ty.block_bytes(), 208)?;
-                let mut e_max = 0f32;
-                if d_max > 0.0 {
-                    for blk in blocks.clone() {
-                        let sc_max = blk[192..208]
-                            .iter()
-                            .map(|&s| (s as i8).unsigned_abs())
-                            .max()
-                            .unwrap_or(0);
-                        // fl(|d|·|sc|) is monotonic in |sc|, so this is the largest |fl(d·sc_j)|.
-                        e_max = larger(e_max, half(blk, 208).abs() * sc_max as f32);
-                    }
+                let tile = self.m.as_chunks_mut::<2>().0[j..].iter_mut().step_by(rows);
+                tile.zip(row.m.as_chunks::<2>().0)
+                    .for_each(|(t, m)| *t = *m);
+            }
+            GgmlType::Q4_1 | GgmlType::Q4_K => {
+                let tile = self.fg[j..].iter_mut().step_by(rows);
+                for (t, (&f, &g)) in tile.zip(row.f.iter().zip(&row.g)) {
+                    *t = [f, g];
                 }
+            }
+            GgmlType::F32 | GgmlType::F16 => unreachable!("checked by the caller"),
+        }
+    }
+}
+
+impl Scratch {
+    #[inline(always)]
+    fn scan(&mut self, ty: GgmlType, row: &[u8]) -> Result<f32, usize> {
+        match ty {
+            GgmlType::Q4_0 | GgmlType::Q5_0 => {
+                if ty == GgmlType::Q4_0 {
+                    gather::<18, 0, 1>(row, &mut self.h0);
+                } else {
+                    gather::<22, 0, 1>(row, &mut self.h0);
+                }
+                let largest = largest_half(&self.h0, 1)?;
+                // |w| <= |d|·zp for codes -zp..zp-1; the product with a power of two is exact.
+                let (inv, s) = table_range(largest * zero_point(ty) as f32);
+                // A power-of-two factor: exact, so m_j = rne(fl(d_j·inv_n)·2¹⁵/code_scale).
+                self.multipliers(inv * (32768 / code_scale(ty)) as f32);
+                Ok(s)
+            }
+            GgmlType::Q8_0 => {
+                gather::<34, 0, 1>(row, &mut self.h0);
+                let e_max = largest_half(&self.h0, 1)?;
+                self.multipliers(if e_max > 0.0 { Q8_0_UNIT / e_max } else { 0.0 });
+                Ok(e_max)
+            }
+            GgmlType::Q4_1 => {
+                gather::<20, 0, 1>(row, &mut self.h0);
+                gather::<20, 2, 1>(row, &mut self.h1);
+                largest_half(&self.h0, 1)?;
+                largest_half(&self.h1, 1)?;
+                let (a, b) = (&mut self.f, &mut self.g);
+                for (a, &h) in a.iter_mut().zip(&self.h0) {
+                    *a = finite_half_to_f32(h);
+                }
+                for (b, &h) in b.iter_mut().zip(&self.h1) {
+                    *b = finite_half_to_f32(h);
+                }
+                Ok(self.scale_tables())
+            }
+            GgmlType::Q4_K => {
+                gather::<144, 0, RUNS_PER_QK_K>(row, &mut self.h0);
+                gather::<144, 2, RUNS_PER_QK_K>(row, &mut self.h1);
+                largest_half(&self.h0, RUNS_PER_QK_K)?;
+                largest_half(&self.h1, RUNS_PER_QK_K)?;
+                let subs = self.sc.as_chunks_mut::<8>().0.iter_mut();
+                let subs = subs.zip(self.mn.as_chunks_mut::<8>().0);
+                for ((sc, mn), blk) in subs.zip(row.as_chunks::<144>().0) {
+                    (*sc, *mn) = q4k_scales_mins(blk[4..16].try_into().expect("12 bytes"));
+                }
+                let (a, b) = (&mut self.f, &mut self.g);
+                // ggml: w = fl(fl(d·sc)·q) - fl(dmin·m); negating the offset is exact.
+                for ((a, &h), &sc) in a.iter_mut().zip(&self.h0).zip(&self.sc) {
+                    *a = finite_half_to_f32(h) * sc as f32;
+                }
+                for ((b, &h), &mn) in b.iter_mut().zip(&self.h1).zip(&self.mn) {
+                    *b = -(finite_half_to_f32(h) * mn as f32);
+                }
+                Ok(self.scale_tables())
+            }
+            GgmlType::Q6_K => {
+                gather::<210, 208, Q6_K_SUBS>(row, &mut self.h0);
+                largest_half(&self.h0, Q6_K_SUBS)?;
+                let scales = self.sc.as_chunks_mut::<Q6_K_SUBS>().0;
+                for (sc, blk) in scales.iter_mut().zip(row.as_chunks::<210>().0) {
+                    *sc = blk[192..208].try_into().expect("16 bytes");
+                }
+                // |fl(d·sc_j)| = fl(|d|·|sc_j|), so this is E_n = max_j |e_j|.
+                let e = self.h0.iter().zip(&self.sc);
+                let e_max = largest_magnitude(e.map(|(&h, &sc)| sub_scale(h, sc)));
                 let unit = if e_max > 0.0 { Q6_K_UNIT / e_max } else { 0.0 };
-                for (m, blk) in self.m.chunks_exact_mut(QK_K / 16).zip(blocks) {
-                    let d = half(blk, 208);
-                    for (m, &sc) in m.iter_mut().zip(&blk[192..208]) {
-                        *m = multiplier(d * (sc as i8) as f32, unit);
-                    }
+                let e = self.h0.iter().zip(&self.sc);
+                for (m, (&h, &sc)) in self.m.iter_mut().zip(e) {
+                    *m = multiplier(sub_scale(h, sc), unit);
                 }
                 Ok(32.0 * e_max / 127.0)
             }
@@ -137,10 +224,19 @@ impl RowParams {
         }
     }
 
-    /// From the row's largest value `M_n`, turns every `(a_j, b_j)` into `(f_j, g_j)`; returns
-    /// `s_n`.
-    fn scale_tables(&mut self, w_max: f32) -> f32 {
-        let (inv, s) = table_range(w_max);
+    /// `m_j = multiplier(d_j, unit)` of every block's scale `d_j` (in `h0`).
+    #[inline(always)]
+    fn multipliers(&mut self, unit: f32) {
+        for (m, &h) in self.m.iter_mut().zip(&self.h0) {
+            *m = multiplier(finite_half_to_f32(h), unit);
+        }
+    }
+
+    /// From the row's `(a_j, b_j)` (in `f`, `g`), its largest value `M_n`, then every
+    /// `(f_j, g_j)`; returns `s_n`.
+    #[inline(always)]
+    fn scale_tables(&mut self) -> f32 {
+        let (inv, s) = table_range(tables_max(&self.f, &self.g));
         // Two plain loops (not one chained iterator) so they vectorize.
         for x in &mut self.f {
             *x *= inv;
@@ -150,6 +246,35 @@ impl RowParams {
         }
         s
     }
+}
+
+/// Q6_K's sub-block scale `e_j = fl(d·sc_j)`.
+#[inline(always)]
+fn sub_scale(d: u16, sc: u8) -> f32 {
+    finite_half_to_f32(d) * (sc as i8) as f32
+}
+
+/// The fp16 field at byte `AT` of each `BB`-byte block of `row`, each written `REPEAT` times.
+#[inline(always)]
+fn gather<const BB: usize, const AT: usize, const REPEAT: usize>(row: &[u8], out: &mut [u16]) {
+    let out = out.as_chunks_mut::<REPEAT>().0;
+    for (h, blk) in out.iter_mut().zip(row.as_chunks::<BB>().0) {
+        *h = [u16::from_le_bytes([blk[AT], blk[AT + 1]]); REPEAT];
+    }
+}
+
+/// The largest magnitude of the finite halves `h` as f32, or, if one is NaN or infinite, the
+/// index of the first such block (`per_block` consecutive halves per block).
+#[inline(always)]
+fn largest_half(h: &[u16], per_block: usize) -> Result<f32, usize> {
+    // Finite halves order like their magnitude bits, and NaN/Inf have all exponent bits set,
+    // so one integer max finds both the largest value and any non-finite one.
+    let largest = h.iter().fold(0i16, |m, &h| m.max((h & 0x7fff) as i16));
+    if largest >= 0x7c00 {
+        let bad = h.iter().position(|&h| h & 0x7c00 == 0x7c00);
+        return Err(bad.expect("a non-finite half exists") / per_block);
+    }
+    Ok(finite_half_to_f32(largest as u16))
 }
 
 /// `(inv_n, s_n) = (fl(127/M_n), fl(M_n/127))`, or zeros for an all-zero row.
@@ -177,29 +302,24 @@ pub(super) fn table_value(c: i32, f: f32, g: f32) -> f32 {
     c as f32 * f + g
 }
 
-/// `M_n` of a Q4_1/Q4_K row: the largest [`table_block_max`] of its blocks. Eight independent
-/// running maxima (instead of one serial chain) so the loop vectorizes.
+/// `M_n` of a Q4_1/Q4_K row: the largest [`table_block_max`] of its blocks.
+#[inline(always)]
 fn tables_max(a: &[f32], b: &[f32]) -> f32 {
-    let mut lanes = [0f32; 8];
-    for (a, b) in a.chunks_exact(8).zip(b.chunks_exact(8)) {
-        for j in 0..8 {
-            lanes[j] = larger(lanes[j], table_block_max(a[j], b[j]));
-        }
-    }
-    let tail = a
-        .chunks_exact(8)
-        .remainder()
-        .iter()
-        .zip(b.chunks_exact(8).remainder());
-    tail.fold(lanes.into_iter().fold(0.0, larger), |m, (&a, &b)| {
-        larger(m, table_block_max(a, b))
-    })
+    largest_magnitude(a.iter().zip(b).map(|(&a, &b)| table_block_max(a, b)))
 }
 
 /// Largest `|w|` over the codes 0..=15 of a Q4_1/Q4_K block, `w = fl(fl(q·a) + b)`: `w` is
 /// monotonic in `q`, so it is `|w|` at one end.
+#[inline(always)]
 fn table_block_max(a: f32, b: f32) -> f32 {
     larger(b.abs(), (15.0 * a + b).abs())
+}
+
+/// The largest `|x|` of finite values. Non-negative binary32 values order like their bits, so
+/// this is an integer max, which (unlike a float max) the compiler may reassociate: it vectorizes.
+#[inline(always)]
+fn largest_magnitude(x: impl Iterator<Item = f32>) -> f32 {
+    f32::from_bits(x.fold(0, |m, x| m.max(x.to_bits() & 0x7fff_ffff)))
 }
 
 /// All eight 6-bit scales and mins of a Q4_K super-block at once, with 32-bit word operations
@@ -235,12 +355,6 @@ pub(super) fn rne_i32(x: f32) -> i32 {
     (x + SHIFTER).to_bits() as i32 - SHIFTER.to_bits() as i32
 }
 
-/// The fp16 at `blk[at..at + 2]`, which must be finite, as f32 (exact).
-#[inline(always)]
-pub(super) fn half(blk: &[u8], at: usize) -> f32 {
-    finite_half_to_f32(u16::from_le_bytes([blk[at], blk[at + 1]]))
-}
-
 /// Exact binary16 -> binary32 for finite values, without branches: the row scan's hot path.
 /// Agrees with [`crate::quant::fp16::f16_to_f32`] on every finite half (tested exhaustively).
 #[inline(always)]
@@ -251,25 +365,6 @@ pub(super) fn finite_half_to_f32(h: u16) -> f32 {
     // Subnormals (and zero): mantissa · 2⁻²⁴, exact in binary32.
     let small = mag as f32 * (1.0 / 16_777_216.0);
     f32::from_bits((if mag >= 0x0400 { normal } else { small }).to_bits() | sign)
-}
-
-/// Scans the fp16 field at byte `at` of every block of the row: the largest magnitude as f32,
-/// or the index of the first block where it is NaN or infinite.
-fn check_halves(row: &[u8], block_bytes: usize, at: usize) -> Result<f32, usize> {
-    // Finite halves order like their magnitude bits, and NaN/Inf have all exponent bits set,
-    // so one integer max finds both the largest value and any non-finite one.
-    let largest = row
-        .chunks_exact(block_bytes)
-        .map(|blk| u16::from_le_bytes([blk[at], blk[at + 1]]) & 0x7fff)
-        .max()
-        .unwrap_or(0);
-    if largest >= 0x7c00 {
-        let bad = row
-            .chunks_exact(block_bytes)
-            .position(|blk| blk[at + 1] & 0x7c == 0x7c);
-        return Err(bad.expect("a non-finite half exists"));
-    }
-    Ok(finite_half_to_f32(largest))
 }
 
 #[cfg(test)]

@@ -5,9 +5,10 @@
 //! never changes), saturating packs where the scalar code's `as i8`/`clamp` saturate, and
 //! `pmulhrsw`, which is exactly `(x·m + 2¹⁴) >> 15`.
 
-use super::params::{half, multiplier, scaled_codes, RowParams};
+use super::params::{scaled_codes, TileParams};
 use super::scalar::{q4_k_pair_source, q6_k_half_source};
-use super::{for_each_run, for_each_run_group, Tile, TileKernel};
+use super::tile::{for_each_group, for_each_run, Tile};
+use super::{ScanRow, TileKernel};
 use crate::isa::Isa;
 use crate::quant::GgmlType;
 use std::arch::x86_64::*;
@@ -23,7 +24,8 @@ macro_rules! unsafe_call {
 
 /// The kernel for `ty` on `isa`, if `isa` is an x86 path. Callers must have checked
 /// `isa.is_available()`: the returned safe functions rely on it.
-pub(super) fn tile_kernel(isa: Isa, ty: GgmlType) -> Option<TileKernel> {
+pub(super) fn tile_kernel(isa: Isa, ty: GgmlType, b_n: usize) -> Option<TileKernel> {
+    let _ = b_n;
     let k: TileKernel = match (isa, ty) {
         (Isa::Ssse3, GgmlType::Q4_0) => |r, p, t, n| unsafe_call!(ssse3::q4_0(r, p, t, n)),
         (Isa::Ssse3, GgmlType::Q4_1) => |r, p, t, n| unsafe_call!(ssse3::q4_1(r, p, t, n)),
@@ -49,6 +51,24 @@ pub(super) fn tile_kernel(isa: Isa, ty: GgmlType) -> Option<TileKernel> {
         _ => return None,
     };
     Some(k)
+}
+
+/// The row scan compiled for `isa`, if `isa` is an x86 path with a build of its own.
+pub(super) fn scan_row(isa: Isa) -> Option<ScanRow> {
+    #[target_feature(enable = "avx2,f16c")]
+    fn avx2(p: &mut TileParams, j: usize, row: &[u8]) -> Result<f32, usize> {
+        p.prepare(j, row)
+    }
+    #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
+    fn avx512(p: &mut TileParams, j: usize, row: &[u8]) -> Result<f32, usize> {
+        p.prepare(j, row)
+    }
+    let s: ScanRow = match isa {
+        Isa::Avx2 => |p, j, row| unsafe_call!(avx2(p, j, row)),
+        Isa::Avx512 => |p, j, row| unsafe_call!(avx512(p, j, row)),
+        _ => return None,
+    };
+    Some(s)
 }
 
 /// Binary32 codes `c(q) = base + q` for q in 0..16, in the order a table builder wants.
@@ -120,28 +140,23 @@ mod ssse3 {
     }
 
     #[target_feature(enable = "ssse3")]
-    pub(super) fn q4_0(rows: &[&[u8]], params: &[RowParams], tile: &mut Tile, runs: usize) {
+    pub(super) fn q4_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
         let c: [i16; 16] = scaled_codes(GgmlType::Q4_0);
-        for_each_run(rows, params, tile, runs, |row, p, r, out| {
-            let blk = &row[r * 18..r * 18 + 18];
-            nibbles(
-                &blk[2..],
-                rescale_table(&c, multiplier(half(blk, 0), p.unit)),
-                out,
-            );
+        for_each_run(rows, &params.m, tile, runs, |row, &m, r, out| {
+            nibbles(&row[r * 18 + 2..], rescale_table(&c, m), out);
         });
     }
 
     #[target_feature(enable = "ssse3")]
-    pub(super) fn q4_1(rows: &[&[u8]], params: &[RowParams], tile: &mut Tile, runs: usize) {
+    pub(super) fn q4_1(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
         let c = codes(0, IN_ORDER);
-        for_each_run(rows, params, tile, runs, |row, p, r, out| {
-            nibbles(&row[r * 20 + 4..], table16(&c, p.f[r], p.g[r]), out);
+        for_each_run(rows, &params.fg, tile, runs, |row, &[f, g], r, out| {
+            nibbles(&row[r * 20 + 4..], table16(&c, f, g), out);
         });
     }
 
     #[target_feature(enable = "ssse3")]
-    pub(super) fn q5_0(rows: &[&[u8]], params: &[RowParams], tile: &mut Tile, runs: usize) {
+    pub(super) fn q5_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
         let c: [i16; 32] = scaled_codes(GgmlType::Q5_0);
         let (c_lo, c_hi) = c.split_at(16);
         let (c_lo, c_hi): (&[i16; 16], &[i16; 16]) =
@@ -151,9 +166,8 @@ mod ssse3 {
         // Byte i of the result takes byte i / 8 of qh (first half) or 2 + i / 8 (second).
         let spread0 = _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
         let spread1 = _mm_setr_epi8(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
-        for_each_run(rows, params, tile, runs, |row, p, r, out| {
+        for_each_run(rows, &params.m, tile, runs, |row, &m, r, out| {
             let blk = &row[r * 22..r * 22 + 22];
-            let m = multiplier(half(blk, 0), p.unit);
             let (t_lo, t_hi) = (rescale_table(c_lo, m), rescale_table(c_hi, m));
             let qh = _mm_set1_epi32(i32::from_le_bytes(blk[2..6].try_into().expect("4 bytes")));
             let q = load16(&blk[6..]);
@@ -182,10 +196,9 @@ mod ssse3 {
     }
 
     #[target_feature(enable = "ssse3")]
-    pub(super) fn q8_0(rows: &[&[u8]], params: &[RowParams], tile: &mut Tile, runs: usize) {
-        for_each_run(rows, params, tile, runs, |row, p, r, out| {
+    pub(super) fn q8_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
+        for_each_run(rows, &params.m, tile, runs, |row, &m, r, out| {
             let blk = &row[r * 34..r * 34 + 34];
-            let m = multiplier(half(blk, 0), p.unit);
             for h in 0..2 {
                 store16(
                     &mut out[16 * h..],
@@ -196,61 +209,61 @@ mod ssse3 {
     }
 
     #[target_feature(enable = "ssse3")]
-    pub(super) fn q4_k(rows: &[&[u8]], params: &[RowParams], tile: &mut Tile, runs: usize) {
+    pub(super) fn q4_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
         let c = codes(0, IN_ORDER);
         let low = _mm_set1_epi8(15);
-        for_each_run_group(rows, params, tile, runs, |row, p, r, [even, odd]| {
-            let at = q4_k_pair_source(r);
-            let (lo, hi) = (
-                table16(&c, p.f[r], p.g[r]),
-                table16(&c, p.f[r + 1], p.g[r + 1]),
-            );
-            for h in 0..2 {
-                let q = load16(&row[at + 16 * h..]);
-                store16(
-                    &mut even[16 * h..],
-                    _mm_shuffle_epi8(lo, _mm_and_si128(q, low)),
-                );
-                store16(
-                    &mut odd[16 * h..],
-                    _mm_shuffle_epi8(hi, _mm_and_si128(_mm_srli_epi16(q, 4), low)),
-                );
-            }
-        });
-    }
-
-    #[target_feature(enable = "ssse3")]
-    pub(super) fn q6_k(rows: &[&[u8]], params: &[RowParams], tile: &mut Tile, runs: usize) {
-        let (low, bits45, bias) = (_mm_set1_epi8(15), _mm_set1_epi8(0x30), _mm_set1_epi8(32));
-        for_each_run_group(
+        let fg = &params.fg;
+        for_each_group::<2, 1, _>(
             rows,
-            params,
+            fg,
             tile,
             runs,
-            |row, p, r, out: [&mut [i8; 32]; 4]| {
-                let (ql, qh, m) = q6_k_half_source(r);
-                let m = &p.m[m..m + 8];
+            |r, [row], [[p0], [p1]], [[even], [odd]]| {
+                let at = q4_k_pair_source(r);
+                let (lo, hi) = (table16(&c, p0[0], p0[1]), table16(&c, p1[0], p1[1]));
                 for h in 0..2 {
-                    let ql0 = load16(&row[ql + 16 * h..]);
-                    let ql1 = load16(&row[ql + 32 + 16 * h..]);
-                    let qh = load16(&row[qh + 16 * h..]);
-                    let and = |a, b| _mm_and_si128(a, b);
-                    let codes = [
-                        _mm_or_si128(and(ql0, low), and(_mm_slli_epi16(qh, 4), bits45)),
-                        _mm_or_si128(and(ql1, low), and(_mm_slli_epi16(qh, 2), bits45)),
-                        _mm_or_si128(and(_mm_srli_epi16(ql0, 4), low), and(qh, bits45)),
-                        _mm_or_si128(
-                            and(_mm_srli_epi16(ql1, 4), low),
-                            and(_mm_srli_epi16(qh, 2), bits45),
-                        ),
-                    ];
-                    for (t, code) in codes.into_iter().enumerate() {
-                        let y = rescale16::<6>(_mm_sub_epi8(code, bias), m[2 * t + h]);
-                        store16(&mut out[t][16 * h..], y);
-                    }
+                    let q = load16(&row[at + 16 * h..]);
+                    store16(
+                        &mut even[16 * h..],
+                        _mm_shuffle_epi8(lo, _mm_and_si128(q, low)),
+                    );
+                    store16(
+                        &mut odd[16 * h..],
+                        _mm_shuffle_epi8(hi, _mm_and_si128(_mm_srli_epi16(q, 4), low)),
+                    );
                 }
             },
         );
+    }
+
+    #[target_feature(enable = "ssse3")]
+    pub(super) fn q6_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
+        let (low, bits45, bias) = (_mm_set1_epi8(15), _mm_set1_epi8(0x30), _mm_set1_epi8(32));
+        let m = params.m.as_chunks::<2>().0;
+        for_each_group::<4, 1, _>(rows, m, tile, runs, |r, [row], m, out| {
+            let (ql, qh) = q6_k_half_source(r);
+            let m = m.map(|[m]| m);
+            let out = out.map(|[o]| o);
+            for h in 0..2 {
+                let ql0 = load16(&row[ql + 16 * h..]);
+                let ql1 = load16(&row[ql + 32 + 16 * h..]);
+                let qh = load16(&row[qh + 16 * h..]);
+                let and = |a, b| _mm_and_si128(a, b);
+                let codes = [
+                    _mm_or_si128(and(ql0, low), and(_mm_slli_epi16(qh, 4), bits45)),
+                    _mm_or_si128(and(ql1, low), and(_mm_slli_epi16(qh, 2), bits45)),
+                    _mm_or_si128(and(_mm_srli_epi16(ql0, 4), low), and(qh, bits45)),
+                    _mm_or_si128(
+                        and(_mm_srli_epi16(ql1, 4), low),
+                        and(_mm_srli_epi16(qh, 2), bits45),
+                    ),
+                ];
+                for (t, code) in codes.into_iter().enumerate() {
+                    let y = rescale16::<6>(_mm_sub_epi8(code, bias), m[t][h]);
+                    store16(&mut out[t][16 * h..], y);
+                }
+            }
+        });
     }
 }
 
@@ -268,15 +281,6 @@ fn load32(src: &[u8]) -> __m256i {
 fn store32(dst: &mut [i8; 32], v: __m256i) {
     // SAFETY: `dst` is 32 writable bytes; unaligned store.
     unsafe { _mm256_storeu_si256(dst.as_mut_ptr().cast(), v) }
-}
-
-/// The fp16 scale at the start of a block, converted by F16C (exact, like
-/// [`super::params::half`]; every finite half is representable in binary32).
-#[inline]
-#[target_feature(enable = "f16c")]
-fn half_f16c(blk: &[u8]) -> f32 {
-    let h = u16::from_le_bytes([blk[0], blk[1]]);
-    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h as i32)))
 }
 
 /// The AVX2-width table kernels, instantiated once per table builder (AVX2, AVX-512).
@@ -303,25 +307,24 @@ macro_rules! avx_table_kernels {
             }
 
             #[target_feature(enable = $features)]
-            pub(super) fn q4_0(rows: &[&[u8]], params: &[RowParams], tile: &mut Tile, runs: usize) {
+            pub(super) fn q4_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
                 let c: [i16; 16] = scaled_codes(GgmlType::Q4_0);
-                for_each_run(rows, params, tile, runs, |row, p, r, out| {
-                    let blk = &row[r * 18..r * 18 + 18];
-                    let lut = rescale_table(&c, multiplier(half_f16c(blk), p.unit));
-                    nibbles(&blk[2..], _mm256_broadcastsi128_si256(lut), out);
+                for_each_run(rows, &params.m, tile, runs, |row, &m, r, out| {
+                    let lut = rescale_table(&c, m);
+                    nibbles(&row[r * 18 + 2..], _mm256_broadcastsi128_si256(lut), out);
                 });
             }
 
             #[target_feature(enable = $features)]
-            pub(super) fn q4_1(rows: &[&[u8]], params: &[RowParams], tile: &mut Tile, runs: usize) {
+            pub(super) fn q4_1(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
                 let c = codes(0, $order);
-                for_each_run(rows, params, tile, runs, |row, p, r, out| {
-                    nibbles(&row[r * 20 + 4..], table32(&c, p.f[r], p.g[r]), out);
+                for_each_run(rows, &params.fg, tile, runs, |row, &[f, g], r, out| {
+                    nibbles(&row[r * 20 + 4..], table32(&c, f, g), out);
                 });
             }
 
             #[target_feature(enable = $features)]
-            pub(super) fn q5_0(rows: &[&[u8]], params: &[RowParams], tile: &mut Tile, runs: usize) {
+            pub(super) fn q5_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
                 let c: [i16; 32] = scaled_codes(GgmlType::Q5_0);
                 let (c_lo, c_hi) = c.split_at(16);
                 let (c_lo, c_hi): (&[i16; 16], &[i16; 16]) = (c_lo.try_into().expect("16"), c_hi.try_into().expect("16"));
@@ -333,9 +336,8 @@ macro_rules! avx_table_kernels {
                     0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
                     2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3,
                 );
-                for_each_run(rows, params, tile, runs, |row, p, r, out| {
+                for_each_run(rows, &params.m, tile, runs, |row, &m, r, out| {
                     let blk = &row[r * 22..r * 22 + 22];
-                    let m = multiplier(half_f16c(blk), p.unit);
                     let t_lo = _mm256_broadcastsi128_si256(rescale_table(c_lo, m));
                     let t_hi = _mm256_broadcastsi128_si256(rescale_table(c_hi, m));
                     let qh = i32::from_le_bytes(blk[2..6].try_into().expect("4 bytes"));
@@ -349,12 +351,12 @@ macro_rules! avx_table_kernels {
             }
 
             #[target_feature(enable = $features)]
-            pub(super) fn q4_k(rows: &[&[u8]], params: &[RowParams], tile: &mut Tile, runs: usize) {
+            pub(super) fn q4_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
                 let c = codes(0, $order);
                 let low = _mm256_set1_epi8(15);
-                for_each_run_group(rows, params, tile, runs, |row, p, r, [even, odd]| {
+                for_each_group::<2, 1, _>(rows, &params.fg, tile, runs, |r, [row], [[p0], [p1]], [[even], [odd]]| {
                     let q = load32(&row[q4_k_pair_source(r)..]);
-                    let (lo, hi) = (table32(&c, p.f[r], p.g[r]), table32(&c, p.f[r + 1], p.g[r + 1]));
+                    let (lo, hi) = (table32(&c, p0[0], p0[1]), table32(&c, p1[0], p1[1]));
                     store32(even, _mm256_shuffle_epi8(lo, _mm256_and_si256(q, low)));
                     store32(odd, _mm256_shuffle_epi8(hi, _mm256_and_si256(_mm256_srli_epi16(q, 4), low)));
                 });
@@ -414,51 +416,43 @@ mod avx2_rescale {
     }
 
     #[target_feature(enable = "avx2,f16c")]
-    pub(super) fn q8_0(rows: &[&[u8]], params: &[RowParams], tile: &mut Tile, runs: usize) {
-        for_each_run(rows, params, tile, runs, |row, p, r, out| {
-            let blk = &row[r * 34..r * 34 + 34];
-            let m = multiplier(half_f16c(blk), p.unit);
-            store32(out, rescale32(load32(&blk[2..]), m, m, false));
+    pub(super) fn q8_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
+        for_each_run(rows, &params.m, tile, runs, |row, &m, r, out| {
+            store32(out, rescale32(load32(&row[r * 34 + 2..]), m, m, false));
         });
     }
 
     #[target_feature(enable = "avx2,f16c")]
-    pub(super) fn q6_k(rows: &[&[u8]], params: &[RowParams], tile: &mut Tile, runs: usize) {
+    pub(super) fn q6_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
         let (low, bits45, bias) = (
             _mm256_set1_epi8(15),
             _mm256_set1_epi8(0x30),
             _mm256_set1_epi8(32),
         );
-        for_each_run_group(
-            rows,
-            params,
-            tile,
-            runs,
-            |row, p, r, out: [&mut [i8; 32]; 4]| {
-                let (ql, qh, m) = q6_k_half_source(r);
-                let m = &p.m[m..m + 8];
-                let (ql0, ql1, qh) = (
-                    load32(&row[ql..]),
-                    load32(&row[ql + 32..]),
-                    load32(&row[qh..]),
+        let m = params.m.as_chunks::<2>().0;
+        for_each_group::<4, 1, _>(rows, m, tile, runs, |r, [row], m, out| {
+            let (ql, qh) = q6_k_half_source(r);
+            let (ql0, ql1, qh) = (
+                load32(&row[ql..]),
+                load32(&row[ql + 32..]),
+                load32(&row[qh..]),
+            );
+            let and = |a, b| _mm256_and_si256(a, b);
+            let codes = [
+                _mm256_or_si256(and(ql0, low), and(_mm256_slli_epi16(qh, 4), bits45)),
+                _mm256_or_si256(and(ql1, low), and(_mm256_slli_epi16(qh, 2), bits45)),
+                _mm256_or_si256(and(_mm256_srli_epi16(ql0, 4), low), and(qh, bits45)),
+                _mm256_or_si256(
+                    and(_mm256_srli_epi16(ql1, 4), low),
+                    and(_mm256_srli_epi16(qh, 2), bits45),
+                ),
+            ];
+            for ((code, [m]), [out]) in codes.into_iter().zip(m).zip(out) {
+                store32(
+                    out,
+                    rescale32(_mm256_sub_epi8(code, bias), m[0], m[1], true),
                 );
-                let and = |a, b| _mm256_and_si256(a, b);
-                let codes = [
-                    _mm256_or_si256(and(ql0, low), and(_mm256_slli_epi16(qh, 4), bits45)),
-                    _mm256_or_si256(and(ql1, low), and(_mm256_slli_epi16(qh, 2), bits45)),
-                    _mm256_or_si256(and(_mm256_srli_epi16(ql0, 4), low), and(qh, bits45)),
-                    _mm256_or_si256(
-                        and(_mm256_srli_epi16(ql1, 4), low),
-                        and(_mm256_srli_epi16(qh, 2), bits45),
-                    ),
-                ];
-                for ((t, code), out) in codes.into_iter().enumerate().zip(out) {
-                    store32(
-                        out,
-                        rescale32(_mm256_sub_epi8(code, bias), m[2 * t], m[2 * t + 1], true),
-                    );
-                }
-            },
-        );
+            }
+        });
     }
 }
