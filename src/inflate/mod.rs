@@ -167,26 +167,24 @@ pub fn inflate_expert_with(
         return Err(InflateError::IsaUnavailable(isa));
     }
     let shape = check(w, tiles, b_native.len(), chan_scales.len())?;
-    let (scan, kernel) = (scan_row(isa), tile_kernel(isa, w.ty, tiles.b_n));
+    let (scan, kernel) = (scan_tile(isa), tile_kernel(isa, w.ty, tiles.b_n));
     let mut params = TileParams::new(w.ty, w.k, tiles.b_n);
     let mut rows: Vec<&[u8]> = Vec::with_capacity(tiles.b_n);
     for (t, tile_out) in b_native[..tiles.b_len(shape.kp, shape.np)]
         .chunks_exact_mut(tiles.b_n * shape.kp)
         .enumerate()
     {
+        let first = t * tiles.b_n;
         rows.clear();
-        for (j, row) in (t * tiles.b_n..).take(tiles.b_n).enumerate() {
-            if row < w.n {
-                let bytes = w.row(row, shape.row_bytes);
-                chan_scales[row] = scan(&mut params, j, bytes)
-                    .map_err(|block| InflateError::NonFiniteScale { row, block })?;
-                rows.push(bytes);
-            } else {
-                // A padding channel: zero parameters make any row's bytes inflate to zeros.
-                params.zero_row(j);
-                rows.push(rows[0]);
+        rows.extend((first..w.n.min(first + tiles.b_n)).map(|row| w.row(row, shape.row_bytes)));
+        scan(&mut params, &rows, &mut chan_scales[first..]).map_err(|(j, block)| {
+            InflateError::NonFiniteScale {
+                row: first + j,
+                block,
             }
-        }
+        })?;
+        // Padding channels have zero parameters, so any row's bytes inflate to zeros for them.
+        rows.resize(tiles.b_n, rows[0]);
         let mut tile = Tile {
             out: tile_out,
             b_n: tiles.b_n,
@@ -274,8 +272,9 @@ fn check(
 /// Fills runs `0..runs` of a tile's `b_n` rows (`rows[j]` with its parameters in `params`).
 type TileKernel = fn(&[&[u8]], &TileParams, &mut Tile, usize);
 
-/// Fills tile row `j`'s parameters from its bytes: `s_n`, or the first non-finite block.
-type ScanRow = fn(&mut TileParams, usize, &[u8]) -> Result<f32, usize>;
+/// Fills a tile's parameters from its rows' bytes and writes their `s_n`; fails with (row in
+/// the tile, block) of the first non-finite scale.
+type ScanTile = fn(&mut TileParams, &[&[u8]], &mut [f32]) -> Result<(), (usize, usize)>;
 
 /// The kernel for `ty` on `isa`, for tiles of `b_n` rows.
 fn tile_kernel(isa: Isa, ty: GgmlType, b_n: usize) -> TileKernel {
@@ -292,16 +291,16 @@ fn tile_kernel(isa: Isa, ty: GgmlType, b_n: usize) -> TileKernel {
 }
 
 /// The row scan built for `isa` (the same code, vectorized for the path's instruction set).
-fn scan_row(isa: Isa) -> ScanRow {
+fn scan_tile(isa: Isa) -> ScanTile {
     #[cfg(target_arch = "x86_64")]
-    if let Some(s) = x86::scan_row(isa) {
+    if let Some(s) = x86::scan_tile(isa) {
         return s;
     }
     #[cfg(target_arch = "aarch64")]
-    if let Some(s) = neon::scan_row(isa) {
+    if let Some(s) = neon::scan_tile(isa) {
         return s;
     }
-    scalar::scan_row
+    scalar::scan_tile
 }
 
 #[cfg(test)]

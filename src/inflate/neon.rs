@@ -7,7 +7,7 @@
 use super::params::{scaled_codes, TileParams};
 use super::scalar::{q4_k_pair_source, q6_k_half_source};
 use super::tile::{for_each_group, for_each_run, Tile};
-use super::{ScanRow, TileKernel};
+use super::{ScanTile, TileKernel};
 use crate::isa::Isa;
 use crate::quant::GgmlType;
 use std::arch::aarch64::*;
@@ -32,7 +32,7 @@ pub(super) fn tile_kernel(isa: Isa, ty: GgmlType) -> Option<TileKernel> {
 
 /// The row scan compiled for the path (Advanced SIMD is the target's baseline, so the shared
 /// scan needs no build of its own).
-pub(super) fn scan_row(_isa: Isa) -> Option<ScanRow> {
+pub(super) fn scan_tile(_isa: Isa) -> Option<ScanTile> {
     None
 }
 

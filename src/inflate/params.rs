@@ -20,19 +20,30 @@ pub(super) struct TileParams {
     scratch: Scratch,
 }
 
-/// One row's working arrays, in run order.
+/// The scan's working arrays for a whole tile, row by row (row `j`'s `per_row` values at
+/// `j·per_row`), and per row.
 struct Scratch {
+    /// Values per row in `h0`, `h1`, `sc`, `mn`, `a`, `b`: blocks (Q4_0, Q4_1, Q5_0, Q8_0), runs
+    /// (Q4_K) or sub-blocks of 16 (Q6_K).
+    per_row: usize,
     /// The first fp16 field of each block (Q4_K, Q6_K: repeated for each run / sub-block).
     h0: Vec<u16>,
     /// Q4_1, Q4_K: the second fp16 field (`m`, `dmin`), laid out like `h0`.
     h1: Vec<u16>,
-    /// Q4_K: the 6-bit scale of each sub-block; Q6_K: the signed 8-bit scale of each sub-block.
+    /// Q4_K: the 6-bit scale of each run; Q6_K: the signed 8-bit scale of each sub-block.
     sc: Vec<u8>,
-    /// Q4_K: the 6-bit min of each sub-block.
+    /// Q4_K: the 6-bit min of each run.
     mn: Vec<u8>,
-    m: Vec<i16>,
-    f: Vec<f32>,
-    g: Vec<f32>,
+    /// Q4_1, Q4_K: `a_j`, `b_j`; Q6_K: `e_j` in `a`.
+    a: Vec<f32>,
+    b: Vec<f32>,
+    /// One row's parameters, in run order, on their way into tile order.
+    row_m: Vec<i16>,
+    row_fg: Vec<[f32; 2]>,
+    /// Per row: the largest magnitude of `h0`, then `M_n` / `E_n`, then the row's factor
+    /// (`unit_n` or `inv_n`).
+    top: Vec<f32>,
+    factor: Vec<f32>,
 }
 
 /// Zero point of the table types' codes: `c(q) = q - zero_point`.
@@ -71,192 +82,250 @@ const Q6_K_SUBS: usize = QK_K / 16;
 impl TileParams {
     /// Parameters for tiles of `rows` rows of `k` weights of `ty`.
     pub fn new(ty: GgmlType, k: usize, rows: usize) -> TileParams {
-        let (runs, blocks) = (k / 32, k / ty.block_elems());
-        let per_block = |n: usize| vec![0u16; blocks * n];
-        let (h0, h1, sc, mn) = match ty {
-            GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => (per_block(1), vec![], 0, 0),
-            GgmlType::Q4_1 => (per_block(1), per_block(1), 0, 0),
-            GgmlType::Q4_K => (per_block(8), per_block(8), runs, runs),
-            GgmlType::Q6_K => (per_block(Q6_K_SUBS), vec![], 2 * runs, 0),
-            GgmlType::F32 | GgmlType::F16 => (vec![], vec![], 0, 0),
+        let runs = k / 32;
+        let per_row = match ty {
+            GgmlType::Q4_K => runs,
+            GgmlType::Q6_K => 2 * runs,
+            _ => k / ty.block_elems(),
         };
+        let per_tile = |used: bool| if used { per_row * rows } else { 0 };
         let (m, fg) = match ty {
             GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => (runs, 0),
             GgmlType::Q6_K => (2 * runs, 0),
             GgmlType::Q4_1 | GgmlType::Q4_K => (0, runs),
             GgmlType::F32 | GgmlType::F16 => (0, 0),
         };
+        let two_halves = matches!(ty, GgmlType::Q4_1 | GgmlType::Q4_K);
+        let k_quant = matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K);
         TileParams {
             ty,
             rows,
             m: vec![0; m * rows],
             fg: vec![[0.0; 2]; fg * rows],
             scratch: Scratch {
-                h0,
-                h1,
-                sc: vec![0; sc],
-                mn: vec![0; mn],
-                m: vec![0; m],
-                f: vec![0.0; fg],
-                g: vec![0.0; fg],
+                per_row,
+                h0: vec![0; per_tile(true)],
+                h1: vec![0; per_tile(two_halves)],
+                sc: vec![0; per_tile(k_quant)],
+                mn: vec![0; per_tile(ty == GgmlType::Q4_K)],
+                a: vec![0.0; per_tile(two_halves || ty == GgmlType::Q6_K)],
+                b: vec![0.0; per_tile(two_halves)],
+                row_m: vec![0; per_row],
+                row_fg: vec![[0.0; 2]; runs],
+                top: vec![0.0; rows],
+                factor: vec![0.0; rows],
             },
         }
     }
 
-    /// Fills the parameters of tile row `j` from the row's blocks and returns `s_n`, or the
-    /// index of the first block with a NaN or infinite scale.
+    /// Fills the parameters of a tile whose first `rows.len()` rows are `rows` (the others are
+    /// padding channels: all-zero parameters, so that every kernel writes zeros for them
+    /// whatever bytes it reads as their row) and writes the rows' `s_n` into `scales`. Fails
+    /// with (row, block) of the first NaN or infinite scale, in row order. `gather` copies the
+    /// fp16 fields out of the blocks.
     #[inline(always)]
-    pub fn prepare(&mut self, j: usize, row: &[u8]) -> Result<f32, usize> {
-        let s = self.scratch.scan(self.ty, row)?;
-        self.scatter(j);
-        Ok(s)
-    }
-
-    /// Gives tile row `j` (a padding channel) all-zero parameters: every kernel then writes
-    /// zeros for it, whatever bytes it reads as the row.
-    pub fn zero_row(&mut self, j: usize) {
-        self.scratch.m.fill(0);
-        self.scratch.f.fill(0.0);
-        self.scratch.g.fill(0.0);
-        self.scatter(j);
-    }
-
-    /// The row's parameters into tile order.
-    #[inline(always)]
-    fn scatter(&mut self, j: usize) {
-        let (rows, row) = (self.rows, &self.scratch);
-        match self.ty {
-            GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => {
-                let tile = self.m[j..].iter_mut().step_by(rows);
-                tile.zip(&row.m).for_each(|(t, m)| *t = *m);
+    pub fn prepare(
+        &mut self,
+        gather: impl Gather,
+        rows: &[&[u8]],
+        scales: &mut [f32],
+    ) -> Result<(), (usize, usize)> {
+        let (ty, n) = (self.ty, rows.len());
+        let sc = &mut self.scratch;
+        let per_row = sc.per_row;
+        // The row passes: each row's fields, then its largest scale magnitudes (row order gives
+        // the first bad block).
+        for (j, row) in rows.iter().enumerate() {
+            let at = j * per_row..(j + 1) * per_row;
+            sc.fields(gather, ty, row, at.clone());
+            let per_block = match ty {
+                GgmlType::Q4_K => RUNS_PER_QK_K,
+                GgmlType::Q6_K => Q6_K_SUBS,
+                _ => 1,
+            };
+            sc.top[j] = largest_half(&sc.h0[at.clone()], per_block).map_err(|b| (j, b))?;
+            if !sc.h1.is_empty() {
+                largest_half(&sc.h1[at], per_block).map_err(|b| (j, b))?;
             }
-            GgmlType::Q6_K => {
-                let tile = self.m.as_chunks_mut::<2>().0[j..].iter_mut().step_by(rows);
-                tile.zip(row.m.as_chunks::<2>().0)
-                    .for_each(|(t, m)| *t = *m);
+        }
+        let (top, factor) = (&mut sc.top[..n], &mut sc.factor[..n]);
+        let scales = &mut scales[..n];
+        match ty {
+            GgmlType::Q4_0 | GgmlType::Q5_0 => {
+                for ((&largest, unit), s) in top.iter().zip(factor.iter_mut()).zip(scales) {
+                    // |w| <= |d|·zp for codes -zp..zp-1; the product with a power of two is
+                    // exact.
+                    let (inv, s_n) = table_range(largest * zero_point(ty) as f32);
+                    // A power-of-two factor: exact, so m_j = rne(fl(d_j·inv_n)·2¹⁵/code_scale).
+                    (*unit, *s) = (inv * (32768 / code_scale(ty)) as f32, s_n);
+                }
+                self.block_multipliers(n);
+            }
+            GgmlType::Q8_0 => {
+                for ((&e_max, unit), s) in top.iter().zip(factor.iter_mut()).zip(scales) {
+                    *unit = if e_max > 0.0 { Q8_0_UNIT / e_max } else { 0.0 };
+                    *s = e_max;
+                }
+                self.block_multipliers(n);
             }
             GgmlType::Q4_1 | GgmlType::Q4_K => {
-                let tile = self.fg[j..].iter_mut().step_by(rows);
-                for (t, (&f, &g)) in tile.zip(row.f.iter().zip(&row.g)) {
-                    *t = [f, g];
+                let (h0, h1) = (&sc.h0[..n * per_row], &sc.h1[..n * per_row]);
+                let (a, b) = (&mut sc.a[..n * per_row], &mut sc.b[..n * per_row]);
+                if ty == GgmlType::Q4_1 {
+                    for (a, &h) in a.iter_mut().zip(h0) {
+                        *a = finite_half_to_f32(h);
+                    }
+                    for (b, &h) in b.iter_mut().zip(h1) {
+                        *b = finite_half_to_f32(h);
+                    }
+                } else {
+                    // ggml: w = fl(fl(d·sc)·q) - fl(dmin·m); negating the offset is exact.
+                    for ((a, &h), &sc) in a.iter_mut().zip(h0).zip(&sc.sc) {
+                        *a = finite_half_to_f32(h) * sc as f32;
+                    }
+                    for ((b, &h), &mn) in b.iter_mut().zip(h1).zip(&sc.mn) {
+                        *b = -(finite_half_to_f32(h) * mn as f32);
+                    }
+                }
+                let rows_ab = a.chunks_exact(per_row).zip(b.chunks_exact(per_row));
+                for (((a, b), inv), s) in rows_ab.zip(factor.iter_mut()).zip(scales) {
+                    (*inv, *s) = table_range(tables_max(a, b));
+                }
+                let rows_ab = sc.a.chunks_exact(per_row).zip(sc.b.chunks_exact(per_row));
+                for (j, ((a, b), &inv)) in rows_ab.zip(sc.factor.iter()).take(n).enumerate() {
+                    for (fg, (&a, &b)) in sc.row_fg.iter_mut().zip(a.iter().zip(b)) {
+                        *fg = [a * inv, b * inv];
+                    }
+                    let tile = self.fg[j..].iter_mut().step_by(self.rows);
+                    tile.zip(&sc.row_fg).for_each(|(t, fg)| *t = *fg);
+                }
+                for j in n..self.rows {
+                    self.fg[j..]
+                        .iter_mut()
+                        .step_by(self.rows)
+                        .for_each(|t| *t = [0.0; 2]);
+                }
+            }
+            GgmlType::Q6_K => {
+                let e = &mut sc.a[..n * per_row];
+                for ((e, &h), &sc) in e.iter_mut().zip(&sc.h0).zip(&sc.sc) {
+                    *e = finite_half_to_f32(h) * (sc as i8) as f32;
+                }
+                // |fl(d·sc_j)| = fl(|d|·|sc_j|), so this is E_n = max_j |e_j|.
+                let rows_e = e.chunks_exact(per_row);
+                for ((e, unit), s) in rows_e.zip(factor.iter_mut()).zip(scales) {
+                    let e_max = largest_magnitude(e.iter().copied());
+                    *unit = if e_max > 0.0 { Q6_K_UNIT / e_max } else { 0.0 };
+                    *s = 32.0 * e_max / 127.0;
+                }
+                let pairs = self.m.as_chunks_mut::<2>().0;
+                let rows_e = sc.a.chunks_exact(per_row).zip(&sc.factor).take(n);
+                for (j, (e, &unit)) in rows_e.enumerate() {
+                    for (m, &e) in sc.row_m.iter_mut().zip(e) {
+                        *m = multiplier(e, unit);
+                    }
+                    let tile = pairs[j..].iter_mut().step_by(self.rows);
+                    tile.zip(sc.row_m.as_chunks::<2>().0)
+                        .for_each(|(t, m)| *t = *m);
+                }
+                for j in n..self.rows {
+                    pairs[j..]
+                        .iter_mut()
+                        .step_by(self.rows)
+                        .for_each(|t| *t = [0; 2]);
                 }
             }
             GgmlType::F32 | GgmlType::F16 => unreachable!("checked by the caller"),
         }
+        Ok(())
+    }
+
+    /// `m_j = multiplier(d_j, unit_n)` of every block of the first `n` rows (`d_j` in `h0`,
+    /// `unit_n` in `factor`), zero for the padding rows.
+    #[inline(always)]
+    fn block_multipliers(&mut self, n: usize) {
+        let sc = &mut self.scratch;
+        let rows_d = sc.h0.chunks_exact(sc.per_row).zip(&sc.factor).take(n);
+        for (j, (d, &unit)) in rows_d.enumerate() {
+            for (m, &d) in sc.row_m.iter_mut().zip(d) {
+                *m = multiplier(finite_half_to_f32(d), unit);
+            }
+            let tile = self.m[j..].iter_mut().step_by(self.rows);
+            tile.zip(&sc.row_m).for_each(|(t, m)| *t = *m);
+        }
+        for j in n..self.rows {
+            self.m[j..]
+                .iter_mut()
+                .step_by(self.rows)
+                .for_each(|t| *t = 0);
+        }
+    }
+}
+
+/// How a scan copies the fp16 field of every block of a row into an array: a strided copy, the one
+/// step a compiler does not vectorize well by itself.
+pub(super) trait Gather: Copy {
+    /// The fp16 field at byte `AT` of each `BB`-byte block of `row` into `out`, one per block.
+    fn halves<const BB: usize, const AT: usize>(self, row: &[u8], out: &mut [u16]);
+}
+
+/// [`Gather`] by plain loads.
+#[derive(Clone, Copy)]
+pub(super) struct PlainGather;
+
+impl Gather for PlainGather {
+    #[inline(always)]
+    fn halves<const BB: usize, const AT: usize>(self, row: &[u8], out: &mut [u16]) {
+        gather_repeated::<BB, AT, 1>(row, out);
     }
 }
 
 impl Scratch {
+    /// Copies row `row`'s scale fields into `at` of the row-by-row arrays.
     #[inline(always)]
-    fn scan(&mut self, ty: GgmlType, row: &[u8]) -> Result<f32, usize> {
+    fn fields(
+        &mut self,
+        gather: impl Gather,
+        ty: GgmlType,
+        row: &[u8],
+        at: std::ops::Range<usize>,
+    ) {
+        let (h0, h1) = (&mut self.h0[at.clone()], &mut self.h1);
         match ty {
-            GgmlType::Q4_0 | GgmlType::Q5_0 => {
-                if ty == GgmlType::Q4_0 {
-                    gather::<18, 0, 1>(row, &mut self.h0);
-                } else {
-                    gather::<22, 0, 1>(row, &mut self.h0);
-                }
-                let largest = largest_half(&self.h0, 1)?;
-                // |w| <= |d|·zp for codes -zp..zp-1; the product with a power of two is exact.
-                let (inv, s) = table_range(largest * zero_point(ty) as f32);
-                // A power-of-two factor: exact, so m_j = rne(fl(d_j·inv_n)·2¹⁵/code_scale).
-                self.multipliers(inv * (32768 / code_scale(ty)) as f32);
-                Ok(s)
-            }
-            GgmlType::Q8_0 => {
-                gather::<34, 0, 1>(row, &mut self.h0);
-                let e_max = largest_half(&self.h0, 1)?;
-                self.multipliers(if e_max > 0.0 { Q8_0_UNIT / e_max } else { 0.0 });
-                Ok(e_max)
-            }
+            GgmlType::Q4_0 => gather.halves::<18, 0>(row, h0),
+            GgmlType::Q5_0 => gather.halves::<22, 0>(row, h0),
+            GgmlType::Q8_0 => gather.halves::<34, 0>(row, h0),
             GgmlType::Q4_1 => {
-                gather::<20, 0, 1>(row, &mut self.h0);
-                gather::<20, 2, 1>(row, &mut self.h1);
-                largest_half(&self.h0, 1)?;
-                largest_half(&self.h1, 1)?;
-                let (a, b) = (&mut self.f, &mut self.g);
-                for (a, &h) in a.iter_mut().zip(&self.h0) {
-                    *a = finite_half_to_f32(h);
-                }
-                for (b, &h) in b.iter_mut().zip(&self.h1) {
-                    *b = finite_half_to_f32(h);
-                }
-                Ok(self.scale_tables())
+                gather.halves::<20, 0>(row, h0);
+                gather.halves::<20, 2>(row, &mut h1[at]);
             }
             GgmlType::Q4_K => {
-                gather::<144, 0, RUNS_PER_QK_K>(row, &mut self.h0);
-                gather::<144, 2, RUNS_PER_QK_K>(row, &mut self.h1);
-                largest_half(&self.h0, RUNS_PER_QK_K)?;
-                largest_half(&self.h1, RUNS_PER_QK_K)?;
-                let subs = self.sc.as_chunks_mut::<8>().0.iter_mut();
-                let subs = subs.zip(self.mn.as_chunks_mut::<8>().0);
+                gather_repeated::<144, 0, RUNS_PER_QK_K>(row, h0);
+                gather_repeated::<144, 2, RUNS_PER_QK_K>(row, &mut h1[at.clone()]);
+                let subs = self.sc[at.clone()].as_chunks_mut::<8>().0.iter_mut();
+                let subs = subs.zip(self.mn[at].as_chunks_mut::<8>().0);
                 for ((sc, mn), blk) in subs.zip(row.as_chunks::<144>().0) {
                     (*sc, *mn) = q4k_scales_mins(blk[4..16].try_into().expect("12 bytes"));
                 }
-                let (a, b) = (&mut self.f, &mut self.g);
-                // ggml: w = fl(fl(d·sc)·q) - fl(dmin·m); negating the offset is exact.
-                for ((a, &h), &sc) in a.iter_mut().zip(&self.h0).zip(&self.sc) {
-                    *a = finite_half_to_f32(h) * sc as f32;
-                }
-                for ((b, &h), &mn) in b.iter_mut().zip(&self.h1).zip(&self.mn) {
-                    *b = -(finite_half_to_f32(h) * mn as f32);
-                }
-                Ok(self.scale_tables())
             }
             GgmlType::Q6_K => {
-                gather::<210, 208, Q6_K_SUBS>(row, &mut self.h0);
-                largest_half(&self.h0, Q6_K_SUBS)?;
-                let scales = self.sc.as_chunks_mut::<Q6_K_SUBS>().0;
+                gather_repeated::<210, 208, Q6_K_SUBS>(row, h0);
+                let scales = self.sc[at].as_chunks_mut::<Q6_K_SUBS>().0;
                 for (sc, blk) in scales.iter_mut().zip(row.as_chunks::<210>().0) {
                     *sc = blk[192..208].try_into().expect("16 bytes");
                 }
-                // |fl(d·sc_j)| = fl(|d|·|sc_j|), so this is E_n = max_j |e_j|.
-                let e = self.h0.iter().zip(&self.sc);
-                let e_max = largest_magnitude(e.map(|(&h, &sc)| sub_scale(h, sc)));
-                let unit = if e_max > 0.0 { Q6_K_UNIT / e_max } else { 0.0 };
-                let e = self.h0.iter().zip(&self.sc);
-                for (m, (&h, &sc)) in self.m.iter_mut().zip(e) {
-                    *m = multiplier(sub_scale(h, sc), unit);
-                }
-                Ok(32.0 * e_max / 127.0)
             }
             GgmlType::F32 | GgmlType::F16 => unreachable!("checked by the caller"),
         }
     }
-
-    /// `m_j = multiplier(d_j, unit)` of every block's scale `d_j` (in `h0`).
-    #[inline(always)]
-    fn multipliers(&mut self, unit: f32) {
-        for (m, &h) in self.m.iter_mut().zip(&self.h0) {
-            *m = multiplier(finite_half_to_f32(h), unit);
-        }
-    }
-
-    /// From the row's `(a_j, b_j)` (in `f`, `g`), its largest value `M_n`, then every
-    /// `(f_j, g_j)`; returns `s_n`.
-    #[inline(always)]
-    fn scale_tables(&mut self) -> f32 {
-        let (inv, s) = table_range(tables_max(&self.f, &self.g));
-        // Two plain loops (not one chained iterator) so they vectorize.
-        for x in &mut self.f {
-            *x *= inv;
-        }
-        for x in &mut self.g {
-            *x *= inv;
-        }
-        s
-    }
-}
-
-/// Q6_K's sub-block scale `e_j = fl(d·sc_j)`.
-#[inline(always)]
-fn sub_scale(d: u16, sc: u8) -> f32 {
-    finite_half_to_f32(d) * (sc as i8) as f32
 }
 
 /// The fp16 field at byte `AT` of each `BB`-byte block of `row`, each written `REPEAT` times.
 #[inline(always)]
-fn gather<const BB: usize, const AT: usize, const REPEAT: usize>(row: &[u8], out: &mut [u16]) {
+fn gather_repeated<const BB: usize, const AT: usize, const REPEAT: usize>(
+    row: &[u8],
+    out: &mut [u16],
+) {
     let out = out.as_chunks_mut::<REPEAT>().0;
     for (h, blk) in out.iter_mut().zip(row.as_chunks::<BB>().0) {
         *h = [u16::from_le_bytes([blk[AT], blk[AT + 1]]); REPEAT];

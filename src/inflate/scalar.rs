@@ -4,7 +4,7 @@
 //! parameters from [`super::params::TileParams`]; the SIMD kernels share the Q4_K/Q6_K run
 //! geometry helpers below.
 
-use super::params::{scaled_codes, table_value, TileParams};
+use super::params::{scaled_codes, table_value, PlainGather, TileParams};
 use super::tile::for_each_run;
 use super::{TileKernel, RUN};
 use crate::quant::GgmlType;
@@ -24,8 +24,12 @@ pub(super) fn tile_kernel(ty: GgmlType) -> TileKernel {
 }
 
 /// The scan of the scalar path (and of paths without one of their own).
-pub(super) fn scan_row(p: &mut TileParams, j: usize, row: &[u8]) -> Result<f32, usize> {
-    p.prepare(j, row)
+pub(super) fn scan_tile(
+    p: &mut TileParams,
+    rows: &[&[u8]],
+    scales: &mut [f32],
+) -> Result<(), (usize, usize)> {
+    p.prepare(PlainGather, rows, scales)
 }
 
 /// `lut[q] = sat8(rne(fl(fl(q·f) + g)))` for the 16 codes of a Q4_1/Q4_K (sub-)block.

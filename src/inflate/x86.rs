@@ -5,13 +5,15 @@
 //! never changes), saturating packs where the scalar code's `as i8`/`clamp` saturate, and
 //! `pmulhrsw`, which is exactly `(x·m + 2¹⁴) >> 15`.
 
-use super::params::{scaled_codes, TileParams};
+use super::params::{scaled_codes, Gather, TileParams};
 use super::scalar::{q4_k_pair_source, q6_k_half_source};
 use super::tile::{for_each_group, for_each_run, Tile};
-use super::{ScanRow, TileKernel};
+use super::{ScanTile, TileKernel};
 use crate::isa::Isa;
 use crate::quant::GgmlType;
 use std::arch::x86_64::*;
+
+mod avx512;
 
 /// Calls a `#[target_feature]` kernel from the safe function pointer [`tile_kernel`] hands out.
 macro_rules! unsafe_call {
@@ -25,23 +27,45 @@ macro_rules! unsafe_call {
 /// The kernel for `ty` on `isa`, if `isa` is an x86 path. Callers must have checked
 /// `isa.is_available()`: the returned safe functions rely on it.
 pub(super) fn tile_kernel(isa: Isa, ty: GgmlType, b_n: usize) -> Option<TileKernel> {
-    let _ = b_n;
+    let pairs = b_n.is_multiple_of(avx512::ROWS);
     let k: TileKernel = match (isa, ty) {
+        (Isa::Avx512, GgmlType::Q4_0) if pairs => {
+            |r, p, t, n| unsafe_call!(avx512::q4_0(r, p, t, n))
+        }
+        (Isa::Avx512, GgmlType::Q4_1) if pairs => {
+            |r, p, t, n| unsafe_call!(avx512::q4_1(r, p, t, n))
+        }
+        (Isa::Avx512, GgmlType::Q5_0) if pairs => {
+            |r, p, t, n| unsafe_call!(avx512::q5_0(r, p, t, n))
+        }
+        (Isa::Avx512, GgmlType::Q8_0) if pairs => {
+            |r, p, t, n| unsafe_call!(avx512::q8_0(r, p, t, n))
+        }
+        (Isa::Avx512, GgmlType::Q4_K) if pairs => {
+            |r, p, t, n| unsafe_call!(avx512::q4_k(r, p, t, n))
+        }
+        (Isa::Avx512, GgmlType::Q6_K) if pairs => {
+            |r, p, t, n| unsafe_call!(avx512::q6_k(r, p, t, n))
+        }
         (Isa::Ssse3, GgmlType::Q4_0) => |r, p, t, n| unsafe_call!(ssse3::q4_0(r, p, t, n)),
         (Isa::Ssse3, GgmlType::Q4_1) => |r, p, t, n| unsafe_call!(ssse3::q4_1(r, p, t, n)),
         (Isa::Ssse3, GgmlType::Q5_0) => |r, p, t, n| unsafe_call!(ssse3::q5_0(r, p, t, n)),
         (Isa::Ssse3, GgmlType::Q8_0) => |r, p, t, n| unsafe_call!(ssse3::q8_0(r, p, t, n)),
         (Isa::Ssse3, GgmlType::Q4_K) => |r, p, t, n| unsafe_call!(ssse3::q4_k(r, p, t, n)),
         (Isa::Ssse3, GgmlType::Q6_K) => |r, p, t, n| unsafe_call!(ssse3::q6_k(r, p, t, n)),
-        (Isa::Avx2, GgmlType::Q4_0) => |r, p, t, n| unsafe_call!(avx2::q4_0(r, p, t, n)),
-        (Isa::Avx2, GgmlType::Q4_1) => |r, p, t, n| unsafe_call!(avx2::q4_1(r, p, t, n)),
-        (Isa::Avx2, GgmlType::Q5_0) => |r, p, t, n| unsafe_call!(avx2::q5_0(r, p, t, n)),
-        (Isa::Avx2, GgmlType::Q4_K) => |r, p, t, n| unsafe_call!(avx2::q4_k(r, p, t, n)),
-        (Isa::Avx512, GgmlType::Q4_0) => |r, p, t, n| unsafe_call!(avx512::q4_0(r, p, t, n)),
-        (Isa::Avx512, GgmlType::Q4_1) => |r, p, t, n| unsafe_call!(avx512::q4_1(r, p, t, n)),
-        (Isa::Avx512, GgmlType::Q5_0) => |r, p, t, n| unsafe_call!(avx512::q5_0(r, p, t, n)),
-        (Isa::Avx512, GgmlType::Q4_K) => |r, p, t, n| unsafe_call!(avx512::q4_k(r, p, t, n)),
-        // No table to build: AVX-512 has nothing to add to the AVX2 rescale kernels.
+        // Tiles of an odd number of rows: the AVX2 kernels.
+        (Isa::Avx2 | Isa::Avx512, GgmlType::Q4_0) => {
+            |r, p, t, n| unsafe_call!(avx2::q4_0(r, p, t, n))
+        }
+        (Isa::Avx2 | Isa::Avx512, GgmlType::Q4_1) => {
+            |r, p, t, n| unsafe_call!(avx2::q4_1(r, p, t, n))
+        }
+        (Isa::Avx2 | Isa::Avx512, GgmlType::Q5_0) => {
+            |r, p, t, n| unsafe_call!(avx2::q5_0(r, p, t, n))
+        }
+        (Isa::Avx2 | Isa::Avx512, GgmlType::Q4_K) => {
+            |r, p, t, n| unsafe_call!(avx2::q4_k(r, p, t, n))
+        }
         (Isa::Avx2 | Isa::Avx512, GgmlType::Q8_0) => {
             |r, p, t, n| unsafe_call!(avx2_rescale::q8_0(r, p, t, n))
         }
@@ -53,22 +77,131 @@ pub(super) fn tile_kernel(isa: Isa, ty: GgmlType, b_n: usize) -> Option<TileKern
     Some(k)
 }
 
-/// The row scan compiled for `isa`, if `isa` is an x86 path with a build of its own.
-pub(super) fn scan_row(isa: Isa) -> Option<ScanRow> {
+/// The tile scan compiled for `isa`, if `isa` is an x86 path with a build of its own.
+pub(super) fn scan_tile(isa: Isa) -> Option<ScanTile> {
+    type Res = Result<(), (usize, usize)>;
     #[target_feature(enable = "avx2,f16c")]
-    fn avx2(p: &mut TileParams, j: usize, row: &[u8]) -> Result<f32, usize> {
-        p.prepare(j, row)
+    fn avx2(p: &mut TileParams, rows: &[&[u8]], scales: &mut [f32]) -> Res {
+        p.prepare(GatherAvx2(()), rows, scales)
     }
     #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
-    fn avx512(p: &mut TileParams, j: usize, row: &[u8]) -> Result<f32, usize> {
-        p.prepare(j, row)
+    fn avx512(p: &mut TileParams, rows: &[&[u8]], scales: &mut [f32]) -> Res {
+        p.prepare(GatherAvx512(()), rows, scales)
     }
-    let s: ScanRow = match isa {
-        Isa::Avx2 => |p, j, row| unsafe_call!(avx2(p, j, row)),
-        Isa::Avx512 => |p, j, row| unsafe_call!(avx512(p, j, row)),
+    let s: ScanTile = match isa {
+        Isa::Avx2 => |p, rows, s| unsafe_call!(avx2(p, rows, s)),
+        Isa::Avx512 => |p, rows, s| unsafe_call!(avx512(p, rows, s)),
         _ => return None,
     };
     Some(s)
+}
+
+/// [`Gather`] by AVX2 `vpgatherdd`, eight blocks at a time. Only the AVX2 scans create one.
+#[derive(Clone, Copy)]
+struct GatherAvx2(());
+
+impl Gather for GatherAvx2 {
+    #[inline(always)]
+    fn halves<const BB: usize, const AT: usize>(self, row: &[u8], out: &mut [u16]) {
+        // SAFETY: a `GatherAvx2` exists only inside the AVX2 and AVX-512 scans, which run only
+        // where those paths are available.
+        unsafe { gather_halves_avx2::<BB, AT>(row, out) }
+    }
+}
+
+/// [`Gather`] by AVX-512 word permutes of 128-byte windows of the row. Only the AVX-512 scan
+/// creates one.
+#[derive(Clone, Copy)]
+struct GatherAvx512(());
+
+impl Gather for GatherAvx512 {
+    #[inline(always)]
+    fn halves<const BB: usize, const AT: usize>(self, row: &[u8], out: &mut [u16]) {
+        // SAFETY: a `GatherAvx512` exists only inside the AVX-512 scan, which runs only where
+        // that path is available.
+        unsafe { gather_halves_avx512::<BB, AT>(row, out) }
+    }
+}
+
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+fn gather_halves_avx512<const BB: usize, const AT: usize>(row: &[u8], out: &mut [u16]) {
+    // Blocks whose field lies inside one 128-byte window (at most 8: one 16-byte store).
+    let per_window: usize = const {
+        let n = (126 - AT) / BB + 1;
+        if n < 8 {
+            n
+        } else {
+            8
+        }
+    };
+    const { assert!(BB.is_multiple_of(2) && AT.is_multiple_of(2)) };
+    let index: [u16; 32] = std::array::from_fn(|i| ((i % per_window * BB + AT) / 2) as u16);
+    // SAFETY: `index` is 64 readable bytes; unaligned load.
+    let index = unsafe { _mm512_loadu_si512(index.as_ptr().cast()) };
+    let blocks = (row.len() / BB).min(out.len());
+    let windows = if row.len() >= 128 {
+        ((row.len() - 128) / (per_window * BB) + 1).min(blocks / per_window)
+    } else {
+        0
+    };
+    let keep = ((1u16 << per_window) - 1) as u8;
+    for w in 0..windows {
+        let at = w * per_window * BB;
+        let window: &[u8; 128] = row[at..at + 128].try_into().expect("128 bytes");
+        // SAFETY: `window` is 128 readable bytes (two unaligned loads); the masked store writes
+        // `per_window` u16 at `out[w·per_window..]`, inside `out` since `w < blocks / per_window`.
+        unsafe {
+            let (a, b) = (
+                _mm512_loadu_si512(window.as_ptr().cast()),
+                _mm512_loadu_si512(window[64..].as_ptr().cast()),
+            );
+            let v = _mm512_castsi512_si128(_mm512_permutex2var_epi16(a, index, b));
+            _mm_mask_storeu_epi16(out[w * per_window..].as_mut_ptr().cast(), keep, v);
+        }
+    }
+    let done = windows * per_window;
+    for (h, blk) in out[done..blocks]
+        .iter_mut()
+        .zip(row[done * BB..].as_chunks::<BB>().0)
+    {
+        *h = u16::from_le_bytes([blk[AT], blk[AT + 1]]);
+    }
+}
+
+#[inline]
+#[target_feature(enable = "avx2")]
+fn gather_halves_avx2<const BB: usize, const AT: usize>(row: &[u8], out: &mut [u16]) {
+    const { assert!(AT + 4 <= BB) };
+    let blocks = (row.len() / BB).min(out.len());
+    let index = _mm256_mullo_epi32(
+        _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+        _mm256_set1_epi32(BB as i32),
+    );
+    let (groups, tail) = out[..blocks].as_chunks_mut::<8>();
+    for (g, out) in groups.iter_mut().enumerate() {
+        // SAFETY: reads the 4 bytes at `AT` of blocks `8g..8g + 8`, all inside `row` (`AT + 4 <=
+        // BB`, and `8g + 8 <= blocks`).
+        let v = unsafe {
+            let base = row.as_ptr().add(8 * g * BB + AT);
+            _mm256_i32gather_epi32::<1>(base.cast(), index)
+        };
+        // The low halves of the eight dwords, in order.
+        let v = _mm256_shuffle_epi8(
+            v,
+            _mm256_setr_epi8(
+                0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1, 0, 1, 4, 5, 8, 9, 12, 13,
+                -1, -1, -1, -1, -1, -1, -1, -1,
+            ),
+        );
+        let v = _mm256_castsi256_si128(_mm256_permute4x64_epi64(v, 0b00_00_10_00));
+        // SAFETY: `out` is 8 writable u16; unaligned store.
+        unsafe { _mm_storeu_si128(out.as_mut_ptr().cast(), v) };
+    }
+    let done = groups.len() * 8;
+    for (h, blk) in tail.iter_mut().zip(row[done * BB..].as_chunks::<BB>().0) {
+        *h = u16::from_le_bytes([blk[AT], blk[AT + 1]]);
+    }
 }
 
 /// Binary32 codes `c(q) = base + q` for q in 0..16, in the order a table builder wants.
@@ -380,20 +513,6 @@ avx_table_kernels!(
         };
         let p = _mm256_packs_epi32(step(0), step(8));
         _mm_packs_epi16(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1))
-    }
-);
-
-avx_table_kernels!(
-    avx512,
-    "avx2,f16c,avx512f",
-    IN_ORDER,
-    /// `lut[q] = sat8(rne(fl(fl(c·f) + g)))` for the 16 codes `c` ([`IN_ORDER`]).
-    #[target_feature(enable = "avx2,f16c,avx512f")]
-    fn table16(c: &[f32; 16], f: f32, g: f32) -> __m128i {
-        // SAFETY: `c` is 16 f32; unaligned load.
-        let ci = unsafe { _mm512_loadu_ps(c.as_ptr()) };
-        let x = _mm512_add_ps(_mm512_mul_ps(ci, _mm512_set1_ps(f)), _mm512_set1_ps(g));
-        _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(x))
     }
 );
 
