@@ -196,15 +196,9 @@ impl TileParams {
                     for (fg, (&a, &b)) in sc.row_fg.iter_mut().zip(a.iter().zip(b)) {
                         *fg = [a * inv, b * inv];
                     }
-                    let tile = self.fg[j..].iter_mut().step_by(self.rows);
-                    tile.zip(&sc.row_fg).for_each(|(t, fg)| *t = *fg);
+                    scatter(&mut self.fg, self.rows, j, &sc.row_fg);
                 }
-                for j in n..self.rows {
-                    self.fg[j..]
-                        .iter_mut()
-                        .step_by(self.rows)
-                        .for_each(|t| *t = [0.0; 2]);
-                }
+                zero_padding(&mut self.fg, self.rows, n);
             }
             GgmlType::Q6_K => {
                 let e = &mut sc.a[..n * per_row];
@@ -224,16 +218,9 @@ impl TileParams {
                     for (m, &e) in sc.row_m.iter_mut().zip(e) {
                         *m = multiplier(e, unit);
                     }
-                    let tile = pairs[j..].iter_mut().step_by(self.rows);
-                    tile.zip(sc.row_m.as_chunks::<2>().0)
-                        .for_each(|(t, m)| *t = *m);
+                    scatter(pairs, self.rows, j, sc.row_m.as_chunks::<2>().0);
                 }
-                for j in n..self.rows {
-                    pairs[j..]
-                        .iter_mut()
-                        .step_by(self.rows)
-                        .for_each(|t| *t = [0; 2]);
-                }
+                zero_padding(pairs, self.rows, n);
             }
             GgmlType::F32 | GgmlType::F16 => unreachable!("checked by the caller"),
         }
@@ -250,15 +237,25 @@ impl TileParams {
             for (m, &d) in sc.row_m.iter_mut().zip(d) {
                 *m = multiplier(finite_half_to_f32(d), unit);
             }
-            let tile = self.m[j..].iter_mut().step_by(self.rows);
-            tile.zip(&sc.row_m).for_each(|(t, m)| *t = *m);
+            scatter(&mut self.m, self.rows, j, &sc.row_m);
         }
-        for j in n..self.rows {
-            self.m[j..]
-                .iter_mut()
-                .step_by(self.rows)
-                .for_each(|t| *t = 0);
-        }
+        zero_padding(&mut self.m, self.rows, n);
+    }
+}
+
+/// Row `j`'s values (in run order) into a tile-order array of `rows` rows.
+#[inline(always)]
+fn scatter<T: Copy>(tile: &mut [T], rows: usize, j: usize, values: &[T]) {
+    for (run, &v) in tile.chunks_exact_mut(rows).zip(values) {
+        run[j] = v;
+    }
+}
+
+/// Zeroes rows `n..` of a tile-order array of `rows` rows.
+#[inline(always)]
+fn zero_padding<T: Copy + Default>(tile: &mut [T], rows: usize, n: usize) {
+    for run in tile.chunks_exact_mut(rows) {
+        run[n..].fill(T::default());
     }
 }
 

@@ -261,21 +261,16 @@ pub(super) fn q6_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
         );
         let qh = load32x2(&a[qh..], &b[qh..]);
         let and = _mm512_and_si512;
-        let codes = [
-            _mm512_or_si512(and(ql0, low), and(_mm512_slli_epi16::<4>(qh), bits45)),
-            _mm512_or_si512(and(ql1, low), and(_mm512_slli_epi16::<2>(qh), bits45)),
-            _mm512_or_si512(and(_mm512_srli_epi16::<4>(ql0), low), and(qh, bits45)),
-            _mm512_or_si512(
-                and(_mm512_srli_epi16::<4>(ql1), low),
-                and(_mm512_srli_epi16::<2>(qh), bits45),
-            ),
-        ];
-        for ((code, m), out) in codes.into_iter().zip(m).zip(out) {
-            // 4·(q - 32) with each 16-weight half's multiplier.
-            store(
-                out,
-                rescale::<6>(_mm512_sub_epi8(code, bias), lane_quads(m)),
-            );
-        }
+        let [o0, o1, o2, o3] = out;
+        let [m0, m1, m2, m3] = m;
+        // 4·(q - 32) with each 16-weight half's multiplier.
+        let put = |out: &mut [[i8; RUN]; ROWS], code: __m512i, m: &[[i16; 2]; 2]| {
+            store(out, rescale::<6>(_mm512_sub_epi8(code, bias), lane_quads(m)))
+        };
+        put(o0, _mm512_or_si512(and(ql0, low), and(_mm512_slli_epi16::<4>(qh), bits45)), m0);
+        put(o1, _mm512_or_si512(and(ql1, low), and(_mm512_slli_epi16::<2>(qh), bits45)), m1);
+        put(o2, _mm512_or_si512(and(_mm512_srli_epi16::<4>(ql0), low), and(qh, bits45)), m2);
+        let c3 = and(_mm512_srli_epi16::<2>(qh), bits45);
+        put(o3, _mm512_or_si512(and(_mm512_srli_epi16::<4>(ql1), low), c3), m3);
     });
 }
