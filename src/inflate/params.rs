@@ -37,9 +37,13 @@ struct Scratch {
     /// Q4_1, Q4_K: `a_j`, `b_j`; Q6_K: `e_j` in `a`.
     a: Vec<f32>,
     b: Vec<f32>,
-    /// One row's parameters, in run order, on their way into tile order.
-    row_m: Vec<i16>,
-    row_fg: Vec<[f32; 2]>,
+    /// The parameters row by row (`runs` per row, every tile row: padding rows zero), 32 bits
+    /// each (a multiplier, two Q6_K multipliers, `f_j` and, in `rm2`, `g_j`), and the same
+    /// transposed into tile order.
+    rm: Vec<u32>,
+    rm2: Vec<u32>,
+    tm: Vec<u32>,
+    tm2: Vec<u32>,
     /// Per row: the largest magnitude of `h0`, then `M_n` / `E_n`, then the row's factor
     /// (`unit_n` or `inv_n`).
     top: Vec<f32>,
@@ -110,8 +114,10 @@ impl TileParams {
                 mn: vec![0; per_tile(ty == GgmlType::Q4_K)],
                 a: vec![0.0; per_tile(two_halves || ty == GgmlType::Q6_K)],
                 b: vec![0.0; per_tile(two_halves)],
-                row_m: vec![0; per_row],
-                row_fg: vec![[0.0; 2]; runs],
+                rm: vec![0; runs * rows],
+                rm2: vec![0; if two_halves { runs * rows } else { 0 }],
+                tm: vec![0; runs * rows],
+                tm2: vec![0; if two_halves { runs * rows } else { 0 }],
                 top: vec![0.0; rows],
                 factor: vec![0.0; rows],
             },
@@ -121,12 +127,12 @@ impl TileParams {
     /// Fills the parameters of a tile whose first `rows.len()` rows are `rows` (the others are
     /// padding channels: all-zero parameters, so that every kernel writes zeros for them
     /// whatever bytes it reads as their row) and writes the rows' `s_n` into `scales`. Fails
-    /// with (row, block) of the first NaN or infinite scale, in row order. `gather` copies the
-    /// fp16 fields out of the blocks.
+    /// with (row, block) of the first NaN or infinite scale, in row order. `copy` does the
+    /// strided copies.
     #[inline(always)]
     pub fn prepare(
         &mut self,
-        gather: impl Gather,
+        copy: impl StridedCopy,
         rows: &[&[u8]],
         scales: &mut [f32],
     ) -> Result<(), (usize, usize)> {
@@ -137,7 +143,7 @@ impl TileParams {
         // the first bad block).
         for (j, row) in rows.iter().enumerate() {
             let at = j * per_row..(j + 1) * per_row;
-            sc.fields(gather, ty, row, at.clone());
+            sc.fields(copy, ty, row, at.clone());
             let per_block = match ty {
                 GgmlType::Q4_K => RUNS_PER_QK_K,
                 GgmlType::Q6_K => Q6_K_SUBS,
@@ -159,14 +165,14 @@ impl TileParams {
                     // A power-of-two factor: exact, so m_j = rne(fl(d_j·inv_n)·2¹⁵/code_scale).
                     (*unit, *s) = (inv * (32768 / code_scale(ty)) as f32, s_n);
                 }
-                self.block_multipliers(n);
+                self.block_multipliers(copy, n);
             }
             GgmlType::Q8_0 => {
                 for ((&e_max, unit), s) in top.iter().zip(factor.iter_mut()).zip(scales) {
                     *unit = if e_max > 0.0 { Q8_0_UNIT / e_max } else { 0.0 };
                     *s = e_max;
                 }
-                self.block_multipliers(n);
+                self.block_multipliers(copy, n);
             }
             GgmlType::Q4_1 | GgmlType::Q4_K => {
                 let (h0, h1) = (&sc.h0[..n * per_row], &sc.h1[..n * per_row]);
@@ -192,13 +198,22 @@ impl TileParams {
                     (*inv, *s) = table_range(tables_max(a, b));
                 }
                 let rows_ab = sc.a.chunks_exact(per_row).zip(sc.b.chunks_exact(per_row));
-                for (j, ((a, b), &inv)) in rows_ab.zip(sc.factor.iter()).take(n).enumerate() {
-                    for (fg, (&a, &b)) in sc.row_fg.iter_mut().zip(a.iter().zip(b)) {
-                        *fg = [a * inv, b * inv];
+                let rows_fg = sc.rm.chunks_exact_mut(per_row).zip(sc.rm2.chunks_exact_mut(per_row));
+                for (((a, b), inv), (f, g)) in rows_ab.zip(&sc.factor[..n]).zip(rows_fg) {
+                    for (f, &a) in f.iter_mut().zip(a) {
+                        *f = (a * inv).to_bits();
                     }
-                    scatter(&mut self.fg, self.rows, j, &sc.row_fg);
+                    for (g, &b) in g.iter_mut().zip(b) {
+                        *g = (b * inv).to_bits();
+                    }
                 }
-                zero_padding(&mut self.fg, self.rows, n);
+                sc.rm[n * per_row..].fill(0);
+                sc.rm2[n * per_row..].fill(0);
+                copy.transpose(&sc.rm, per_row, &mut sc.tm, self.rows);
+                copy.transpose(&sc.rm2, per_row, &mut sc.tm2, self.rows);
+                for (fg, (&f, &g)) in self.fg.iter_mut().zip(sc.tm.iter().zip(&sc.tm2)) {
+                    *fg = [f32::from_bits(f), f32::from_bits(g)];
+                }
             }
             GgmlType::Q6_K => {
                 let e = &mut sc.a[..n * per_row];
@@ -212,15 +227,21 @@ impl TileParams {
                     *unit = if e_max > 0.0 { Q6_K_UNIT / e_max } else { 0.0 };
                     *s = 32.0 * e_max / 127.0;
                 }
-                let pairs = self.m.as_chunks_mut::<2>().0;
-                let rows_e = sc.a.chunks_exact(per_row).zip(&sc.factor).take(n);
-                for (j, (e, &unit)) in rows_e.enumerate() {
-                    for (m, &e) in sc.row_m.iter_mut().zip(e) {
-                        *m = multiplier(e, unit);
+                let runs = per_row / 2;
+                let rows_e = sc.a.chunks_exact(per_row).zip(&sc.factor[..n]);
+                for ((e, &unit), m) in rows_e.zip(sc.rm.chunks_exact_mut(runs)) {
+                    for (m, e) in m.iter_mut().zip(e.as_chunks::<2>().0) {
+                        // The two halves of run r as one 32-bit item, first in the low bits.
+                        let [lo, hi] = e.map(|e| multiplier(e, unit) as u16 as u32);
+                        *m = lo | hi << 16;
                     }
-                    scatter(pairs, self.rows, j, sc.row_m.as_chunks::<2>().0);
                 }
-                zero_padding(pairs, self.rows, n);
+                sc.rm[n * runs..].fill(0);
+                copy.transpose(&sc.rm, runs, &mut sc.tm, self.rows);
+                let pairs = self.m.as_chunks_mut::<2>().0;
+                for (m, &t) in pairs.iter_mut().zip(&sc.tm) {
+                    *m = [t as i16, (t >> 16) as i16];
+                }
             }
             GgmlType::F32 | GgmlType::F16 => unreachable!("checked by the caller"),
         }
@@ -230,50 +251,66 @@ impl TileParams {
     /// `m_j = multiplier(d_j, unit_n)` of every block of the first `n` rows (`d_j` in `h0`,
     /// `unit_n` in `factor`), zero for the padding rows.
     #[inline(always)]
-    fn block_multipliers(&mut self, n: usize) {
+    fn block_multipliers(&mut self, copy: impl StridedCopy, n: usize) {
         let sc = &mut self.scratch;
-        let rows_d = sc.h0.chunks_exact(sc.per_row).zip(&sc.factor).take(n);
-        for (j, (d, &unit)) in rows_d.enumerate() {
-            for (m, &d) in sc.row_m.iter_mut().zip(d) {
-                *m = multiplier(finite_half_to_f32(d), unit);
+        let per_row = sc.per_row;
+        let rows_d = sc.h0.chunks_exact(per_row).zip(&sc.factor[..n]);
+        for ((d, &unit), m) in rows_d.zip(sc.rm.chunks_exact_mut(per_row)) {
+            for (m, &d) in m.iter_mut().zip(d) {
+                *m = multiplier(finite_half_to_f32(d), unit) as u32;
             }
-            scatter(&mut self.m, self.rows, j, &sc.row_m);
         }
-        zero_padding(&mut self.m, self.rows, n);
+        sc.rm[n * per_row..].fill(0);
+        copy.transpose(&sc.rm, per_row, &mut sc.tm, self.rows);
+        for (m, &t) in self.m.iter_mut().zip(&sc.tm) {
+            *m = t as i16;
+        }
     }
 }
 
-/// Row `j`'s values (in run order) into a tile-order array of `rows` rows.
-#[inline(always)]
-fn scatter<T: Copy>(tile: &mut [T], rows: usize, j: usize, values: &[T]) {
-    for (run, &v) in tile.chunks_exact_mut(rows).zip(values) {
-        run[j] = v;
-    }
-}
-
-/// Zeroes rows `n..` of a tile-order array of `rows` rows.
-#[inline(always)]
-fn zero_padding<T: Copy + Default>(tile: &mut [T], rows: usize, n: usize) {
-    for run in tile.chunks_exact_mut(rows) {
-        run[n..].fill(T::default());
-    }
-}
-
-/// How a scan copies the fp16 field of every block of a row into an array: a strided copy, the one
-/// step a compiler does not vectorize well by itself.
-pub(super) trait Gather: Copy {
+/// The two strided copies of a scan, the steps a compiler does not vectorize well by itself:
+/// the fp16 field of every block of a row into an array, and row-by-row parameters into tile
+/// order.
+pub(super) trait StridedCopy: Copy {
     /// The fp16 field at byte `AT` of each `BB`-byte block of `row` into `out`, one per block.
     fn halves<const BB: usize, const AT: usize>(self, row: &[u8], out: &mut [u16]);
+
+    /// `src` holds `rows` rows of `per_row` items; `dst[r·rows + j] = src[j·per_row + r]`.
+    fn transpose(self, src: &[u32], per_row: usize, dst: &mut [u32], rows: usize);
 }
 
-/// [`Gather`] by plain loads.
+/// [`StridedCopy`] by plain loads and stores.
 #[derive(Clone, Copy)]
-pub(super) struct PlainGather;
+pub(super) struct PlainCopy;
 
-impl Gather for PlainGather {
+impl StridedCopy for PlainCopy {
     #[inline(always)]
     fn halves<const BB: usize, const AT: usize>(self, row: &[u8], out: &mut [u16]) {
         gather_repeated::<BB, AT, 1>(row, out);
+    }
+
+    #[inline(always)]
+    fn transpose(self, src: &[u32], per_row: usize, dst: &mut [u32], rows: usize) {
+        transpose_plain(src, per_row, dst, rows, 0..rows, 0);
+    }
+}
+
+/// [`StridedCopy::transpose`] of the items `runs_from..` of rows `rows_of`, by plain loads and
+/// stores (the SIMD versions' edges).
+#[inline(always)]
+pub(super) fn transpose_plain(
+    src: &[u32],
+    per_row: usize,
+    dst: &mut [u32],
+    rows: usize,
+    rows_of: std::ops::Range<usize>,
+    runs_from: usize,
+) {
+    for j in rows_of {
+        let row = &src[j * per_row..(j + 1) * per_row];
+        for (run, &v) in dst.chunks_exact_mut(rows).zip(row).skip(runs_from) {
+            run[j] = v;
+        }
     }
 }
 
@@ -282,19 +319,19 @@ impl Scratch {
     #[inline(always)]
     fn fields(
         &mut self,
-        gather: impl Gather,
+        copy: impl StridedCopy,
         ty: GgmlType,
         row: &[u8],
         at: std::ops::Range<usize>,
     ) {
         let (h0, h1) = (&mut self.h0[at.clone()], &mut self.h1);
         match ty {
-            GgmlType::Q4_0 => gather.halves::<18, 0>(row, h0),
-            GgmlType::Q5_0 => gather.halves::<22, 0>(row, h0),
-            GgmlType::Q8_0 => gather.halves::<34, 0>(row, h0),
+            GgmlType::Q4_0 => copy.halves::<18, 0>(row, h0),
+            GgmlType::Q5_0 => copy.halves::<22, 0>(row, h0),
+            GgmlType::Q8_0 => copy.halves::<34, 0>(row, h0),
             GgmlType::Q4_1 => {
-                gather.halves::<20, 0>(row, h0);
-                gather.halves::<20, 2>(row, &mut h1[at]);
+                copy.halves::<20, 0>(row, h0);
+                copy.halves::<20, 2>(row, &mut h1[at]);
             }
             GgmlType::Q4_K => {
                 gather_repeated::<144, 0, RUNS_PER_QK_K>(row, h0);

@@ -4,7 +4,7 @@
 //! parameters from [`super::params::TileParams`]; the SIMD kernels share the Q4_K/Q6_K run
 //! geometry helpers below.
 
-use super::params::{scaled_codes, table_value, PlainGather, TileParams};
+use super::params::{scaled_codes, table_value, PlainCopy, TileParams};
 use super::tile::for_each_run;
 use super::{TileKernel, RUN};
 use crate::quant::GgmlType;
@@ -29,7 +29,7 @@ pub(super) fn scan_tile(
     rows: &[&[u8]],
     scales: &mut [f32],
 ) -> Result<(), (usize, usize)> {
-    p.prepare(PlainGather, rows, scales)
+    p.prepare(PlainCopy, rows, scales)
 }
 
 /// `lut[q] = sat8(rne(fl(fl(q·f) + g)))` for the 16 codes of a Q4_1/Q4_K (sub-)block.

@@ -5,7 +5,7 @@
 //! never changes), saturating packs where the scalar code's `as i8`/`clamp` saturate, and
 //! `pmulhrsw`, which is exactly `(x·m + 2¹⁴) >> 15`.
 
-use super::params::{scaled_codes, Gather, TileParams};
+use super::params::{scaled_codes, transpose_plain, StridedCopy, TileParams};
 use super::scalar::{q4_k_pair_source, q6_k_half_source};
 use super::tile::{for_each_group, for_each_run, Tile};
 use super::{ScanTile, TileKernel};
@@ -82,11 +82,11 @@ pub(super) fn scan_tile(isa: Isa) -> Option<ScanTile> {
     type Res = Result<(), (usize, usize)>;
     #[target_feature(enable = "avx2,f16c")]
     fn avx2(p: &mut TileParams, rows: &[&[u8]], scales: &mut [f32]) -> Res {
-        p.prepare(GatherAvx2(()), rows, scales)
+        p.prepare(CopyAvx2(()), rows, scales)
     }
     #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
     fn avx512(p: &mut TileParams, rows: &[&[u8]], scales: &mut [f32]) -> Res {
-        p.prepare(GatherAvx512(()), rows, scales)
+        p.prepare(CopyAvx512(()), rows, scales)
     }
     let s: ScanTile = match isa {
         Isa::Avx2 => |p, rows, s| unsafe_call!(avx2(p, rows, s)),
@@ -96,31 +96,88 @@ pub(super) fn scan_tile(isa: Isa) -> Option<ScanTile> {
     Some(s)
 }
 
-/// [`Gather`] by AVX2 `vpgatherdd`, eight blocks at a time. Only the AVX2 scans create one.
+/// [`StridedCopy`] by AVX2 `vpgatherdd` (eight blocks at a time) and 8×8 transposes. Only the
+/// AVX2 scan creates one.
 #[derive(Clone, Copy)]
-struct GatherAvx2(());
+struct CopyAvx2(());
 
-impl Gather for GatherAvx2 {
+impl StridedCopy for CopyAvx2 {
     #[inline(always)]
     fn halves<const BB: usize, const AT: usize>(self, row: &[u8], out: &mut [u16]) {
-        // SAFETY: a `GatherAvx2` exists only inside the AVX2 and AVX-512 scans, which run only
-        // where those paths are available.
+        // SAFETY: a `CopyAvx2` exists only inside the AVX2 scan, which runs only where that
+        // path is available.
         unsafe { gather_halves_avx2::<BB, AT>(row, out) }
+    }
+
+    #[inline(always)]
+    fn transpose(self, src: &[u32], per_row: usize, dst: &mut [u32], rows: usize) {
+        // SAFETY: as above.
+        unsafe { transpose_avx2(src, per_row, dst, rows) }
     }
 }
 
-/// [`Gather`] by AVX-512 word permutes of 128-byte windows of the row. Only the AVX-512 scan
-/// creates one.
+/// [`StridedCopy`] by AVX-512 word permutes of 128-byte windows of the row and AVX2 8×8
+/// transposes. Only the AVX-512 scan creates one.
 #[derive(Clone, Copy)]
-struct GatherAvx512(());
+struct CopyAvx512(());
 
-impl Gather for GatherAvx512 {
+impl StridedCopy for CopyAvx512 {
     #[inline(always)]
     fn halves<const BB: usize, const AT: usize>(self, row: &[u8], out: &mut [u16]) {
-        // SAFETY: a `GatherAvx512` exists only inside the AVX-512 scan, which runs only where
+        // SAFETY: a `CopyAvx512` exists only inside the AVX-512 scan, which runs only where
         // that path is available.
         unsafe { gather_halves_avx512::<BB, AT>(row, out) }
     }
+
+    #[inline(always)]
+    fn transpose(self, src: &[u32], per_row: usize, dst: &mut [u32], rows: usize) {
+        // SAFETY: as above (AVX-512 implies AVX2).
+        unsafe { transpose_avx2(src, per_row, dst, rows) }
+    }
+}
+
+/// [`StridedCopy::transpose`] in blocks of 8 rows × 8 items, one 256-bit load and store per
+/// row and item; the edges item by item.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn transpose_avx2(src: &[u32], per_row: usize, dst: &mut [u32], rows: usize) {
+    let (row_blocks, run_blocks) = (rows / 8, per_row / 8);
+    for jb in 0..row_blocks {
+        for rb in 0..run_blocks {
+            let load = |i: usize| {
+                let at = (8 * jb + i) * per_row + 8 * rb;
+                let v: &[u32; 8] = src[at..at + 8].try_into().expect("8 items");
+                // SAFETY: `v` is 32 readable bytes; unaligned load.
+                unsafe { _mm256_castsi256_ps(_mm256_loadu_si256(v.as_ptr().cast())) }
+            };
+            let rows8: [__m256; 8] = std::array::from_fn(load);
+            let t: [__m256; 8] = std::array::from_fn(|i| {
+                let (a, b) = (rows8[2 * (i / 2)], rows8[2 * (i / 2) + 1]);
+                if i % 2 == 0 { _mm256_unpacklo_ps(a, b) } else { _mm256_unpackhi_ps(a, b) }
+            });
+            // u[i]: items 2·(i % 4 / 2)… of rows 4·(i / 4)..+4, per 128-bit lane.
+            let u: [__m256; 8] = std::array::from_fn(|i| {
+                let (q, k) = (i / 4, i % 4);
+                let (a, b) = (t[4 * q + k % 2], t[4 * q + 2 + k % 2]);
+                if k < 2 { _mm256_shuffle_ps::<0x44>(a, b) } else { _mm256_shuffle_ps::<0xee>(a, b) }
+            });
+            for k in 0..8 {
+                // Item 8·rb + k of rows 8·jb..+8.
+                let (lo, hi) = (u[[0, 2, 1, 3][k % 4]], u[4 + [0, 2, 1, 3][k % 4]]);
+                let v = if k < 4 {
+                    _mm256_permute2f128_ps::<0x20>(lo, hi)
+                } else {
+                    _mm256_permute2f128_ps::<0x31>(lo, hi)
+                };
+                let at = (8 * rb + k) * rows + 8 * jb;
+                let out: &mut [u32; 8] = (&mut dst[at..at + 8]).try_into().expect("8 items");
+                // SAFETY: `out` is 32 writable bytes; unaligned store.
+                unsafe { _mm256_storeu_si256(out.as_mut_ptr().cast(), _mm256_castps_si256(v)) };
+            }
+        }
+    }
+    transpose_plain(src, per_row, dst, rows, 0..8 * row_blocks, 8 * run_blocks);
+    transpose_plain(src, per_row, dst, rows, 8 * row_blocks..rows, 0);
 }
 
 #[inline]
