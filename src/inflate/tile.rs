@@ -45,18 +45,48 @@ pub(super) fn for_each_group<const G: usize, const R: usize, P>(
     params: &[P],
     tile: &mut Tile,
     runs: usize,
+    convert: impl FnMut(usize, &[&[u8]; R], [&[P; R]; G], [&mut [[i8; RUN]; R]; G]),
+) {
+    for_each_group_in::<G, R, P>(rows, params, tile, 0..runs, convert);
+}
+
+/// [`for_each_group`] over the runs `runs` only, handing `convert` each row's `GB` bytes that
+/// hold runs `r..r + G` (run `r` starts at byte `r / G · GB` of its row) as a fixed-size array,
+/// so that the kernel reads them without further bounds checks.
+#[inline(always)]
+pub(super) fn for_each_block_group<const G: usize, const R: usize, const GB: usize, P>(
+    rows: &[&[u8]],
+    params: &[P],
+    tile: &mut Tile,
+    runs: std::ops::Range<usize>,
+    mut convert: impl FnMut(usize, [&[u8; GB]; R], [&[P; R]; G], [&mut [[i8; RUN]; R]; G]),
+) {
+    for_each_group_in::<G, R, P>(rows, params, tile, runs, |r, rows, p, outs| {
+        convert(r, rows.map(|row| &row.as_chunks::<GB>().0[r / G]), p, outs)
+    });
+}
+
+#[inline(always)]
+fn for_each_group_in<const G: usize, const R: usize, P>(
+    rows: &[&[u8]],
+    params: &[P],
+    tile: &mut Tile,
+    runs: std::ops::Range<usize>,
     mut convert: impl FnMut(usize, &[&[u8]; R], [&[P; R]; G], [&mut [[i8; RUN]; R]; G]),
 ) {
     let b_n = tile.b_n;
     assert!(
-        b_n.is_multiple_of(R) && runs.is_multiple_of(G) && rows.len() == b_n,
-        "tile of {b_n} rows in groups of {R}, {runs} runs in groups of {G}"
+        b_n.is_multiple_of(R)
+            && runs.start.is_multiple_of(G)
+            && runs.len().is_multiple_of(G)
+            && rows.len() == b_n,
+        "tile of {b_n} rows in groups of {R}, runs {runs:?} in groups of {G}"
     );
     let groups = b_n / R;
     let rows = &rows.as_chunks::<R>().0[..groups];
-    let out = &mut tile.out.as_chunks_mut::<RUN>().0[..runs * b_n];
+    let out = &mut tile.out.as_chunks_mut::<RUN>().0[runs.start * b_n..runs.end * b_n];
     let out_slabs = out.chunks_exact_mut(G * b_n);
-    let param_slabs = params[..runs * b_n].chunks_exact(G * b_n);
+    let param_slabs = params[runs.start * b_n..runs.end * b_n].chunks_exact(G * b_n);
     for (n, (out, params)) in out_slabs.zip(param_slabs).enumerate() {
         let mut outs = out
             .chunks_exact_mut(b_n)
@@ -68,7 +98,7 @@ pub(super) fn for_each_group<const G: usize, const R: usize, P>(
         let ps: [_; G] = std::array::from_fn(|_| ps.next().expect("G runs"));
         for (i, rows) in rows.iter().enumerate() {
             convert(
-                n * G,
+                runs.start + n * G,
                 rows,
                 ps.map(|p| &p[i]),
                 outs.each_mut().map(|o| &mut o[i]),

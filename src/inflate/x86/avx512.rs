@@ -4,8 +4,7 @@
 //! lanes 2, 3 to the second; in-lane operations (`pshufb`, `packs`, `unpack`) then never mix rows.
 
 use super::super::params::{scaled_codes, TileParams};
-use super::super::scalar::{q4_k_pair_source, q6_k_half_source};
-use super::super::tile::{for_each_group, Tile};
+use super::super::tile::{for_each_block_group, Tile};
 use super::super::RUN;
 use crate::quant::GgmlType;
 use std::arch::x86_64::*;
@@ -124,30 +123,52 @@ fn code_halves(c: &[i16; 16]) -> (__m512i, __m512i) {
     }
 }
 
+/// Runs per step of the one-block-per-run kernels (the runs after the last whole group go one
+/// at a time).
+const GROUP: usize = 4;
+
+/// Calls `step(block of row a, block of row b, params, out)` for run `r` of every pair of tile
+/// rows, `r` in `0..runs`, for formats of one `BB`-byte block per run (`GB = 4·BB`).
+#[inline(always)]
+fn for_each_block<const BB: usize, const GB: usize, P>(
+    rows: &[&[u8]],
+    params: &[P],
+    tile: &mut Tile,
+    runs: usize,
+    mut step: impl FnMut(&[u8; BB], &[u8; BB], &[P; ROWS], &mut [[i8; RUN]; ROWS]),
+) {
+    const { assert!(GB == GROUP * BB) };
+    let full = runs / GROUP * GROUP;
+    for_each_block_group::<GROUP, ROWS, GB, P>(rows, params, tile, 0..full, |_, [a, b], p, out| {
+        let (a, b) = (a.as_chunks::<BB>().0, b.as_chunks::<BB>().0);
+        for g in 0..GROUP {
+            step(&a[g], &b[g], p[g], &mut *out[g]);
+        }
+    });
+    for_each_block_group::<1, ROWS, BB, P>(rows, params, tile, full..runs, |_, [a, b], [p], [out]| {
+        step(a, b, p, out)
+    });
+}
+
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
 pub(super) fn q4_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
     let (c_lo, c_hi) = code_halves(&scaled_codes(GgmlType::Q4_0));
-    for_each_group::<1, ROWS, _>(rows, &params.m, tile, runs, |r, [a, b], [m], [out]| {
-        let at = r * 18 + 2;
+    for_each_block::<18, 72, _>(rows, &params.m, tile, runs, |a, b, m, out| {
         let m = lane_pairs(m);
         // Lane l: the 16-entry table of its row (codes 0..8 from c_lo, 8..16 from c_hi).
         let lut = _mm512_packs_epi16(_mm512_mulhrs_epi16(c_lo, m), _mm512_mulhrs_epi16(c_hi, m));
-        store(
-            out,
-            _mm512_shuffle_epi8(lut, nibbles(load16x2(&a[at..], &b[at..]))),
-        );
+        store(out, _mm512_shuffle_epi8(lut, nibbles(load16x2(&a[2..], &b[2..]))));
     });
 }
 
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
 pub(super) fn q5_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
     let sixteen = _mm512_set1_epi8(16);
-    for_each_group::<1, ROWS, _>(rows, &params.m, tile, runs, |r, [a, b], [m], [out]| {
-        let at = r * 22;
-        let qh = |row: &[u8]| u32::from_le_bytes(row[at + 2..at + 6].try_into().expect("4")) as u64;
+    for_each_block::<22, 88, _>(rows, &params.m, tile, runs, |a, b, m, out| {
+        let qh = |blk: &[u8; 22]| u32::from_le_bytes([blk[2], blk[3], blk[4], blk[5]]) as u64;
         // Byte i of the vector is weight i % 32 of its row: bit i of the pair's qh.
         let fifth: __mmask64 = qh(a) | qh(b) << 32;
-        let q = nibbles(load16x2(&a[at + 6..], &b[at + 6..]));
+        let q = nibbles(load16x2(&a[6..], &b[6..]));
         // c = q - 16: the nibble, less 16 where the fifth bit is clear.
         let c = _mm512_mask_sub_epi8(q, !fifth, q, sixteen);
         // 8·c = the scaled code.
@@ -157,120 +178,145 @@ pub(super) fn q5_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
 
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
 pub(super) fn q8_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
-    for_each_group::<1, ROWS, _>(rows, &params.m, tile, runs, |r, [a, b], [m], [out]| {
-        let at = r * 34 + 2;
-        store(
-            out,
-            rescale::<8>(load32x2(&a[at..], &b[at..]), lane_pairs(m)),
-        );
+    for_each_block::<34, 136, _>(rows, &params.m, tile, runs, |a, b, m, out| {
+        store(out, rescale::<8>(load32x2(&a[2..], &b[2..]), lane_pairs(m)));
     });
 }
 
-/// `lut[q] = sat8(rne(fl(fl(q·f) + g)))` for the 16 codes: one table in 16 bytes.
+/// `[f0, f0, f1, f1]` and `[g0, g0, g1, g1]`, each in all four lanes of a 128-bit lane, from
+/// the two rows' `[f, g]`.
 #[inline]
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
-fn table16(codes: __m512, [f, g]: [f32; 2]) -> __m128i {
-    let x = _mm512_add_ps(_mm512_mul_ps(codes, _mm512_set1_ps(f)), _mm512_set1_ps(g));
-    _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(x))
+fn lane_fg(fg: &[[f32; 2]; 2]) -> (__m512, __m512) {
+    // SAFETY: `fg` is 16 readable bytes; unaligned load.
+    let v = _mm512_castps128_ps512(unsafe { _mm_loadu_ps(fg.as_ptr().cast()) });
+    (
+        _mm512_permutexvar_ps(_mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0), v),
+        _mm512_permutexvar_ps(_mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1), v),
+    )
+}
+
+/// Lane `l` of the result: `sat8(rne(fl(fl(q·f) + g)))` for the 16 codes `q`, with lane `l`'s
+/// `f`, `g`. `codes[s]` holds codes `4s..4s+4` in every lane: the packs gather lane `l`'s 16
+/// entries into lane `l`, in order.
+#[inline]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
+fn lane_tables(codes: &[__m512; 4], f: __m512, g: __m512) -> __m512i {
+    let step = |c: __m512| _mm512_cvtps_epi32(_mm512_add_ps(_mm512_mul_ps(c, f), g));
+    _mm512_packs_epi16(
+        _mm512_packs_epi32(step(codes[0]), step(codes[1])),
+        _mm512_packs_epi32(step(codes[2]), step(codes[3])),
+    )
+}
+
+/// The `codes` of [`lane_tables`].
+#[inline]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
+fn lane_codes() -> [__m512; 4] {
+    std::array::from_fn(|s| {
+        let c = 4.0 * s as f32;
+        let v = _mm_castps_si128(_mm_setr_ps(c, c + 1.0, c + 2.0, c + 3.0));
+        _mm512_castsi512_ps(_mm512_broadcast_i32x4(v))
+    })
+}
+
+/// The tables of runs `r` and `r + 1` of two rows (their `[f, g]` in `p0`, `p1`): lanes `[a
+/// run r, a run r, b run r, b run r]` and the same for run `r + 1`, ready for `pshufb`.
+#[inline]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
+fn run_pair_tables(codes: &[__m512; 4], p0: &[[f32; 2]; 2], p1: &[[f32; 2]; 2]) -> [__m512i; 2] {
+    // [fa, ga, fb, gb] of runs r and r + 1.
+    // SAFETY: `p0`, `p1` are 16 readable bytes each; unaligned loads.
+    let fg = unsafe {
+        _mm512_insertf32x4::<1>(
+            _mm512_castps128_ps512(_mm_loadu_ps(p0.as_ptr().cast())),
+            _mm_loadu_ps(p1.as_ptr().cast()),
+        )
+    };
+    // Lanes: row a run r, row a run r + 1, row b run r, row b run r + 1.
+    let f = _mm512_permutexvar_ps(_mm512_set_epi32(6, 6, 6, 6, 2, 2, 2, 2, 4, 4, 4, 4, 0, 0, 0, 0), fg);
+    let g = _mm512_permutexvar_ps(_mm512_set_epi32(7, 7, 7, 7, 3, 3, 3, 3, 5, 5, 5, 5, 1, 1, 1, 1), fg);
+    let luts = lane_tables(codes, f, g);
+    [
+        _mm512_shuffle_i32x4::<0b10_10_00_00>(luts, luts),
+        _mm512_shuffle_i32x4::<0b11_11_01_01>(luts, luts),
+    ]
 }
 
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
 pub(super) fn q4_1(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
-    let codes = _mm512_setr_ps(
-        0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 11.0, 12.0, 13.0, 14.0, 15.0,
-    );
-    for_each_group::<1, ROWS, _>(rows, &params.fg, tile, runs, |r, [a, b], [fg], [out]| {
-        let at = r * 20 + 4;
-        let (ta, tb) = (table16(codes, fg[0]), table16(codes, fg[1]));
-        let lut = _mm512_shuffle_i32x4::<0>(_mm512_castsi128_si512(ta), _mm512_castsi128_si512(tb));
-        store(
-            out,
-            _mm512_shuffle_epi8(lut, nibbles(load16x2(&a[at..], &b[at..]))),
-        );
+    let codes = lane_codes();
+    let full = runs / GROUP * GROUP;
+    let fg = &params.fg;
+    for_each_block_group::<GROUP, ROWS, 80, _>(rows, fg, tile, 0..full, |_, [a, b], p, out| {
+        let (a, b) = (a.as_chunks::<20>().0, b.as_chunks::<20>().0);
+        let [o0, o1, o2, o3] = out;
+        for (i, (even, odd)) in [(o0, o1), (o2, o3)].into_iter().enumerate() {
+            let [lut0, lut1] = run_pair_tables(&codes, p[2 * i], p[2 * i + 1]);
+            let (r0, r1) = (2 * i, 2 * i + 1);
+            store(even, _mm512_shuffle_epi8(lut0, nibbles(load16x2(&a[r0][4..], &b[r0][4..]))));
+            store(odd, _mm512_shuffle_epi8(lut1, nibbles(load16x2(&a[r1][4..], &b[r1][4..]))));
+        }
+    });
+    for_each_block_group::<1, ROWS, 20, _>(rows, fg, tile, full..runs, |_, [a, b], [fg], [out]| {
+        let (f, g) = lane_fg(fg);
+        let lut = lane_tables(&codes, f, g);
+        store(out, _mm512_shuffle_epi8(lut, nibbles(load16x2(&a[4..], &b[4..]))));
     });
 }
 
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
 pub(super) fn q4_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
-    // codes[s] holds codes 4s..4s+4 in every 128-bit lane; with f, g broadcast per lane, the
-    // packs below gather lane l's 16 entries into lane l of the result.
-    let codes: [__m512; 4] = std::array::from_fn(|s| {
-        let c = 4.0 * s as f32;
-        _mm512_castsi512_ps(_mm512_broadcast_i32x4(_mm_castps_si128(_mm_setr_ps(
-            c,
-            c + 1.0,
-            c + 2.0,
-            c + 3.0,
-        ))))
-    });
+    let codes = lane_codes();
     let low = _mm512_set1_epi8(15);
-    for_each_group::<2, ROWS, _>(
-        rows,
-        &params.fg,
-        tile,
-        runs,
-        |r, [a, b], [p0, p1], [even, odd]| {
-            // [fa, ga, fb, gb] of runs r and r + 1.
-            // SAFETY: `p0`, `p1` are 16 readable bytes each; unaligned loads.
-            let fg = unsafe {
-                _mm512_insertf32x4::<1>(
-                    _mm512_castps128_ps512(_mm_loadu_ps(p0.as_ptr().cast())),
-                    _mm_loadu_ps(p1.as_ptr().cast()),
-                )
-            };
-            // Lanes: row a run r, row a run r + 1, row b run r, row b run r + 1.
-            let f = _mm512_permutexvar_ps(
-                _mm512_set_epi32(6, 6, 6, 6, 2, 2, 2, 2, 4, 4, 4, 4, 0, 0, 0, 0),
-                fg,
-            );
-            let g = _mm512_permutexvar_ps(
-                _mm512_set_epi32(7, 7, 7, 7, 3, 3, 3, 3, 5, 5, 5, 5, 1, 1, 1, 1),
-                fg,
-            );
-            let step = |c: __m512| _mm512_cvtps_epi32(_mm512_add_ps(_mm512_mul_ps(c, f), g));
-            let luts = _mm512_packs_epi16(
-                _mm512_packs_epi32(step(codes[0]), step(codes[1])),
-                _mm512_packs_epi32(step(codes[2]), step(codes[3])),
-            );
-            let at = q4_k_pair_source(r);
-            let q = load32x2(&a[at..], &b[at..]);
-            let lut = _mm512_shuffle_i32x4::<0b10_10_00_00>(luts, luts);
-            store(even, _mm512_shuffle_epi8(lut, _mm512_and_si512(q, low)));
-            let lut = _mm512_shuffle_i32x4::<0b11_11_01_01>(luts, luts);
-            store(
-                odd,
-                _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16::<4>(q), low)),
-            );
-        },
-    );
+    // Runs 2p, 2p + 1 of a super-block: the low and high nibbles of its quant bytes 32p..32p+32.
+    let pair = |a: &[u8; 144],
+                b: &[u8; 144],
+                p: usize,
+                p0: &[[f32; 2]; 2],
+                p1: &[[f32; 2]; 2],
+                even: &mut [[i8; RUN]; ROWS],
+                odd: &mut [[i8; RUN]; ROWS]| {
+        let [lut0, lut1] = run_pair_tables(&codes, p0, p1);
+        let at = 16 + 32 * p;
+        let q = load32x2(&a[at..], &b[at..]);
+        store(even, _mm512_shuffle_epi8(lut0, _mm512_and_si512(q, low)));
+        store(odd, _mm512_shuffle_epi8(lut1, _mm512_and_si512(_mm512_srli_epi16::<4>(q), low)));
+    };
+    for_each_block_group::<8, ROWS, 144, _>(rows, &params.fg, tile, 0..runs, |_, [a, b], p, out| {
+        let [e0, o0, e1, o1, e2, o2, e3, o3] = out;
+        pair(a, b, 0, p[0], p[1], e0, o0);
+        pair(a, b, 1, p[2], p[3], e1, o1);
+        pair(a, b, 2, p[4], p[5], e2, o2);
+        pair(a, b, 3, p[6], p[7], e3, o3);
+    });
 }
 
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
 pub(super) fn q6_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
-    let (low, bits45, bias) = (
-        _mm512_set1_epi8(15),
-        _mm512_set1_epi8(0x30),
-        _mm512_set1_epi8(32),
-    );
-    let m = params.m.as_chunks::<2>().0;
-    for_each_group::<4, ROWS, _>(rows, m, tile, runs, |r, [a, b], m, out| {
-        let (ql, qh) = q6_k_half_source(r);
-        let (ql0, ql1) = (
-            load32x2(&a[ql..], &b[ql..]),
-            load32x2(&a[ql + 32..], &b[ql + 32..]),
-        );
+    let (low, bits45, bias) = (_mm512_set1_epi8(15), _mm512_set1_epi8(0x30), _mm512_set1_epi8(32));
+    // 4·(q - 32) with each 16-weight half's multiplier.
+    let put = |out: &mut [[i8; RUN]; ROWS], code: __m512i, m: &[[i16; 2]; 2]| {
+        store(out, rescale::<6>(_mm512_sub_epi8(code, bias), lane_quads(m)))
+    };
+    // The four runs of 128-weight half `h` of a super-block: low (runs 0, 1) and high (2, 3)
+    // nibbles of ql[64h..][..32], ql[64h + 32..][..32], and bits 2t, 2t + 1 of qh[32h..][..32].
+    let half = |a: &[u8; 210], b: &[u8; 210], h: usize, m: [&[[i16; 2]; 2]; 4], out: [&mut [[i8; RUN]; ROWS]; 4]| {
+        let (ql, qh) = (64 * h, 128 + 32 * h);
+        let (ql0, ql1) = (load32x2(&a[ql..], &b[ql..]), load32x2(&a[ql + 32..], &b[ql + 32..]));
         let qh = load32x2(&a[qh..], &b[qh..]);
         let and = _mm512_and_si512;
         let [o0, o1, o2, o3] = out;
-        let [m0, m1, m2, m3] = m;
-        // 4·(q - 32) with each 16-weight half's multiplier.
-        let put = |out: &mut [[i8; RUN]; ROWS], code: __m512i, m: &[[i16; 2]; 2]| {
-            store(out, rescale::<6>(_mm512_sub_epi8(code, bias), lane_quads(m)))
-        };
-        put(o0, _mm512_or_si512(and(ql0, low), and(_mm512_slli_epi16::<4>(qh), bits45)), m0);
-        put(o1, _mm512_or_si512(and(ql1, low), and(_mm512_slli_epi16::<2>(qh), bits45)), m1);
-        put(o2, _mm512_or_si512(and(_mm512_srli_epi16::<4>(ql0), low), and(qh, bits45)), m2);
+        put(o0, _mm512_or_si512(and(ql0, low), and(_mm512_slli_epi16::<4>(qh), bits45)), m[0]);
+        put(o1, _mm512_or_si512(and(ql1, low), and(_mm512_slli_epi16::<2>(qh), bits45)), m[1]);
+        put(o2, _mm512_or_si512(and(_mm512_srli_epi16::<4>(ql0), low), and(qh, bits45)), m[2]);
         let c3 = and(_mm512_srli_epi16::<2>(qh), bits45);
-        put(o3, _mm512_or_si512(and(_mm512_srli_epi16::<4>(ql1), low), c3), m3);
+        put(o3, _mm512_or_si512(and(_mm512_srli_epi16::<4>(ql1), low), c3), m[3]);
+    };
+    let m = params.m.as_chunks::<2>().0;
+    for_each_block_group::<8, ROWS, 210, _>(rows, m, tile, 0..runs, |_, [a, b], m, out| {
+        let [o0, o1, o2, o3, o4, o5, o6, o7] = out;
+        half(a, b, 0, [m[0], m[1], m[2], m[3]], [o0, o1, o2, o3]);
+        half(a, b, 1, [m[4], m[5], m[6], m[7]], [o4, o5, o6, o7]);
     });
 }
