@@ -198,7 +198,10 @@ impl TileParams {
                     (*inv, *s) = table_range(tables_max(a, b));
                 }
                 let rows_ab = sc.a.chunks_exact(per_row).zip(sc.b.chunks_exact(per_row));
-                let rows_fg = sc.rm.chunks_exact_mut(per_row).zip(sc.rm2.chunks_exact_mut(per_row));
+                let rows_fg = sc
+                    .rm
+                    .chunks_exact_mut(per_row)
+                    .zip(sc.rm2.chunks_exact_mut(per_row));
                 for (((a, b), inv), (f, g)) in rows_ab.zip(&sc.factor[..n]).zip(rows_fg) {
                     for (f, &a) in f.iter_mut().zip(a) {
                         *f = (a * inv).to_bits();

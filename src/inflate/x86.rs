@@ -142,24 +142,34 @@ impl StridedCopy for CopyAvx512 {
 #[target_feature(enable = "avx2")]
 fn transpose_avx2(src: &[u32], per_row: usize, dst: &mut [u32], rows: usize) {
     let (row_blocks, run_blocks) = (rows / 8, per_row / 8);
+    assert!(src.len() >= rows * per_row && dst.len() >= rows * per_row);
+    let (from, to) = (src.as_ptr(), dst.as_mut_ptr());
     for jb in 0..row_blocks {
         for rb in 0..run_blocks {
-            let load = |i: usize| {
-                let at = (8 * jb + i) * per_row + 8 * rb;
-                let v: &[u32; 8] = src[at..at + 8].try_into().expect("8 items");
-                // SAFETY: `v` is 32 readable bytes; unaligned load.
-                unsafe { _mm256_castsi256_ps(_mm256_loadu_si256(v.as_ptr().cast())) }
-            };
-            let rows8: [__m256; 8] = std::array::from_fn(load);
-            let t: [__m256; 8] = std::array::from_fn(|i| {
-                let (a, b) = (rows8[2 * (i / 2)], rows8[2 * (i / 2) + 1]);
-                if i % 2 == 0 { _mm256_unpacklo_ps(a, b) } else { _mm256_unpackhi_ps(a, b) }
+            // SAFETY: item 8·rb + 8 <= per_row of row 8·jb + i < rows: inside `src` (asserted);
+            // unaligned loads.
+            let v: [__m256; 8] = std::array::from_fn(|i| unsafe {
+                let at = from.add((8 * jb + i) * per_row + 8 * rb);
+                _mm256_castsi256_ps(_mm256_loadu_si256(at.cast()))
             });
-            // u[i]: items 2·(i % 4 / 2)… of rows 4·(i / 4)..+4, per 128-bit lane.
+            let t: [__m256; 8] = std::array::from_fn(|i| {
+                let (a, b) = (v[2 * (i / 2)], v[2 * (i / 2) + 1]);
+                if i % 2 == 0 {
+                    _mm256_unpacklo_ps(a, b)
+                } else {
+                    _mm256_unpackhi_ps(a, b)
+                }
+            });
+            // u[4q + k]: item [0, 2, 1, 3][k] (and that + 4, in the high lane) of rows
+            // 4q..4q + 4.
             let u: [__m256; 8] = std::array::from_fn(|i| {
                 let (q, k) = (i / 4, i % 4);
                 let (a, b) = (t[4 * q + k % 2], t[4 * q + 2 + k % 2]);
-                if k < 2 { _mm256_shuffle_ps::<0x44>(a, b) } else { _mm256_shuffle_ps::<0xee>(a, b) }
+                if k < 2 {
+                    _mm256_shuffle_ps::<0x44>(a, b)
+                } else {
+                    _mm256_shuffle_ps::<0xee>(a, b)
+                }
             });
             for k in 0..8 {
                 // Item 8·rb + k of rows 8·jb..+8.
@@ -169,10 +179,12 @@ fn transpose_avx2(src: &[u32], per_row: usize, dst: &mut [u32], rows: usize) {
                 } else {
                     _mm256_permute2f128_ps::<0x31>(lo, hi)
                 };
-                let at = (8 * rb + k) * rows + 8 * jb;
-                let out: &mut [u32; 8] = (&mut dst[at..at + 8]).try_into().expect("8 items");
-                // SAFETY: `out` is 32 writable bytes; unaligned store.
-                unsafe { _mm256_storeu_si256(out.as_mut_ptr().cast(), _mm256_castps_si256(v)) };
+                // SAFETY: rows 8·jb + 8 <= rows of item 8·rb + k < per_row: inside `dst`
+                // (asserted); unaligned store.
+                unsafe {
+                    let at = to.add((8 * rb + k) * rows + 8 * jb);
+                    _mm256_storeu_si256(at.cast(), _mm256_castps_si256(v));
+                }
             }
         }
     }

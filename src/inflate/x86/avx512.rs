@@ -145,9 +145,13 @@ fn for_each_block<const BB: usize, const GB: usize, P>(
             step(&a[g], &b[g], p[g], &mut *out[g]);
         }
     });
-    for_each_block_group::<1, ROWS, BB, P>(rows, params, tile, full..runs, |_, [a, b], [p], [out]| {
-        step(a, b, p, out)
-    });
+    for_each_block_group::<1, ROWS, BB, P>(
+        rows,
+        params,
+        tile,
+        full..runs,
+        |_, [a, b], [p], [out]| step(a, b, p, out),
+    );
 }
 
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
@@ -157,7 +161,10 @@ pub(super) fn q4_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
         let m = lane_pairs(m);
         // Lane l: the 16-entry table of its row (codes 0..8 from c_lo, 8..16 from c_hi).
         let lut = _mm512_packs_epi16(_mm512_mulhrs_epi16(c_lo, m), _mm512_mulhrs_epi16(c_hi, m));
-        store(out, _mm512_shuffle_epi8(lut, nibbles(load16x2(&a[2..], &b[2..]))));
+        store(
+            out,
+            _mm512_shuffle_epi8(lut, nibbles(load16x2(&a[2..], &b[2..]))),
+        );
     });
 }
 
@@ -191,8 +198,14 @@ fn lane_fg(fg: &[[f32; 2]; 2]) -> (__m512, __m512) {
     // SAFETY: `fg` is 16 readable bytes; unaligned load.
     let v = _mm512_castps128_ps512(unsafe { _mm_loadu_ps(fg.as_ptr().cast()) });
     (
-        _mm512_permutexvar_ps(_mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0), v),
-        _mm512_permutexvar_ps(_mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1), v),
+        _mm512_permutexvar_ps(
+            _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0),
+            v,
+        ),
+        _mm512_permutexvar_ps(
+            _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1),
+            v,
+        ),
     )
 }
 
@@ -234,8 +247,14 @@ fn run_pair_tables(codes: &[__m512; 4], p0: &[[f32; 2]; 2], p1: &[[f32; 2]; 2]) 
         )
     };
     // Lanes: row a run r, row a run r + 1, row b run r, row b run r + 1.
-    let f = _mm512_permutexvar_ps(_mm512_set_epi32(6, 6, 6, 6, 2, 2, 2, 2, 4, 4, 4, 4, 0, 0, 0, 0), fg);
-    let g = _mm512_permutexvar_ps(_mm512_set_epi32(7, 7, 7, 7, 3, 3, 3, 3, 5, 5, 5, 5, 1, 1, 1, 1), fg);
+    let f = _mm512_permutexvar_ps(
+        _mm512_set_epi32(6, 6, 6, 6, 2, 2, 2, 2, 4, 4, 4, 4, 0, 0, 0, 0),
+        fg,
+    );
+    let g = _mm512_permutexvar_ps(
+        _mm512_set_epi32(7, 7, 7, 7, 3, 3, 3, 3, 5, 5, 5, 5, 1, 1, 1, 1),
+        fg,
+    );
     let luts = lane_tables(codes, f, g);
     [
         _mm512_shuffle_i32x4::<0b10_10_00_00>(luts, luts),
@@ -254,14 +273,23 @@ pub(super) fn q4_1(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
         for (i, (even, odd)) in [(o0, o1), (o2, o3)].into_iter().enumerate() {
             let [lut0, lut1] = run_pair_tables(&codes, p[2 * i], p[2 * i + 1]);
             let (r0, r1) = (2 * i, 2 * i + 1);
-            store(even, _mm512_shuffle_epi8(lut0, nibbles(load16x2(&a[r0][4..], &b[r0][4..]))));
-            store(odd, _mm512_shuffle_epi8(lut1, nibbles(load16x2(&a[r1][4..], &b[r1][4..]))));
+            store(
+                even,
+                _mm512_shuffle_epi8(lut0, nibbles(load16x2(&a[r0][4..], &b[r0][4..]))),
+            );
+            store(
+                odd,
+                _mm512_shuffle_epi8(lut1, nibbles(load16x2(&a[r1][4..], &b[r1][4..]))),
+            );
         }
     });
     for_each_block_group::<1, ROWS, 20, _>(rows, fg, tile, full..runs, |_, [a, b], [fg], [out]| {
         let (f, g) = lane_fg(fg);
         let lut = lane_tables(&codes, f, g);
-        store(out, _mm512_shuffle_epi8(lut, nibbles(load16x2(&a[4..], &b[4..]))));
+        store(
+            out,
+            _mm512_shuffle_epi8(lut, nibbles(load16x2(&a[4..], &b[4..]))),
+        );
     });
 }
 
@@ -281,37 +309,76 @@ pub(super) fn q4_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
         let at = 16 + 32 * p;
         let q = load32x2(&a[at..], &b[at..]);
         store(even, _mm512_shuffle_epi8(lut0, _mm512_and_si512(q, low)));
-        store(odd, _mm512_shuffle_epi8(lut1, _mm512_and_si512(_mm512_srli_epi16::<4>(q), low)));
+        store(
+            odd,
+            _mm512_shuffle_epi8(lut1, _mm512_and_si512(_mm512_srli_epi16::<4>(q), low)),
+        );
     };
-    for_each_block_group::<8, ROWS, 144, _>(rows, &params.fg, tile, 0..runs, |_, [a, b], p, out| {
-        let [e0, o0, e1, o1, e2, o2, e3, o3] = out;
-        pair(a, b, 0, p[0], p[1], e0, o0);
-        pair(a, b, 1, p[2], p[3], e1, o1);
-        pair(a, b, 2, p[4], p[5], e2, o2);
-        pair(a, b, 3, p[6], p[7], e3, o3);
-    });
+    for_each_block_group::<8, ROWS, 144, _>(
+        rows,
+        &params.fg,
+        tile,
+        0..runs,
+        |_, [a, b], p, out| {
+            let [e0, o0, e1, o1, e2, o2, e3, o3] = out;
+            pair(a, b, 0, p[0], p[1], e0, o0);
+            pair(a, b, 1, p[2], p[3], e1, o1);
+            pair(a, b, 2, p[4], p[5], e2, o2);
+            pair(a, b, 3, p[6], p[7], e3, o3);
+        },
+    );
 }
 
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
 pub(super) fn q6_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
-    let (low, bits45, bias) = (_mm512_set1_epi8(15), _mm512_set1_epi8(0x30), _mm512_set1_epi8(32));
+    let (low, bits45, bias) = (
+        _mm512_set1_epi8(15),
+        _mm512_set1_epi8(0x30),
+        _mm512_set1_epi8(32),
+    );
     // 4·(q - 32) with each 16-weight half's multiplier.
     let put = |out: &mut [[i8; RUN]; ROWS], code: __m512i, m: &[[i16; 2]; 2]| {
-        store(out, rescale::<6>(_mm512_sub_epi8(code, bias), lane_quads(m)))
+        store(
+            out,
+            rescale::<6>(_mm512_sub_epi8(code, bias), lane_quads(m)),
+        )
     };
     // The four runs of 128-weight half `h` of a super-block: low (runs 0, 1) and high (2, 3)
     // nibbles of ql[64h..][..32], ql[64h + 32..][..32], and bits 2t, 2t + 1 of qh[32h..][..32].
-    let half = |a: &[u8; 210], b: &[u8; 210], h: usize, m: [&[[i16; 2]; 2]; 4], out: [&mut [[i8; RUN]; ROWS]; 4]| {
+    let half = |a: &[u8; 210],
+                b: &[u8; 210],
+                h: usize,
+                m: [&[[i16; 2]; 2]; 4],
+                out: [&mut [[i8; RUN]; ROWS]; 4]| {
         let (ql, qh) = (64 * h, 128 + 32 * h);
-        let (ql0, ql1) = (load32x2(&a[ql..], &b[ql..]), load32x2(&a[ql + 32..], &b[ql + 32..]));
+        let (ql0, ql1) = (
+            load32x2(&a[ql..], &b[ql..]),
+            load32x2(&a[ql + 32..], &b[ql + 32..]),
+        );
         let qh = load32x2(&a[qh..], &b[qh..]);
         let and = _mm512_and_si512;
         let [o0, o1, o2, o3] = out;
-        put(o0, _mm512_or_si512(and(ql0, low), and(_mm512_slli_epi16::<4>(qh), bits45)), m[0]);
-        put(o1, _mm512_or_si512(and(ql1, low), and(_mm512_slli_epi16::<2>(qh), bits45)), m[1]);
-        put(o2, _mm512_or_si512(and(_mm512_srli_epi16::<4>(ql0), low), and(qh, bits45)), m[2]);
+        put(
+            o0,
+            _mm512_or_si512(and(ql0, low), and(_mm512_slli_epi16::<4>(qh), bits45)),
+            m[0],
+        );
+        put(
+            o1,
+            _mm512_or_si512(and(ql1, low), and(_mm512_slli_epi16::<2>(qh), bits45)),
+            m[1],
+        );
+        put(
+            o2,
+            _mm512_or_si512(and(_mm512_srli_epi16::<4>(ql0), low), and(qh, bits45)),
+            m[2],
+        );
         let c3 = and(_mm512_srli_epi16::<2>(qh), bits45);
-        put(o3, _mm512_or_si512(and(_mm512_srli_epi16::<4>(ql1), low), c3), m[3]);
+        put(
+            o3,
+            _mm512_or_si512(and(_mm512_srli_epi16::<4>(ql1), low), c3),
+            m[3],
+        );
     };
     let m = params.m.as_chunks::<2>().0;
     for_each_block_group::<8, ROWS, 210, _>(rows, m, tile, 0..runs, |_, [a, b], m, out| {
