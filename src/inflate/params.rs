@@ -20,34 +20,39 @@ pub(super) struct TileParams {
     scratch: Scratch,
 }
 
-/// The scan's working arrays for a whole tile, row by row (row `j`'s `per_row` values at
-/// `j·per_row`), and per row.
+/// The scan's working arrays for a whole tile. The row passes fill row-by-row arrays (row `j`
+/// at `j·blocks` or `j·runs`, padding rows zero); one transpose takes them to tile order
+/// (`r·rows + j`), where every remaining pass is a plain elementwise loop with one factor per
+/// row: vectorized across the tile's rows, without a per-row reduction.
 struct Scratch {
-    /// Values per row in `h0`, `h1`, `sc`, `mn`, `a`, `b`: blocks (Q4_0, Q4_1, Q5_0, Q8_0), runs
-    /// (Q4_K) or sub-blocks of 16 (Q6_K).
-    per_row: usize,
-    /// The first fp16 field of each block (Q4_K, Q6_K: repeated for each run / sub-block).
+    /// Blocks and runs per row.
+    blocks: usize,
+    runs: usize,
+    /// The first fp16 field of each block (the scale `d`), row by row.
     h0: Vec<u16>,
-    /// Q4_1, Q4_K: the second fp16 field (`m`, `dmin`), laid out like `h0`.
+    /// Q4_1, Q4_K: the second fp16 field (`m`, `dmin`), row by row.
     h1: Vec<u16>,
-    /// Q4_K: the 6-bit scale of each run; Q6_K: the signed 8-bit scale of each sub-block.
+    /// Q4_0, Q4_1, Q5_0, Q8_0: `h0`, `h1` in tile order.
+    t0: Vec<u16>,
+    t1: Vec<u16>,
+    /// Q4_K: the 6-bit scale and min of each run; Q6_K: the 8-bit scale of each sub-block (two
+    /// per run); row by row.
     sc: Vec<u8>,
-    /// Q4_K: the 6-bit min of each run.
     mn: Vec<u8>,
-    /// Q4_1, Q4_K: `a_j`, `b_j`; Q6_K: `e_j` in `a`.
+    /// Q4_K: `d`, `dmin` of each super-block as binary32, row by row.
+    d: Vec<f32>,
+    dmin: Vec<f32>,
+    /// Q4_K: `a_j`, `b_j` of each run; Q6_K: `e` of each run's two sub-blocks; row by row,
+    /// then in tile order.
     a: Vec<f32>,
     b: Vec<f32>,
-    /// The parameters row by row (`runs` per row, every tile row: padding rows zero), 32 bits
-    /// each (a multiplier, two Q6_K multipliers, `f_j` and, in `rm2`, `g_j`), and the same
-    /// transposed into tile order.
-    rm: Vec<u32>,
-    rm2: Vec<u32>,
-    tm: Vec<u32>,
-    tm2: Vec<u32>,
-    /// Per row: the largest magnitude of `h0`, then `M_n` / `E_n`, then the row's factor
-    /// (`unit_n` or `inv_n`).
-    top: Vec<f32>,
+    ta: Vec<f32>,
+    tb: Vec<f32>,
+    /// Per row: the largest scale magnitude (fp16 or binary32 bits), then the row's factor
+    /// (`unit_n` or `inv_n`) and `s_n`.
+    top: Vec<u32>,
     factor: Vec<f32>,
+    scale: Vec<f32>,
 }
 
 /// Zero point of the table types' codes: `c(q) = q - zero_point`.
@@ -79,47 +84,48 @@ pub(super) fn scaled_codes<const N: usize>(ty: GgmlType) -> [i16; N] {
 const Q8_0_UNIT: f32 = 32768.0;
 const Q6_K_UNIT: f32 = 32512.0;
 
-/// Runs of 32 weights per Q4_K/Q6_K super-block, and Q6_K sub-blocks of 16.
+/// Runs of 32 weights per Q4_K/Q6_K super-block.
 const RUNS_PER_QK_K: usize = QK_K / 32;
-const Q6_K_SUBS: usize = QK_K / 16;
 
 impl TileParams {
     /// Parameters for tiles of `rows` rows of `k` weights of `ty`.
     pub fn new(ty: GgmlType, k: usize, rows: usize) -> TileParams {
-        let runs = k / 32;
-        let per_row = match ty {
-            GgmlType::Q4_K => runs,
-            GgmlType::Q6_K => 2 * runs,
-            _ => k / ty.block_elems(),
-        };
-        let per_tile = |used: bool| if used { per_row * rows } else { 0 };
-        let (m, fg) = match ty {
-            GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => (runs, 0),
-            GgmlType::Q6_K => (2 * runs, 0),
-            GgmlType::Q4_1 | GgmlType::Q4_K => (0, runs),
-            GgmlType::F32 | GgmlType::F16 => (0, 0),
-        };
+        let (runs, blocks) = (k / 32, k / ty.block_elems());
+        let per_block = matches!(
+            ty,
+            GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q8_0
+        );
         let two_halves = matches!(ty, GgmlType::Q4_1 | GgmlType::Q4_K);
         let k_quant = matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K);
+        let tile = |used: bool, n: usize| if used { n * rows } else { 0 };
+        let m = match ty {
+            GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => runs,
+            GgmlType::Q6_K => 2 * runs,
+            _ => 0,
+        };
         TileParams {
             ty,
             rows,
             m: vec![0; m * rows],
-            fg: vec![[0.0; 2]; fg * rows],
+            fg: vec![[0.0; 2]; tile(two_halves, runs)],
             scratch: Scratch {
-                per_row,
-                h0: vec![0; per_tile(true)],
-                h1: vec![0; per_tile(two_halves)],
-                sc: vec![0; per_tile(k_quant)],
-                mn: vec![0; per_tile(ty == GgmlType::Q4_K)],
-                a: vec![0.0; per_tile(two_halves || ty == GgmlType::Q6_K)],
-                b: vec![0.0; per_tile(two_halves)],
-                rm: vec![0; runs * rows],
-                rm2: vec![0; if two_halves { runs * rows } else { 0 }],
-                tm: vec![0; runs * rows],
-                tm2: vec![0; if two_halves { runs * rows } else { 0 }],
-                top: vec![0.0; rows],
+                blocks,
+                runs,
+                h0: vec![0; tile(true, blocks)],
+                h1: vec![0; tile(two_halves, blocks)],
+                t0: vec![0; tile(per_block, blocks)],
+                t1: vec![0; tile(ty == GgmlType::Q4_1, blocks)],
+                sc: vec![0; tile(k_quant, if ty == GgmlType::Q6_K { 2 * runs } else { runs })],
+                mn: vec![0; tile(ty == GgmlType::Q4_K, runs)],
+                d: vec![0.0; tile(k_quant, blocks)],
+                dmin: vec![0.0; tile(ty == GgmlType::Q4_K, blocks)],
+                a: vec![0.0; tile(k_quant, runs)],
+                b: vec![0.0; tile(k_quant, runs)],
+                ta: vec![0.0; tile(two_halves || k_quant, runs)],
+                tb: vec![0.0; tile(two_halves || k_quant, runs)],
+                top: vec![0; rows],
                 factor: vec![0.0; rows],
+                scale: vec![0.0; rows],
             },
         }
     }
@@ -127,8 +133,8 @@ impl TileParams {
     /// Fills the parameters of a tile whose first `rows.len()` rows are `rows` (the others are
     /// padding channels: all-zero parameters, so that every kernel writes zeros for them
     /// whatever bytes it reads as their row) and writes the rows' `s_n` into `scales`. Fails
-    /// with (row, block) of the first NaN or infinite scale, in row order. `copy` does the
-    /// strided copies.
+    /// with (row, block) of the first NaN or infinite scale, in row order (within a row: `d`
+    /// before `m` / `dmin`). `copy` does the strided copies.
     #[inline(always)]
     pub fn prepare(
         &mut self,
@@ -136,150 +142,154 @@ impl TileParams {
         rows: &[&[u8]],
         scales: &mut [f32],
     ) -> Result<(), (usize, usize)> {
-        let (ty, n) = (self.ty, rows.len());
+        let (ty, n, tile_rows) = (self.ty, rows.len(), self.rows);
         let sc = &mut self.scratch;
-        let per_row = sc.per_row;
-        // The row passes: each row's fields, then its largest scale magnitudes (row order gives
-        // the first bad block).
+        let (blocks, runs) = (sc.blocks, sc.runs);
         for (j, row) in rows.iter().enumerate() {
-            let at = j * per_row..(j + 1) * per_row;
-            sc.fields(copy, ty, row, at.clone());
-            let per_block = match ty {
-                GgmlType::Q4_K => RUNS_PER_QK_K,
-                GgmlType::Q6_K => Q6_K_SUBS,
-                _ => 1,
-            };
-            sc.top[j] = largest_half(&sc.h0[at.clone()], per_block).map_err(|b| (j, b))?;
-            if !sc.h1.is_empty() {
-                largest_half(&sc.h1[at], per_block).map_err(|b| (j, b))?;
-            }
+            sc.fields(copy, ty, row, j);
         }
-        let (top, factor) = (&mut sc.top[..n], &mut sc.factor[..n]);
-        let scales = &mut scales[..n];
+        // Padding rows: zero fields, so zero parameters.
+        let h1_len = sc.h1.len();
+        sc.h0[n * blocks..].fill(0);
+        sc.h1[(n * blocks).min(h1_len)..].fill(0);
+
+        sc.top.fill(0);
+        match ty {
+            GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 | GgmlType::Q4_1 => {
+                copy.transpose16(&sc.h0, blocks, &mut sc.t0, tile_rows);
+                vertical_max(&mut sc.top, &sc.t0, |h| (h & 0x7fff) as u32);
+                if ty == GgmlType::Q4_1 {
+                    copy.transpose16(&sc.h1, blocks, &mut sc.t1, tile_rows);
+                    vertical_max(&mut sc.top, &sc.t1, |h| (h & 0x7fff) as u32);
+                }
+                // Finite halves order like their magnitude bits, and NaN/Inf have all exponent
+                // bits set: a row maximum at or above 0x7c00 means a non-finite scale.
+                if let Some(j) = sc.top.iter().position(|&t| t >= 0x7c00) {
+                    return Err((j, sc.first_non_finite(j)));
+                }
+            }
+            GgmlType::Q4_K | GgmlType::Q6_K => {
+                for j in 0..n {
+                    let at = j * blocks..(j + 1) * blocks;
+                    largest_half(&sc.h0[at.clone()]).map_err(|b| (j, b))?;
+                    if ty == GgmlType::Q4_K {
+                        largest_half(&sc.h1[at]).map_err(|b| (j, b))?;
+                    }
+                }
+                sc.per_run_values(ty, n);
+                copy.transpose32(&sc.a, runs, &mut sc.ta, tile_rows);
+                copy.transpose32(&sc.b, runs, &mut sc.tb, tile_rows);
+            }
+            GgmlType::F32 | GgmlType::F16 => unreachable!("checked by the caller"),
+        }
+        let (top, factor, scale) = (&sc.top, &mut sc.factor, &mut sc.scale);
+        let per_row = top.iter().zip(factor.iter_mut()).zip(scale.iter_mut());
         match ty {
             GgmlType::Q4_0 | GgmlType::Q5_0 => {
-                for ((&largest, unit), s) in top.iter().zip(factor.iter_mut()).zip(scales) {
+                for ((&largest, unit), s) in per_row {
                     // |w| <= |d|·zp for codes -zp..zp-1; the product with a power of two is
                     // exact.
-                    let (inv, s_n) = table_range(largest * zero_point(ty) as f32);
+                    let w_max = finite_half_to_f32(largest as u16) * zero_point(ty) as f32;
+                    let (inv, s_n) = table_range(w_max);
                     // A power-of-two factor: exact, so m_j = rne(fl(d_j·inv_n)·2¹⁵/code_scale).
                     (*unit, *s) = (inv * (32768 / code_scale(ty)) as f32, s_n);
                 }
-                self.block_multipliers(copy, n);
+                block_multipliers(&mut self.m, &sc.t0, factor, tile_rows);
             }
             GgmlType::Q8_0 => {
-                for ((&e_max, unit), s) in top.iter().zip(factor.iter_mut()).zip(scales) {
+                for ((&largest, unit), s) in per_row {
+                    let e_max = finite_half_to_f32(largest as u16);
                     *unit = if e_max > 0.0 { Q8_0_UNIT / e_max } else { 0.0 };
                     *s = e_max;
                 }
-                self.block_multipliers(copy, n);
+                block_multipliers(&mut self.m, &sc.t0, factor, tile_rows);
             }
             GgmlType::Q4_1 | GgmlType::Q4_K => {
-                let (h0, h1) = (&sc.h0[..n * per_row], &sc.h1[..n * per_row]);
-                let (a, b) = (&mut sc.a[..n * per_row], &mut sc.b[..n * per_row]);
                 if ty == GgmlType::Q4_1 {
-                    for (a, &h) in a.iter_mut().zip(h0) {
+                    for (a, &h) in sc.ta.iter_mut().zip(&sc.t0) {
                         *a = finite_half_to_f32(h);
                     }
-                    for (b, &h) in b.iter_mut().zip(h1) {
+                    for (b, &h) in sc.tb.iter_mut().zip(&sc.t1) {
                         *b = finite_half_to_f32(h);
                     }
-                } else {
-                    // ggml: w = fl(fl(d·sc)·q) - fl(dmin·m); negating the offset is exact.
-                    for ((a, &h), &sc) in a.iter_mut().zip(h0).zip(&sc.sc) {
-                        *a = finite_half_to_f32(h) * sc as f32;
-                    }
-                    for ((b, &h), &mn) in b.iter_mut().zip(h1).zip(&sc.mn) {
-                        *b = -(finite_half_to_f32(h) * mn as f32);
+                }
+                let (ta, tb) = (&sc.ta, &sc.tb);
+                let top = &mut sc.top;
+                top.fill(0);
+                for (a, b) in ta.chunks_exact(tile_rows).zip(tb.chunks_exact(tile_rows)) {
+                    for ((t, &a), &b) in top.iter_mut().zip(a).zip(b) {
+                        *t = (*t).max(table_block_max(a, b).to_bits());
                     }
                 }
-                let rows_ab = a.chunks_exact(per_row).zip(b.chunks_exact(per_row));
-                for (((a, b), inv), s) in rows_ab.zip(factor.iter_mut()).zip(scales) {
-                    (*inv, *s) = table_range(tables_max(a, b));
+                let per_row = top.iter().zip(factor.iter_mut()).zip(scale.iter_mut());
+                for ((&w_max, inv), s) in per_row {
+                    (*inv, *s) = table_range(f32::from_bits(w_max));
                 }
-                let rows_ab = sc.a.chunks_exact(per_row).zip(sc.b.chunks_exact(per_row));
-                let rows_fg = sc
-                    .rm
-                    .chunks_exact_mut(per_row)
-                    .zip(sc.rm2.chunks_exact_mut(per_row));
-                for (((a, b), inv), (f, g)) in rows_ab.zip(&sc.factor[..n]).zip(rows_fg) {
-                    for (f, &a) in f.iter_mut().zip(a) {
-                        *f = (a * inv).to_bits();
+                let tile = self.fg.chunks_exact_mut(tile_rows);
+                for (fg, (a, b)) in tile.zip(ta.chunks_exact(tile_rows).zip(tb.chunks_exact(tile_rows))) {
+                    for (((fg, &a), &b), &inv) in fg.iter_mut().zip(a).zip(b).zip(factor.iter()) {
+                        *fg = [a * inv, b * inv];
                     }
-                    for (g, &b) in g.iter_mut().zip(b) {
-                        *g = (b * inv).to_bits();
-                    }
-                }
-                sc.rm[n * per_row..].fill(0);
-                sc.rm2[n * per_row..].fill(0);
-                copy.transpose(&sc.rm, per_row, &mut sc.tm, self.rows);
-                copy.transpose(&sc.rm2, per_row, &mut sc.tm2, self.rows);
-                for (fg, (&f, &g)) in self.fg.iter_mut().zip(sc.tm.iter().zip(&sc.tm2)) {
-                    *fg = [f32::from_bits(f), f32::from_bits(g)];
                 }
             }
             GgmlType::Q6_K => {
-                let e = &mut sc.a[..n * per_row];
-                for ((e, &h), &sc) in e.iter_mut().zip(&sc.h0).zip(&sc.sc) {
-                    *e = finite_half_to_f32(h) * (sc as i8) as f32;
-                }
+                let (ta, tb) = (&sc.ta, &sc.tb);
+                let top = &mut sc.top;
                 // |fl(d·sc_j)| = fl(|d|·|sc_j|), so this is E_n = max_j |e_j|.
-                let rows_e = e.chunks_exact(per_row);
-                for ((e, unit), s) in rows_e.zip(factor.iter_mut()).zip(scales) {
-                    let e_max = largest_magnitude(e.iter().copied());
+                vertical_max(top, ta, |e: f32| e.to_bits() & 0x7fff_ffff);
+                vertical_max(top, tb, |e: f32| e.to_bits() & 0x7fff_ffff);
+                let per_row = top.iter().zip(factor.iter_mut()).zip(scale.iter_mut());
+                for ((&e_max, unit), s) in per_row {
+                    let e_max = f32::from_bits(e_max);
                     *unit = if e_max > 0.0 { Q6_K_UNIT / e_max } else { 0.0 };
                     *s = 32.0 * e_max / 127.0;
                 }
-                let runs = per_row / 2;
-                let rows_e = sc.a.chunks_exact(per_row).zip(&sc.factor[..n]);
-                for ((e, &unit), m) in rows_e.zip(sc.rm.chunks_exact_mut(runs)) {
-                    for (m, e) in m.iter_mut().zip(e.as_chunks::<2>().0) {
-                        // The two halves of run r as one 32-bit item, first in the low bits.
-                        let [lo, hi] = e.map(|e| multiplier(e, unit) as u16 as u32);
-                        *m = lo | hi << 16;
+                let tile = self.m.as_chunks_mut::<2>().0.chunks_exact_mut(tile_rows);
+                let e = ta.chunks_exact(tile_rows).zip(tb.chunks_exact(tile_rows));
+                for (m, (e0, e1)) in tile.zip(e) {
+                    for (((m, &e0), &e1), &unit) in m.iter_mut().zip(e0).zip(e1).zip(factor.iter()) {
+                        *m = [multiplier(e0, unit), multiplier(e1, unit)];
                     }
-                }
-                sc.rm[n * runs..].fill(0);
-                copy.transpose(&sc.rm, runs, &mut sc.tm, self.rows);
-                let pairs = self.m.as_chunks_mut::<2>().0;
-                for (m, &t) in pairs.iter_mut().zip(&sc.tm) {
-                    *m = [t as i16, (t >> 16) as i16];
                 }
             }
             GgmlType::F32 | GgmlType::F16 => unreachable!("checked by the caller"),
         }
+        scales[..n].copy_from_slice(&sc.scale[..n]);
         Ok(())
     }
+}
 
-    /// `m_j = multiplier(d_j, unit_n)` of every block of the first `n` rows (`d_j` in `h0`,
-    /// `unit_n` in `factor`), zero for the padding rows.
-    #[inline(always)]
-    fn block_multipliers(&mut self, copy: impl StridedCopy, n: usize) {
-        let sc = &mut self.scratch;
-        let per_row = sc.per_row;
-        let rows_d = sc.h0.chunks_exact(per_row).zip(&sc.factor[..n]);
-        for ((d, &unit), m) in rows_d.zip(sc.rm.chunks_exact_mut(per_row)) {
-            for (m, &d) in m.iter_mut().zip(d) {
-                *m = multiplier(finite_half_to_f32(d), unit) as u32;
-            }
+/// `m_j = multiplier(d_j, unit_n)` of every block of a tile (`d_j` in tile order in `d`).
+#[inline(always)]
+fn block_multipliers(m: &mut [i16], d: &[u16], unit: &[f32], rows: usize) {
+    for (m, d) in m.chunks_exact_mut(rows).zip(d.chunks_exact(rows)) {
+        for ((m, &d), &unit) in m.iter_mut().zip(d).zip(unit) {
+            *m = multiplier(finite_half_to_f32(d), unit);
         }
-        sc.rm[n * per_row..].fill(0);
-        copy.transpose(&sc.rm, per_row, &mut sc.tm, self.rows);
-        for (m, &t) in self.m.iter_mut().zip(&sc.tm) {
-            *m = t as i16;
+    }
+}
+
+/// `top[j] = max(top[j], key(x))` over the items `x` of row `j` of a tile-order array.
+#[inline(always)]
+fn vertical_max<T: Copy>(top: &mut [u32], tile: &[T], key: impl Fn(T) -> u32) {
+    for run in tile.chunks_exact(top.len()) {
+        for (t, &x) in top.iter_mut().zip(run) {
+            *t = (*t).max(key(x));
         }
     }
 }
 
 /// The two strided copies of a scan, the steps a compiler does not vectorize well by itself:
-/// the fp16 field of every block of a row into an array, and row-by-row parameters into tile
-/// order.
+/// the fp16 field of every block of a row into an array, and row-by-row arrays into tile order.
 pub(super) trait StridedCopy: Copy {
     /// The fp16 field at byte `AT` of each `BB`-byte block of `row` into `out`, one per block.
     fn halves<const BB: usize, const AT: usize>(self, row: &[u8], out: &mut [u16]);
 
     /// `src` holds `rows` rows of `per_row` items; `dst[r·rows + j] = src[j·per_row + r]`.
-    fn transpose(self, src: &[u32], per_row: usize, dst: &mut [u32], rows: usize);
+    fn transpose16(self, src: &[u16], per_row: usize, dst: &mut [u16], rows: usize);
+
+    /// [`StridedCopy::transpose16`] of 32-bit items.
+    fn transpose32(self, src: &[f32], per_row: usize, dst: &mut [f32], rows: usize);
 }
 
 /// [`StridedCopy`] by plain loads and stores.
@@ -293,67 +303,118 @@ impl StridedCopy for PlainCopy {
     }
 
     #[inline(always)]
-    fn transpose(self, src: &[u32], per_row: usize, dst: &mut [u32], rows: usize) {
+    fn transpose16(self, src: &[u16], per_row: usize, dst: &mut [u16], rows: usize) {
+        transpose_plain(src, per_row, dst, rows, 0..rows, 0);
+    }
+
+    #[inline(always)]
+    fn transpose32(self, src: &[f32], per_row: usize, dst: &mut [f32], rows: usize) {
         transpose_plain(src, per_row, dst, rows, 0..rows, 0);
     }
 }
 
-/// [`StridedCopy::transpose`] of the items `runs_from..` of rows `rows_of`, by plain loads and
-/// stores (the SIMD versions' edges).
+/// [`StridedCopy::transpose16`] of the items `items_from..` of rows `rows_of`, by plain loads
+/// and stores (the SIMD versions' edges).
 #[inline(always)]
-pub(super) fn transpose_plain(
-    src: &[u32],
+pub(super) fn transpose_plain<T: Copy>(
+    src: &[T],
     per_row: usize,
-    dst: &mut [u32],
+    dst: &mut [T],
     rows: usize,
     rows_of: std::ops::Range<usize>,
-    runs_from: usize,
+    items_from: usize,
 ) {
     for j in rows_of {
         let row = &src[j * per_row..(j + 1) * per_row];
-        for (run, &v) in dst.chunks_exact_mut(rows).zip(row).skip(runs_from) {
+        for (run, &v) in dst.chunks_exact_mut(rows).zip(row).skip(items_from) {
             run[j] = v;
         }
     }
 }
 
 impl Scratch {
-    /// Copies row `row`'s scale fields into `at` of the row-by-row arrays.
+    /// Row `j`'s scale fields (and, for the K-quants, its per-run values) into the row-by-row
+    /// arrays.
     #[inline(always)]
-    fn fields(
-        &mut self,
-        copy: impl StridedCopy,
-        ty: GgmlType,
-        row: &[u8],
-        at: std::ops::Range<usize>,
-    ) {
-        let (h0, h1) = (&mut self.h0[at.clone()], &mut self.h1);
+    fn fields(&mut self, copy: impl StridedCopy, ty: GgmlType, row: &[u8], j: usize) {
+        let (blocks, runs) = (self.blocks, self.runs);
+        let h0 = &mut self.h0[j * blocks..(j + 1) * blocks];
         match ty {
             GgmlType::Q4_0 => copy.halves::<18, 0>(row, h0),
             GgmlType::Q5_0 => copy.halves::<22, 0>(row, h0),
             GgmlType::Q8_0 => copy.halves::<34, 0>(row, h0),
             GgmlType::Q4_1 => {
                 copy.halves::<20, 0>(row, h0);
-                copy.halves::<20, 2>(row, &mut h1[at]);
+                copy.halves::<20, 2>(row, &mut self.h1[j * blocks..(j + 1) * blocks]);
             }
             GgmlType::Q4_K => {
-                gather_repeated::<144, 0, RUNS_PER_QK_K>(row, h0);
-                gather_repeated::<144, 2, RUNS_PER_QK_K>(row, &mut h1[at.clone()]);
-                let subs = self.sc[at.clone()].as_chunks_mut::<8>().0.iter_mut();
-                let subs = subs.zip(self.mn[at].as_chunks_mut::<8>().0);
-                for ((sc, mn), blk) in subs.zip(row.as_chunks::<144>().0) {
+                let h1 = &mut self.h1[j * blocks..(j + 1) * blocks];
+                let sc = self.sc[j * runs..(j + 1) * runs].as_chunks_mut::<RUNS_PER_QK_K>().0;
+                let mn = self.mn[j * runs..(j + 1) * runs].as_chunks_mut::<RUNS_PER_QK_K>().0;
+                let sb = h0.iter_mut().zip(h1.iter_mut()).zip(sc.iter_mut().zip(mn));
+                for (((h0, h1), (sc, mn)), blk) in sb.zip(row.as_chunks::<144>().0) {
+                    (*h0, *h1) = (
+                        u16::from_le_bytes([blk[0], blk[1]]),
+                        u16::from_le_bytes([blk[2], blk[3]]),
+                    );
                     (*sc, *mn) = q4k_scales_mins(blk[4..16].try_into().expect("12 bytes"));
                 }
             }
             GgmlType::Q6_K => {
-                gather_repeated::<210, 208, Q6_K_SUBS>(row, h0);
-                let scales = self.sc[at].as_chunks_mut::<Q6_K_SUBS>().0;
-                for (sc, blk) in scales.iter_mut().zip(row.as_chunks::<210>().0) {
+                let sc = self.sc[2 * j * runs..2 * (j + 1) * runs].as_chunks_mut::<16>().0;
+                for ((h0, sc), blk) in h0.iter_mut().zip(sc).zip(row.as_chunks::<210>().0) {
+                    *h0 = u16::from_le_bytes([blk[208], blk[209]]);
                     *sc = blk[192..208].try_into().expect("16 bytes");
                 }
             }
             GgmlType::F32 | GgmlType::F16 => unreachable!("checked by the caller"),
         }
+    }
+
+    /// Q4_K: `a_j = fl(d·sc_j)`, `b_j = -fl(dmin·m_j)` of every run; Q6_K: `e` of its two
+    /// sub-blocks, `fl(d·sc)`; rows `n..` zero.
+    #[inline(always)]
+    fn per_run_values(&mut self, ty: GgmlType, n: usize) {
+        let (blocks, runs) = (self.blocks, self.runs);
+        for (d, &h) in self.d[..n * blocks].iter_mut().zip(&self.h0) {
+            *d = finite_half_to_f32(h);
+        }
+        let a = self.a[..n * runs].as_chunks_mut::<RUNS_PER_QK_K>().0;
+        let b = self.b[..n * runs].as_chunks_mut::<RUNS_PER_QK_K>().0;
+        if ty == GgmlType::Q4_K {
+            for (dmin, &h) in self.dmin[..n * blocks].iter_mut().zip(&self.h1) {
+                *dmin = finite_half_to_f32(h);
+            }
+            let sc = self.sc.as_chunks::<RUNS_PER_QK_K>().0;
+            let mn = self.mn.as_chunks::<RUNS_PER_QK_K>().0;
+            // ggml: w = fl(fl(d·sc)·q) - fl(dmin·m); negating the offset is exact.
+            for ((a, sc), &d) in a.iter_mut().zip(sc).zip(&self.d) {
+                *a = std::array::from_fn(|i| d * sc[i] as f32);
+            }
+            for ((b, mn), &dmin) in b.iter_mut().zip(mn).zip(&self.dmin) {
+                *b = std::array::from_fn(|i| -(dmin * mn[i] as f32));
+            }
+        } else {
+            let sc = self.sc.as_chunks::<16>().0;
+            // Run i of a super-block: sub-blocks 2i (its first 16 weights) and 2i + 1.
+            for ((a, sc), &d) in a.iter_mut().zip(sc).zip(&self.d) {
+                *a = std::array::from_fn(|i| d * (sc[2 * i] as i8) as f32);
+            }
+            for ((b, sc), &d) in b.iter_mut().zip(sc).zip(&self.d) {
+                *b = std::array::from_fn(|i| d * (sc[2 * i + 1] as i8) as f32);
+            }
+        }
+        self.a[n * runs..].fill(0.0);
+        self.b[n * runs..].fill(0.0);
+    }
+
+    /// The first block of row `j` with a NaN or infinite `d`, else with one in `h1`.
+    fn first_non_finite(&self, j: usize) -> usize {
+        let bad = |h: &[u16]| h.iter().position(|&h| h & 0x7c00 == 0x7c00);
+        let at = j * self.blocks..(j + 1) * self.blocks;
+        bad(&self.h0[at.clone()])
+            .or_else(|| self.h1.get(at).and_then(bad))
+            .expect("a non-finite half exists")
     }
 }
 
@@ -370,15 +431,15 @@ fn gather_repeated<const BB: usize, const AT: usize, const REPEAT: usize>(
 }
 
 /// The largest magnitude of the finite halves `h` as f32, or, if one is NaN or infinite, the
-/// index of the first such block (`per_block` consecutive halves per block).
+/// index of the first such one.
 #[inline(always)]
-fn largest_half(h: &[u16], per_block: usize) -> Result<f32, usize> {
+fn largest_half(h: &[u16]) -> Result<f32, usize> {
     // Finite halves order like their magnitude bits, and NaN/Inf have all exponent bits set,
     // so one integer max finds both the largest value and any non-finite one.
     let largest = h.iter().fold(0i16, |m, &h| m.max((h & 0x7fff) as i16));
     if largest >= 0x7c00 {
         let bad = h.iter().position(|&h| h & 0x7c00 == 0x7c00);
-        return Err(bad.expect("a non-finite half exists") / per_block);
+        return Err(bad.expect("a non-finite half exists"));
     }
     Ok(finite_half_to_f32(largest as u16))
 }
@@ -408,24 +469,11 @@ pub(super) fn table_value(c: i32, f: f32, g: f32) -> f32 {
     c as f32 * f + g
 }
 
-/// `M_n` of a Q4_1/Q4_K row: the largest [`table_block_max`] of its blocks.
-#[inline(always)]
-fn tables_max(a: &[f32], b: &[f32]) -> f32 {
-    largest_magnitude(a.iter().zip(b).map(|(&a, &b)| table_block_max(a, b)))
-}
-
 /// Largest `|w|` over the codes 0..=15 of a Q4_1/Q4_K block, `w = fl(fl(q·a) + b)`: `w` is
 /// monotonic in `q`, so it is `|w|` at one end.
 #[inline(always)]
 fn table_block_max(a: f32, b: f32) -> f32 {
     larger(b.abs(), (15.0 * a + b).abs())
-}
-
-/// The largest `|x|` of finite values. Non-negative binary32 values order like their bits, so
-/// this is an integer max, which (unlike a float max) the compiler may reassociate: it vectorizes.
-#[inline(always)]
-fn largest_magnitude(x: impl Iterator<Item = f32>) -> f32 {
-    f32::from_bits(x.fold(0, |m, x| m.max(x.to_bits() & 0x7fff_ffff)))
 }
 
 /// All eight 6-bit scales and mins of a Q4_K super-block at once, with 32-bit word operations

@@ -110,9 +110,15 @@ impl StridedCopy for CopyAvx2 {
     }
 
     #[inline(always)]
-    fn transpose(self, src: &[u32], per_row: usize, dst: &mut [u32], rows: usize) {
+    fn transpose16(self, src: &[u16], per_row: usize, dst: &mut [u16], rows: usize) {
         // SAFETY: as above.
-        unsafe { transpose_avx2(src, per_row, dst, rows) }
+        unsafe { transpose16_avx2(src, per_row, dst, rows) }
+    }
+
+    #[inline(always)]
+    fn transpose32(self, src: &[f32], per_row: usize, dst: &mut [f32], rows: usize) {
+        // SAFETY: as above.
+        unsafe { transpose32_avx2(src, per_row, dst, rows) }
     }
 }
 
@@ -130,17 +136,62 @@ impl StridedCopy for CopyAvx512 {
     }
 
     #[inline(always)]
-    fn transpose(self, src: &[u32], per_row: usize, dst: &mut [u32], rows: usize) {
+    fn transpose16(self, src: &[u16], per_row: usize, dst: &mut [u16], rows: usize) {
         // SAFETY: as above (AVX-512 implies AVX2).
-        unsafe { transpose_avx2(src, per_row, dst, rows) }
+        unsafe { transpose16_avx2(src, per_row, dst, rows) }
+    }
+
+    #[inline(always)]
+    fn transpose32(self, src: &[f32], per_row: usize, dst: &mut [f32], rows: usize) {
+        // SAFETY: as above (AVX-512 implies AVX2).
+        unsafe { transpose32_avx2(src, per_row, dst, rows) }
     }
 }
 
-/// [`StridedCopy::transpose`] in blocks of 8 rows × 8 items, one 256-bit load and store per
+/// [`StridedCopy::transpose16`] in blocks of 8 rows × 8 items, one 128-bit load and store per
 /// row and item; the edges item by item.
 #[inline]
 #[target_feature(enable = "avx2")]
-fn transpose_avx2(src: &[u32], per_row: usize, dst: &mut [u32], rows: usize) {
+fn transpose16_avx2(src: &[u16], per_row: usize, dst: &mut [u16], rows: usize) {
+    let (row_blocks, run_blocks) = (rows / 8, per_row / 8);
+    assert!(src.len() >= rows * per_row && dst.len() >= rows * per_row);
+    let (from, to) = (src.as_ptr(), dst.as_mut_ptr());
+    for jb in 0..row_blocks {
+        for rb in 0..run_blocks {
+            // SAFETY: item 8·rb + 8 <= per_row of row 8·jb + i < rows: inside `src` (asserted);
+            // unaligned loads.
+            let v: [__m128i; 8] = std::array::from_fn(|i| unsafe {
+                _mm_loadu_si128(from.add((8 * jb + i) * per_row + 8 * rb).cast())
+            });
+            // s: rows 2i, 2i + 1 interleaved; t: rows 4q..4q + 4 of two items; out: all 8 rows.
+            let s: [__m128i; 8] = std::array::from_fn(|i| {
+                let (a, b) = (v[2 * (i / 2)], v[2 * (i / 2) + 1]);
+                if i % 2 == 0 { _mm_unpacklo_epi16(a, b) } else { _mm_unpackhi_epi16(a, b) }
+            });
+            let t: [__m128i; 8] = std::array::from_fn(|i| {
+                // t[4q + p]: rows 4q..4q + 4, items 2p, 2p + 1.
+                let (q, p) = (i / 4, i % 4);
+                let (a, b) = (s[4 * q + p / 2], s[4 * q + 2 + p / 2]);
+                if p % 2 == 0 { _mm_unpacklo_epi32(a, b) } else { _mm_unpackhi_epi32(a, b) }
+            });
+            for k in 0..8 {
+                let (lo, hi) = (t[k / 2], t[4 + k / 2]);
+                let out = if k % 2 == 0 { _mm_unpacklo_epi64(lo, hi) } else { _mm_unpackhi_epi64(lo, hi) };
+                // SAFETY: rows 8·jb + 8 <= rows of item 8·rb + k < per_row: inside `dst`
+                // (asserted); unaligned store.
+                unsafe { _mm_storeu_si128(to.add((8 * rb + k) * rows + 8 * jb).cast(), out) };
+            }
+        }
+    }
+    transpose_plain(src, per_row, dst, rows, 0..8 * row_blocks, 8 * run_blocks);
+    transpose_plain(src, per_row, dst, rows, 8 * row_blocks..rows, 0);
+}
+
+/// [`StridedCopy::transpose32`] in blocks of 8 rows × 8 items, one 256-bit load and store per
+/// row and item; the edges item by item.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn transpose32_avx2(src: &[f32], per_row: usize, dst: &mut [f32], rows: usize) {
     let (row_blocks, run_blocks) = (rows / 8, per_row / 8);
     assert!(src.len() >= rows * per_row && dst.len() >= rows * per_row);
     let (from, to) = (src.as_ptr(), dst.as_mut_ptr());
@@ -150,7 +201,7 @@ fn transpose_avx2(src: &[u32], per_row: usize, dst: &mut [u32], rows: usize) {
             // unaligned loads.
             let v: [__m256; 8] = std::array::from_fn(|i| unsafe {
                 let at = from.add((8 * jb + i) * per_row + 8 * rb);
-                _mm256_castsi256_ps(_mm256_loadu_si256(at.cast()))
+                _mm256_loadu_ps(at)
             });
             let t: [__m256; 8] = std::array::from_fn(|i| {
                 let (a, b) = (v[2 * (i / 2)], v[2 * (i / 2) + 1]);
@@ -183,7 +234,7 @@ fn transpose_avx2(src: &[u32], per_row: usize, dst: &mut [u32], rows: usize) {
                 // (asserted); unaligned store.
                 unsafe {
                     let at = to.add((8 * rb + k) * rows + 8 * jb);
-                    _mm256_storeu_si256(at.cast(), _mm256_castps_si256(v));
+                    _mm256_storeu_ps(at, v);
                 }
             }
         }
