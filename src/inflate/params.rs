@@ -149,18 +149,21 @@ impl TileParams {
             sc.fields(copy, ty, row, j);
         }
         // Padding rows: zero fields, so zero parameters.
-        let h1_len = sc.h1.len();
-        sc.h0[n * blocks..].fill(0);
-        sc.h1[(n * blocks).min(h1_len)..].fill(0);
+        if n < tile_rows {
+            let h1_len = sc.h1.len();
+            sc.h0[n * blocks..].fill(0);
+            sc.h1[(n * blocks).min(h1_len)..].fill(0);
+        }
 
         sc.top.fill(0);
         match ty {
             GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 | GgmlType::Q4_1 => {
                 copy.transpose16(&sc.h0, blocks, &mut sc.t0, tile_rows);
-                vertical_max(&mut sc.top, &sc.t0, |h| (h & 0x7fff) as u32);
+                let magnitude = |h: u16, _| (h & 0x7fff) as u32;
+                reduce_rows(&mut sc.top, &sc.t0, &sc.t0, magnitude);
                 if ty == GgmlType::Q4_1 {
                     copy.transpose16(&sc.h1, blocks, &mut sc.t1, tile_rows);
-                    vertical_max(&mut sc.top, &sc.t1, |h| (h & 0x7fff) as u32);
+                    reduce_rows(&mut sc.top, &sc.t1, &sc.t1, magnitude);
                 }
                 // Finite halves order like their magnitude bits, and NaN/Inf have all exponent
                 // bits set: a row maximum at or above 0x7c00 means a non-finite scale.
@@ -194,7 +197,7 @@ impl TileParams {
                     // A power-of-two factor: exact, so m_j = rne(fl(d_j·inv_n)·2¹⁵/code_scale).
                     (*unit, *s) = (inv * (32768 / code_scale(ty)) as f32, s_n);
                 }
-                block_multipliers(&mut self.m, &sc.t0, factor, tile_rows);
+                block_multipliers(&mut self.m, &sc.t0, factor);
             }
             GgmlType::Q8_0 => {
                 for ((&largest, unit), s) in per_row {
@@ -202,7 +205,7 @@ impl TileParams {
                     *unit = if e_max > 0.0 { Q8_0_UNIT / e_max } else { 0.0 };
                     *s = e_max;
                 }
-                block_multipliers(&mut self.m, &sc.t0, factor, tile_rows);
+                block_multipliers(&mut self.m, &sc.t0, factor);
             }
             GgmlType::Q4_1 | GgmlType::Q4_K => {
                 if ty == GgmlType::Q4_1 {
@@ -216,41 +219,30 @@ impl TileParams {
                 let (ta, tb) = (&sc.ta, &sc.tb);
                 let top = &mut sc.top;
                 top.fill(0);
-                for (a, b) in ta.chunks_exact(tile_rows).zip(tb.chunks_exact(tile_rows)) {
-                    for ((t, &a), &b) in top.iter_mut().zip(a).zip(b) {
-                        *t = (*t).max(table_block_max(a, b).to_bits());
-                    }
-                }
+                reduce_rows(top, ta, tb, |a, b| table_block_max(a, b).to_bits());
                 let per_row = top.iter().zip(factor.iter_mut()).zip(scale.iter_mut());
                 for ((&w_max, inv), s) in per_row {
                     (*inv, *s) = table_range(f32::from_bits(w_max));
                 }
-                let tile = self.fg.chunks_exact_mut(tile_rows);
-                for (fg, (a, b)) in tile.zip(ta.chunks_exact(tile_rows).zip(tb.chunks_exact(tile_rows))) {
-                    for (((fg, &a), &b), &inv) in fg.iter_mut().zip(a).zip(b).zip(factor.iter()) {
-                        *fg = [a * inv, b * inv];
-                    }
-                }
+                map_rows(&mut self.fg, ta, tb, factor, |a, b, inv| [a * inv, b * inv]);
             }
             GgmlType::Q6_K => {
                 let (ta, tb) = (&sc.ta, &sc.tb);
                 let top = &mut sc.top;
                 // |fl(d·sc_j)| = fl(|d|·|sc_j|), so this is E_n = max_j |e_j|.
-                vertical_max(top, ta, |e: f32| e.to_bits() & 0x7fff_ffff);
-                vertical_max(top, tb, |e: f32| e.to_bits() & 0x7fff_ffff);
+                reduce_rows(top, ta, tb, |e0: f32, e1: f32| {
+                    (e0.to_bits() & 0x7fff_ffff).max(e1.to_bits() & 0x7fff_ffff)
+                });
                 let per_row = top.iter().zip(factor.iter_mut()).zip(scale.iter_mut());
                 for ((&e_max, unit), s) in per_row {
                     let e_max = f32::from_bits(e_max);
                     *unit = if e_max > 0.0 { Q6_K_UNIT / e_max } else { 0.0 };
                     *s = 32.0 * e_max / 127.0;
                 }
-                let tile = self.m.as_chunks_mut::<2>().0.chunks_exact_mut(tile_rows);
-                let e = ta.chunks_exact(tile_rows).zip(tb.chunks_exact(tile_rows));
-                for (m, (e0, e1)) in tile.zip(e) {
-                    for (((m, &e0), &e1), &unit) in m.iter_mut().zip(e0).zip(e1).zip(factor.iter()) {
-                        *m = [multiplier(e0, unit), multiplier(e1, unit)];
-                    }
-                }
+                let m = self.m.as_chunks_mut::<2>().0;
+                map_rows(m, ta, tb, factor, |e0, e1, unit| {
+                    [multiplier(e0, unit), multiplier(e1, unit)]
+                });
             }
             GgmlType::F32 | GgmlType::F16 => unreachable!("checked by the caller"),
         }
@@ -261,20 +253,70 @@ impl TileParams {
 
 /// `m_j = multiplier(d_j, unit_n)` of every block of a tile (`d_j` in tile order in `d`).
 #[inline(always)]
-fn block_multipliers(m: &mut [i16], d: &[u16], unit: &[f32], rows: usize) {
-    for (m, d) in m.chunks_exact_mut(rows).zip(d.chunks_exact(rows)) {
-        for ((m, &d), &unit) in m.iter_mut().zip(d).zip(unit) {
-            *m = multiplier(finite_half_to_f32(d), unit);
+fn block_multipliers(m: &mut [i16], d: &[u16], unit: &[f32]) {
+    map_rows(m, d, d, unit, |d, _, unit| {
+        multiplier(finite_half_to_f32(d), unit)
+    });
+}
+
+/// Rows per strip of the tile-order passes: 16 consecutive rows of a run as fixed-size arrays,
+/// one vector register wide.
+const STRIP: usize = 16;
+
+/// `top[j] = max(top[j], key(a, b))` over the items `a`, `b` of row `j` of two tile-order
+/// arrays (`top.len()` rows). A strip's maxima stay in registers across the runs.
+#[inline(always)]
+fn reduce_rows<A: Copy, B: Copy>(top: &mut [u32], a: &[A], b: &[B], key: impl Fn(A, B) -> u32) {
+    let rows = top.len();
+    let runs = a.chunks_exact(rows).zip(b.chunks_exact(rows));
+    let (strips, rest) = top.as_chunks_mut::<STRIP>();
+    for (c, top) in strips.iter_mut().enumerate() {
+        let mut acc = *top;
+        for (a, b) in runs.clone() {
+            let (a, b) = (&a.as_chunks::<STRIP>().0[c], &b.as_chunks::<STRIP>().0[c]);
+            acc = std::array::from_fn(|k| acc[k].max(key(a[k], b[k])));
+        }
+        *top = acc;
+    }
+    let done = rows - rest.len();
+    for (a, b) in runs {
+        for ((t, &a), &b) in rest.iter_mut().zip(&a[done..]).zip(&b[done..]) {
+            *t = (*t).max(key(a, b));
         }
     }
 }
 
-/// `top[j] = max(top[j], key(x))` over the items `x` of row `j` of a tile-order array.
+/// `out[i] = f(a[i], b[i], factor[j])` over tile-order arrays, `j` the row of item `i`
+/// (`factor.len()` rows), a strip at a time.
 #[inline(always)]
-fn vertical_max<T: Copy>(top: &mut [u32], tile: &[T], key: impl Fn(T) -> u32) {
-    for run in tile.chunks_exact(top.len()) {
-        for (t, &x) in top.iter_mut().zip(run) {
-            *t = (*t).max(key(x));
+fn map_rows<A: Copy, B: Copy, O>(
+    out: &mut [O],
+    a: &[A],
+    b: &[B],
+    factor: &[f32],
+    f: impl Fn(A, B, f32) -> O,
+) {
+    let rows = factor.len();
+    let (factor_strips, factor_rest) = factor.as_chunks::<STRIP>();
+    let runs = out
+        .chunks_exact_mut(rows)
+        .zip(a.chunks_exact(rows).zip(b.chunks_exact(rows)));
+    for (out, (a, b)) in runs {
+        let (out_strips, out_rest) = out.as_chunks_mut::<STRIP>();
+        let strips = out_strips.iter_mut().zip(a.as_chunks::<STRIP>().0);
+        for ((out, a), (b, factor)) in
+            strips.zip(b.as_chunks::<STRIP>().0.iter().zip(factor_strips))
+        {
+            *out = std::array::from_fn(|k| f(a[k], b[k], factor[k]));
+        }
+        let done = rows - factor_rest.len();
+        let rest = out_rest
+            .iter_mut()
+            .zip(&a[done..])
+            .zip(&b[done..])
+            .zip(factor_rest);
+        for (((o, &a), &b), &x) in rest {
+            *o = f(a, b, x);
         }
     }
 }
@@ -349,8 +391,12 @@ impl Scratch {
             }
             GgmlType::Q4_K => {
                 let h1 = &mut self.h1[j * blocks..(j + 1) * blocks];
-                let sc = self.sc[j * runs..(j + 1) * runs].as_chunks_mut::<RUNS_PER_QK_K>().0;
-                let mn = self.mn[j * runs..(j + 1) * runs].as_chunks_mut::<RUNS_PER_QK_K>().0;
+                let sc = self.sc[j * runs..(j + 1) * runs]
+                    .as_chunks_mut::<RUNS_PER_QK_K>()
+                    .0;
+                let mn = self.mn[j * runs..(j + 1) * runs]
+                    .as_chunks_mut::<RUNS_PER_QK_K>()
+                    .0;
                 let sb = h0.iter_mut().zip(h1.iter_mut()).zip(sc.iter_mut().zip(mn));
                 for (((h0, h1), (sc, mn)), blk) in sb.zip(row.as_chunks::<144>().0) {
                     (*h0, *h1) = (
@@ -361,7 +407,9 @@ impl Scratch {
                 }
             }
             GgmlType::Q6_K => {
-                let sc = self.sc[2 * j * runs..2 * (j + 1) * runs].as_chunks_mut::<16>().0;
+                let sc = self.sc[2 * j * runs..2 * (j + 1) * runs]
+                    .as_chunks_mut::<16>()
+                    .0;
                 for ((h0, sc), blk) in h0.iter_mut().zip(sc).zip(row.as_chunks::<210>().0) {
                     *h0 = u16::from_le_bytes([blk[208], blk[209]]);
                     *sc = blk[192..208].try_into().expect("16 bytes");
@@ -397,11 +445,10 @@ impl Scratch {
         } else {
             let sc = self.sc.as_chunks::<16>().0;
             // Run i of a super-block: sub-blocks 2i (its first 16 weights) and 2i + 1.
-            for ((a, sc), &d) in a.iter_mut().zip(sc).zip(&self.d) {
-                *a = std::array::from_fn(|i| d * (sc[2 * i] as i8) as f32);
-            }
-            for ((b, sc), &d) in b.iter_mut().zip(sc).zip(&self.d) {
-                *b = std::array::from_fn(|i| d * (sc[2 * i + 1] as i8) as f32);
+            for (((a, b), sc), &d) in a.iter_mut().zip(b).zip(sc).zip(&self.d) {
+                let e: [f32; 16] = std::array::from_fn(|i| d * (sc[i] as i8) as f32);
+                *a = std::array::from_fn(|i| e[2 * i]);
+                *b = std::array::from_fn(|i| e[2 * i + 1]);
             }
         }
         self.a[n * runs..].fill(0.0);

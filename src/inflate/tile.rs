@@ -20,16 +20,17 @@ impl Tile<'_> {
             .expect("a run is 32 bytes")
     }
 
-    fn runs(&self) -> usize {
-        self.out.len() / (self.b_n * RUN)
-    }
-
     /// Zeroes what the rows did not fill: depth padding of `rows` rows, and padding rows.
     pub fn zero_padding(&mut self, rows: usize, runs_filled: usize) {
-        for r in 0..self.runs() {
-            let from = if r < runs_filled { rows } else { 0 };
-            let at = r * self.b_n * RUN;
-            self.out[at + from * RUN..at + self.b_n * RUN].fill(0);
+        let slab = self.b_n * RUN;
+        let (filled, depth_padding) = self
+            .out
+            .split_at_mut((runs_filled * slab).min(self.out.len()));
+        depth_padding.fill(0);
+        if rows < self.b_n {
+            for run in filled.chunks_exact_mut(slab) {
+                run[rows * RUN..].fill(0);
+            }
         }
     }
 }

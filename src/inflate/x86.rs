@@ -166,17 +166,29 @@ fn transpose16_avx2(src: &[u16], per_row: usize, dst: &mut [u16], rows: usize) {
             // s: rows 2i, 2i + 1 interleaved; t: rows 4q..4q + 4 of two items; out: all 8 rows.
             let s: [__m128i; 8] = std::array::from_fn(|i| {
                 let (a, b) = (v[2 * (i / 2)], v[2 * (i / 2) + 1]);
-                if i % 2 == 0 { _mm_unpacklo_epi16(a, b) } else { _mm_unpackhi_epi16(a, b) }
+                if i % 2 == 0 {
+                    _mm_unpacklo_epi16(a, b)
+                } else {
+                    _mm_unpackhi_epi16(a, b)
+                }
             });
             let t: [__m128i; 8] = std::array::from_fn(|i| {
                 // t[4q + p]: rows 4q..4q + 4, items 2p, 2p + 1.
                 let (q, p) = (i / 4, i % 4);
                 let (a, b) = (s[4 * q + p / 2], s[4 * q + 2 + p / 2]);
-                if p % 2 == 0 { _mm_unpacklo_epi32(a, b) } else { _mm_unpackhi_epi32(a, b) }
+                if p % 2 == 0 {
+                    _mm_unpacklo_epi32(a, b)
+                } else {
+                    _mm_unpackhi_epi32(a, b)
+                }
             });
             for k in 0..8 {
                 let (lo, hi) = (t[k / 2], t[4 + k / 2]);
-                let out = if k % 2 == 0 { _mm_unpacklo_epi64(lo, hi) } else { _mm_unpackhi_epi64(lo, hi) };
+                let out = if k % 2 == 0 {
+                    _mm_unpacklo_epi64(lo, hi)
+                } else {
+                    _mm_unpackhi_epi64(lo, hi)
+                };
                 // SAFETY: rows 8·jb + 8 <= rows of item 8·rb + k < per_row: inside `dst`
                 // (asserted); unaligned store.
                 unsafe { _mm_storeu_si128(to.add((8 * rb + k) * rows + 8 * jb).cast(), out) };
