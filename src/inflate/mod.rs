@@ -175,6 +175,11 @@ pub fn inflate_expert_with(
         .enumerate()
     {
         let first = t * tiles.b_n;
+        if first >= w.n {
+            // A tile of padding channels only.
+            tile_out.fill(0);
+            continue;
+        }
         rows.clear();
         rows.extend((first..w.n.min(first + tiles.b_n)).map(|row| w.row(row, shape.row_bytes)));
         scan(&mut params, &rows, &mut chan_scales[first..]).map_err(|(j, block)| {
