@@ -115,15 +115,6 @@ fn q6_k_run_source(r: usize) -> (usize, usize, u32, u32) {
     )
 }
 
-/// Where the four runs `r..r + 4` (`r` a multiple of 4: one 128-weight half) of a Q6_K row
-/// live: the offsets of its 64 `ql` bytes and 32 `qh` bytes. Run `t` takes the low (t < 2) or
-/// high nibbles of `ql[32·(t % 2)..][..32]` and bits `2t, 2t+1` of `qh`.
-#[inline(always)]
-pub(super) fn q6_k_half_source(r: usize) -> (usize, usize) {
-    let (block, half) = (r / 8, r % 8 / 4);
-    (block * 210 + half * 64, block * 210 + 128 + half * 32)
-}
-
 fn q6_k_run(row: &[u8], m: &[i16; 2], r: usize, out: &mut [i8; RUN]) {
     let (ql, qh, ql_shift, qh_shift) = q6_k_run_source(r);
     for l in 0..RUN {

@@ -67,6 +67,34 @@ pub(super) fn for_each_block_group<const G: usize, const R: usize, const GB: usi
     });
 }
 
+/// Runs per step of [`for_each_block`].
+pub(super) const GROUP: usize = 4;
+
+/// For formats of one `BB`-byte block per run (`GB = GROUP·BB`): calls `step(blocks, params,
+/// outs)` for run `r` of every group of `R` tile rows (`blocks[i]`: block `r` of the group's
+/// row `i`), `r` in `0..runs`. Runs go [`GROUP`] at a time (one bounds check per row and
+/// group), the last `runs % GROUP` one at a time.
+#[inline(always)]
+pub(super) fn for_each_block<const R: usize, const BB: usize, const GB: usize, P>(
+    rows: &[&[u8]],
+    params: &[P],
+    tile: &mut Tile,
+    runs: usize,
+    mut step: impl FnMut([&[u8; BB]; R], &[P; R], &mut [[i8; RUN]; R]),
+) {
+    const { assert!(GB == GROUP * BB) };
+    let full = runs / GROUP * GROUP;
+    for_each_block_group::<GROUP, R, GB, P>(rows, params, tile, 0..full, |_, rows, p, out| {
+        let blocks = rows.map(|row| row.as_chunks::<BB>().0);
+        for g in 0..GROUP {
+            step(blocks.map(|b| &b[g]), p[g], &mut *out[g]);
+        }
+    });
+    for_each_block_group::<1, R, BB, P>(rows, params, tile, full..runs, |_, rows, [p], [out]| {
+        step(rows, p, out)
+    });
+}
+
 #[inline(always)]
 fn for_each_group_in<const G: usize, const R: usize, P>(
     rows: &[&[u8]],

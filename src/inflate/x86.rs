@@ -6,7 +6,7 @@
 //! `pmulhrsw`, which is exactly `(x·m + 2¹⁴) >> 15`.
 
 use super::params::{scaled_codes, transpose_plain, StridedCopy, TileParams};
-use super::scalar::{q4_k_pair_source, q6_k_half_source};
+use super::scalar::q4_k_pair_source;
 use super::tile::{for_each_group, for_each_run, Tile};
 use super::{ScanTile, TileKernel};
 use crate::isa::Isa;
@@ -334,6 +334,15 @@ fn gather_halves_avx2<const BB: usize, const AT: usize>(row: &[u8], out: &mut [u
     for (h, blk) in tail.iter_mut().zip(row[done * BB..].as_chunks::<BB>().0) {
         *h = u16::from_le_bytes([blk[AT], blk[AT + 1]]);
     }
+}
+
+/// Where the four runs `r..r + 4` (`r` a multiple of 4: one 128-weight half) of a Q6_K row
+/// live: the offsets of its 64 `ql` bytes and 32 `qh` bytes. Run `t` takes the low (t < 2) or
+/// high nibbles of `ql[32·(t % 2)..][..32]` and bits `2t, 2t+1` of `qh`.
+#[inline(always)]
+fn q6_k_half_source(r: usize) -> (usize, usize) {
+    let (block, half) = (r / 8, r % 8 / 4);
+    (block * 210 + half * 64, block * 210 + 128 + half * 32)
 }
 
 /// Binary32 codes `c(q) = base + q` for q in 0..16, in the order a table builder wants.

@@ -4,7 +4,7 @@
 //! lanes 2, 3 to the second; in-lane operations (`pshufb`, `packs`, `unpack`) then never mix rows.
 
 use super::super::params::{scaled_codes, TileParams};
-use super::super::tile::{for_each_block_group, Tile};
+use super::super::tile::{for_each_block, for_each_block_group, Tile, GROUP};
 use super::super::RUN;
 use crate::quant::GgmlType;
 use std::arch::x86_64::*;
@@ -123,41 +123,10 @@ fn code_halves(c: &[i16; 16]) -> (__m512i, __m512i) {
     }
 }
 
-/// Runs per step of the one-block-per-run kernels (the runs after the last whole group go one
-/// at a time).
-const GROUP: usize = 4;
-
-/// Calls `step(block of row a, block of row b, params, out)` for run `r` of every pair of tile
-/// rows, `r` in `0..runs`, for formats of one `BB`-byte block per run (`GB = 4·BB`).
-#[inline(always)]
-fn for_each_block<const BB: usize, const GB: usize, P>(
-    rows: &[&[u8]],
-    params: &[P],
-    tile: &mut Tile,
-    runs: usize,
-    mut step: impl FnMut(&[u8; BB], &[u8; BB], &[P; ROWS], &mut [[i8; RUN]; ROWS]),
-) {
-    const { assert!(GB == GROUP * BB) };
-    let full = runs / GROUP * GROUP;
-    for_each_block_group::<GROUP, ROWS, GB, P>(rows, params, tile, 0..full, |_, [a, b], p, out| {
-        let (a, b) = (a.as_chunks::<BB>().0, b.as_chunks::<BB>().0);
-        for g in 0..GROUP {
-            step(&a[g], &b[g], p[g], &mut *out[g]);
-        }
-    });
-    for_each_block_group::<1, ROWS, BB, P>(
-        rows,
-        params,
-        tile,
-        full..runs,
-        |_, [a, b], [p], [out]| step(a, b, p, out),
-    );
-}
-
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
 pub(super) fn q4_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
     let (c_lo, c_hi) = code_halves(&scaled_codes(GgmlType::Q4_0));
-    for_each_block::<18, 72, _>(rows, &params.m, tile, runs, |a, b, m, out| {
+    for_each_block::<ROWS, 18, 72, _>(rows, &params.m, tile, runs, |[a, b], m, out| {
         let m = lane_pairs(m);
         // Lane l: the 16-entry table of its row (codes 0..8 from c_lo, 8..16 from c_hi).
         let lut = _mm512_packs_epi16(_mm512_mulhrs_epi16(c_lo, m), _mm512_mulhrs_epi16(c_hi, m));
@@ -171,7 +140,7 @@ pub(super) fn q4_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
 pub(super) fn q5_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
     let sixteen = _mm512_set1_epi8(16);
-    for_each_block::<22, 88, _>(rows, &params.m, tile, runs, |a, b, m, out| {
+    for_each_block::<ROWS, 22, 88, _>(rows, &params.m, tile, runs, |[a, b], m, out| {
         let qh = |blk: &[u8; 22]| u32::from_le_bytes([blk[2], blk[3], blk[4], blk[5]]) as u64;
         // Byte i of the vector is weight i % 32 of its row: bit i of the pair's qh.
         let fifth: __mmask64 = qh(a) | qh(b) << 32;
@@ -185,7 +154,7 @@ pub(super) fn q5_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
 
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
 pub(super) fn q8_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
-    for_each_block::<34, 136, _>(rows, &params.m, tile, runs, |a, b, m, out| {
+    for_each_block::<ROWS, 34, 136, _>(rows, &params.m, tile, runs, |[a, b], m, out| {
         store(out, rescale::<8>(load32x2(&a[2..], &b[2..]), lane_pairs(m)));
     });
 }
