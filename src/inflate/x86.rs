@@ -13,6 +13,7 @@ use crate::isa::Isa;
 use crate::quant::GgmlType;
 use std::arch::x86_64::*;
 
+mod avx2;
 mod avx512;
 
 /// Calls a `#[target_feature]` kernel from the safe function pointer [`tile_kernel`] hands out.
@@ -53,7 +54,7 @@ pub(super) fn tile_kernel(isa: Isa, ty: GgmlType, b_n: usize) -> Option<TileKern
         (Isa::Ssse3, GgmlType::Q8_0) => |r, p, t, n| unsafe_call!(ssse3::q8_0(r, p, t, n)),
         (Isa::Ssse3, GgmlType::Q4_K) => |r, p, t, n| unsafe_call!(ssse3::q4_k(r, p, t, n)),
         (Isa::Ssse3, GgmlType::Q6_K) => |r, p, t, n| unsafe_call!(ssse3::q6_k(r, p, t, n)),
-        // Tiles of an odd number of rows: the AVX2 kernels.
+        // AVX2, and AVX-512 tiles of an odd number of rows.
         (Isa::Avx2 | Isa::Avx512, GgmlType::Q4_0) => {
             |r, p, t, n| unsafe_call!(avx2::q4_0(r, p, t, n))
         }
@@ -67,10 +68,10 @@ pub(super) fn tile_kernel(isa: Isa, ty: GgmlType, b_n: usize) -> Option<TileKern
             |r, p, t, n| unsafe_call!(avx2::q4_k(r, p, t, n))
         }
         (Isa::Avx2 | Isa::Avx512, GgmlType::Q8_0) => {
-            |r, p, t, n| unsafe_call!(avx2_rescale::q8_0(r, p, t, n))
+            |r, p, t, n| unsafe_call!(avx2::q8_0(r, p, t, n))
         }
         (Isa::Avx2 | Isa::Avx512, GgmlType::Q6_K) => {
-            |r, p, t, n| unsafe_call!(avx2_rescale::q6_k(r, p, t, n))
+            |r, p, t, n| unsafe_call!(avx2::q6_k(r, p, t, n))
         }
         _ => return None,
     };
@@ -350,8 +351,6 @@ fn codes(base: i32, order: [i32; 16]) -> [f32; 16] {
     order.map(|i| (base + i) as f32)
 }
 const IN_ORDER: [i32; 16] = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15];
-/// AVX2's `packs` interleaves 128-bit lanes; feeding codes in this order undoes it.
-const AVX2_ORDER: [i32; 16] = [0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15];
 
 /// A 16-byte load from the start of `src`.
 #[inline(always)]
@@ -536,182 +535,6 @@ mod ssse3 {
                     let y = rescale16::<6>(_mm_sub_epi8(code, bias), m[t][h]);
                     store16(&mut out[t][16 * h..], y);
                 }
-            }
-        });
-    }
-}
-
-/// A 32-byte load from the start of `src`.
-#[inline]
-#[target_feature(enable = "avx")]
-fn load32(src: &[u8]) -> __m256i {
-    let src: &[u8; 32] = src[..32].try_into().expect("32 bytes");
-    // SAFETY: `src` is 32 readable bytes; unaligned load.
-    unsafe { _mm256_loadu_si256(src.as_ptr().cast()) }
-}
-
-#[inline]
-#[target_feature(enable = "avx")]
-fn store32(dst: &mut [i8; 32], v: __m256i) {
-    // SAFETY: `dst` is 32 writable bytes; unaligned store.
-    unsafe { _mm256_storeu_si256(dst.as_mut_ptr().cast(), v) }
-}
-
-/// The AVX2-width table kernels, instantiated once per table builder (AVX2, AVX-512).
-macro_rules! avx_table_kernels {
-    ($name:ident, $features:literal, $order:expr, $table16:item) => {
-        mod $name {
-            use super::*;
-
-            $table16
-
-            /// Both 128-bit lanes hold the 16-entry table.
-            #[target_feature(enable = $features)]
-            fn table32(c: &[f32; 16], f: f32, g: f32) -> __m256i {
-                _mm256_broadcastsi128_si256(table16(c, f, g))
-            }
-
-            /// 16 quant bytes through a table, low nibbles first.
-            #[target_feature(enable = $features)]
-            fn nibbles(qs: &[u8], lut: __m256i, out: &mut [i8; 32]) {
-                let q = load16(qs);
-                // Low lane: low nibbles (weights 0..16); high lane: high nibbles.
-                let idx = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(15));
-                store32(out, _mm256_shuffle_epi8(lut, idx));
-            }
-
-            #[target_feature(enable = $features)]
-            pub(super) fn q4_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
-                let c: [i16; 16] = scaled_codes(GgmlType::Q4_0);
-                for_each_run(rows, &params.m, tile, runs, |row, &m, r, out| {
-                    let lut = rescale_table(&c, m);
-                    nibbles(&row[r * 18 + 2..], _mm256_broadcastsi128_si256(lut), out);
-                });
-            }
-
-            #[target_feature(enable = $features)]
-            pub(super) fn q4_1(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
-                let c = codes(0, $order);
-                for_each_run(rows, &params.fg, tile, runs, |row, &[f, g], r, out| {
-                    nibbles(&row[r * 20 + 4..], table32(&c, f, g), out);
-                });
-            }
-
-            #[target_feature(enable = $features)]
-            pub(super) fn q5_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
-                let c: [i16; 32] = scaled_codes(GgmlType::Q5_0);
-                let (c_lo, c_hi) = c.split_at(16);
-                let (c_lo, c_hi): (&[i16; 16], &[i16; 16]) = (c_lo.try_into().expect("16"), c_hi.try_into().expect("16"));
-                let low = _mm256_set1_epi8(15);
-                let bits = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
-                // Byte i of the result takes byte i / 8 of qh.
-                #[rustfmt::skip]
-                let spread = _mm256_setr_epi8(
-                    0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
-                    2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3,
-                );
-                for_each_run(rows, &params.m, tile, runs, |row, &m, r, out| {
-                    let blk = &row[r * 22..r * 22 + 22];
-                    let t_lo = _mm256_broadcastsi128_si256(rescale_table(c_lo, m));
-                    let t_hi = _mm256_broadcastsi128_si256(rescale_table(c_hi, m));
-                    let qh = i32::from_le_bytes(blk[2..6].try_into().expect("4 bytes"));
-                    let qh = _mm256_shuffle_epi8(_mm256_set1_epi32(qh), spread);
-                    let hi = _mm256_cmpeq_epi8(_mm256_and_si256(qh, bits), bits);
-                    let q = load16(&blk[6..]);
-                    let idx = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), low);
-                    let (x, y) = (_mm256_shuffle_epi8(t_lo, idx), _mm256_shuffle_epi8(t_hi, idx));
-                    store32(out, _mm256_blendv_epi8(x, y, hi));
-                });
-            }
-
-            #[target_feature(enable = $features)]
-            pub(super) fn q4_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
-                let c = codes(0, $order);
-                let low = _mm256_set1_epi8(15);
-                for_each_group::<2, 1, _>(rows, &params.fg, tile, runs, |r, [row], [[p0], [p1]], [[even], [odd]]| {
-                    let q = load32(&row[q4_k_pair_source(r)..]);
-                    let (lo, hi) = (table32(&c, p0[0], p0[1]), table32(&c, p1[0], p1[1]));
-                    store32(even, _mm256_shuffle_epi8(lo, _mm256_and_si256(q, low)));
-                    store32(odd, _mm256_shuffle_epi8(hi, _mm256_and_si256(_mm256_srli_epi16(q, 4), low)));
-                });
-            }
-        }
-    };
-}
-
-avx_table_kernels!(
-    avx2,
-    "avx2,f16c",
-    AVX2_ORDER,
-    /// `lut[q] = sat8(rne(fl(fl(c·f) + g)))` for the 16 codes `c` ([`AVX2_ORDER`]).
-    #[target_feature(enable = "avx2,f16c")]
-    fn table16(c: &[f32; 16], f: f32, g: f32) -> __m128i {
-        let (vf, vg) = (_mm256_set1_ps(f), _mm256_set1_ps(g));
-        let step = |i: usize| {
-            // SAFETY: `c[i..i + 8]` is in bounds (i <= 8); unaligned load.
-            let ci = unsafe { _mm256_loadu_ps(c[i..i + 8].as_ptr()) };
-            _mm256_cvtps_epi32(_mm256_add_ps(_mm256_mul_ps(ci, vf), vg))
-        };
-        let p = _mm256_packs_epi32(step(0), step(8));
-        _mm_packs_epi16(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1))
-    }
-);
-
-mod avx2_rescale {
-    use super::*;
-
-    /// `sat8((x·m + 2¹⁴) >> 15)` of 32 signed bytes: the low 16 with `m0`, the high 16 with
-    /// `m1` (times 4 first when `times4`).
-    #[target_feature(enable = "avx2,f16c")]
-    fn rescale32(x: __m256i, m0: i16, m1: i16, times4: bool) -> __m256i {
-        let mut x0 = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(x));
-        let mut x1 = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(x, 1));
-        if times4 {
-            (x0, x1) = (_mm256_slli_epi16(x0, 2), _mm256_slli_epi16(x1, 2));
-        }
-        let y0 = _mm256_mulhrs_epi16(x0, _mm256_set1_epi16(m0));
-        let y1 = _mm256_mulhrs_epi16(x1, _mm256_set1_epi16(m1));
-        // packs interleaves lanes: [y0 0..8, y1 0..8, y0 8..16, y1 8..16] -> restore order.
-        _mm256_permute4x64_epi64(_mm256_packs_epi16(y0, y1), 0b11_01_10_00)
-    }
-
-    #[target_feature(enable = "avx2,f16c")]
-    pub(super) fn q8_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
-        for_each_run(rows, &params.m, tile, runs, |row, &m, r, out| {
-            store32(out, rescale32(load32(&row[r * 34 + 2..]), m, m, false));
-        });
-    }
-
-    #[target_feature(enable = "avx2,f16c")]
-    pub(super) fn q6_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
-        let (low, bits45, bias) = (
-            _mm256_set1_epi8(15),
-            _mm256_set1_epi8(0x30),
-            _mm256_set1_epi8(32),
-        );
-        let m = params.m.as_chunks::<2>().0;
-        for_each_group::<4, 1, _>(rows, m, tile, runs, |r, [row], m, out| {
-            let (ql, qh) = q6_k_half_source(r);
-            let (ql0, ql1, qh) = (
-                load32(&row[ql..]),
-                load32(&row[ql + 32..]),
-                load32(&row[qh..]),
-            );
-            let and = |a, b| _mm256_and_si256(a, b);
-            let codes = [
-                _mm256_or_si256(and(ql0, low), and(_mm256_slli_epi16(qh, 4), bits45)),
-                _mm256_or_si256(and(ql1, low), and(_mm256_slli_epi16(qh, 2), bits45)),
-                _mm256_or_si256(and(_mm256_srli_epi16(ql0, 4), low), and(qh, bits45)),
-                _mm256_or_si256(
-                    and(_mm256_srli_epi16(ql1, 4), low),
-                    and(_mm256_srli_epi16(qh, 2), bits45),
-                ),
-            ];
-            for ((code, [m]), [out]) in codes.into_iter().zip(m).zip(out) {
-                store32(
-                    out,
-                    rescale32(_mm256_sub_epi8(code, bias), m[0], m[1], true),
-                );
             }
         });
     }
