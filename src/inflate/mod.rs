@@ -5,7 +5,7 @@
 //!
 //! Row `n` (one output channel) gets a scale `s_n` computed from its block scales alone, such that
 //! every value the row's blocks can encode maps into `[-127, 127]`. Then each stored quant becomes
-//! one int8 `q8` with `w ≈ s_n · q8`. The row scan (`params.rs`) is shared scalar code; the
+//! one int8 `q8` with `w ≈ s_n · q8`. The row scan (`params.rs`) is code every path shares; the
 //! per-block work differs between the scalar reference (`scalar.rs`) and the SIMD kernels.
 //!
 //! Notation: `fl(x)` is an IEEE-754 binary32 operation rounded to nearest-even (no fused
@@ -50,6 +50,13 @@
 //! run. The driver scans the rows of one N-tile (32 channels), then the kernel fills the tile run
 //! by run in memory order (run `r` of rows 0..32, then run `r + 1`), so the output is written as
 //! one sequential stream, like a memcpy.
+//!
+//! The scan (`params.rs`) copies each row's fp16 fields out of its blocks, transposes them to
+//! the tile's order and finishes every parameter in passes across the tile's rows (one factor
+//! per row, no per-row reductions); the kernels then read the parameters as one stream too. The
+//! strided copies are per instruction set (`StridedCopy`); everything else is one definition,
+//! compiled for each path. The SIMD kernels take each row's blocks of a group of runs as one
+//! fixed-size array (`tile.rs`), the AVX-512 ones two tile rows per 512-bit step.
 
 #[cfg(target_arch = "aarch64")]
 mod neon;
@@ -295,7 +302,7 @@ fn tile_kernel(isa: Isa, ty: GgmlType, b_n: usize) -> TileKernel {
     scalar::tile_kernel(ty)
 }
 
-/// The row scan built for `isa` (the same code, vectorized for the path's instruction set).
+/// The tile scan built for `isa` (the same code, vectorized for the path's instruction set).
 fn scan_tile(isa: Isa) -> ScanTile {
     #[cfg(target_arch = "x86_64")]
     if let Some(s) = x86::scan_tile(isa) {

@@ -39,9 +39,11 @@ struct Scratch {
     /// per run); row by row.
     sc: Vec<u8>,
     mn: Vec<u8>,
-    /// Q4_K: `d`, `dmin` of each super-block as binary32, row by row.
+    /// Q4_K: `d`, `dmin` of each super-block as binary32, row by row; `e`: one of them per
+    /// run.
     d: Vec<f32>,
     dmin: Vec<f32>,
+    e: Vec<f32>,
     /// Q4_K: `a_j`, `b_j` of each run; Q6_K: `e` of each run's two sub-blocks; row by row,
     /// then in tile order.
     a: Vec<f32>,
@@ -119,6 +121,7 @@ impl TileParams {
                 mn: vec![0; tile(ty == GgmlType::Q4_K, runs)],
                 d: vec![0.0; tile(k_quant, blocks)],
                 dmin: vec![0.0; tile(ty == GgmlType::Q4_K, blocks)],
+                e: vec![0.0; tile(ty == GgmlType::Q4_K, runs)],
                 a: vec![0.0; tile(k_quant, runs)],
                 b: vec![0.0; tile(k_quant, runs)],
                 ta: vec![0.0; tile(two_halves || k_quant, runs)],
@@ -427,22 +430,34 @@ impl Scratch {
         for (d, &h) in self.d[..n * blocks].iter_mut().zip(&self.h0) {
             *d = finite_half_to_f32(h);
         }
-        let a = self.a[..n * runs].as_chunks_mut::<RUNS_PER_QK_K>().0;
-        let b = self.b[..n * runs].as_chunks_mut::<RUNS_PER_QK_K>().0;
+        // Q4_K in flat passes (each super-block's factor spread to its runs first): a loop over
+        // super-blocks with an inner loop of 8 gets vectorized across super-blocks, with
+        // byte-by-byte gathers, on AVX2.
+        let (a, b) = (&mut self.a[..n * runs], &mut self.b[..n * runs]);
         if ty == GgmlType::Q4_K {
             for (dmin, &h) in self.dmin[..n * blocks].iter_mut().zip(&self.h1) {
                 *dmin = finite_half_to_f32(h);
             }
-            let sc = self.sc.as_chunks::<RUNS_PER_QK_K>().0;
-            let mn = self.mn.as_chunks::<RUNS_PER_QK_K>().0;
-            // ggml: w = fl(fl(d·sc)·q) - fl(dmin·m); negating the offset is exact.
-            for ((a, sc), &d) in a.iter_mut().zip(sc).zip(&self.d) {
-                *a = std::array::from_fn(|i| d * sc[i] as f32);
+            let spread = self.e[..n * runs].as_chunks_mut::<RUNS_PER_QK_K>().0;
+            for (e, &d) in spread.iter_mut().zip(&self.d) {
+                *e = [d; RUNS_PER_QK_K];
             }
-            for ((b, mn), &dmin) in b.iter_mut().zip(mn).zip(&self.dmin) {
-                *b = std::array::from_fn(|i| -(dmin * mn[i] as f32));
+            // ggml: w = fl(fl(d·sc)·q) - fl(dmin·m); negating the offset is exact.
+            for ((a, &d), &sc) in a.iter_mut().zip(&self.e).zip(&self.sc) {
+                *a = d * sc as f32;
+            }
+            let spread = self.e[..n * runs].as_chunks_mut::<RUNS_PER_QK_K>().0;
+            for (e, &dmin) in spread.iter_mut().zip(&self.dmin) {
+                *e = [dmin; RUNS_PER_QK_K];
+            }
+            for ((b, &dmin), &mn) in b.iter_mut().zip(&self.e).zip(&self.mn) {
+                *b = -(dmin * mn as f32);
             }
         } else {
+            let (a, b) = (
+                a.as_chunks_mut::<RUNS_PER_QK_K>().0,
+                b.as_chunks_mut::<RUNS_PER_QK_K>().0,
+            );
             let sc = self.sc.as_chunks::<16>().0;
             // Run i of a super-block: sub-blocks 2i (its first 16 weights) and 2i + 1.
             for (((a, b), sc), &d) in a.iter_mut().zip(b).zip(sc).zip(&self.d) {

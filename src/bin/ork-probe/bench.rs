@@ -34,6 +34,9 @@ pub struct Options {
     pub backend: Option<String>,
     /// Fewer sizes and repeats.
     pub quick: bool,
+    /// `inflate`: only call the direct inflate this many times per shape and type, untimed (a
+    /// workload for instruction counters: callgrind, qemu).
+    pub calls: Option<usize>,
 }
 
 impl Options {
@@ -65,6 +68,7 @@ impl Options {
                     })?)
                 }
                 "--threads" => o.threads = Some(parse_count(&value()?)?),
+                "--calls" => o.calls = Some(parse_count(&value()?)?),
                 "--backend" => {
                     let v = value()?;
                     BackendChoice::parse(&v).ok_or_else(|| {

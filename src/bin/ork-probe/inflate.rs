@@ -33,6 +33,9 @@ struct Row {
 
 pub fn run(opts: &Options) -> Result<ExitCode, String> {
     let tiles = Tiles::RK3588;
+    if let Some(calls) = opts.calls {
+        return calls_only(&tiles, opts, calls);
+    }
     let mut rows = Vec::new();
     for (k, n) in opts.shapes() {
         for ty in opts
@@ -97,8 +100,48 @@ pub fn run(opts: &Options) -> Result<ExitCode, String> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// The expert [`measure`] inflates.
+fn expert_data(ty: GgmlType, k: usize, n: usize) -> Vec<u8> {
+    Rng::new((k * 31 + n) as u64).blocks(ty, n * k / ty.block_elems(), 0.05)
+}
+
+/// `--calls`: the direct inflate `calls` times per shape and type, nothing else (the counts
+/// of two runs with different `calls`, differenced, are those of the inflate alone).
+fn calls_only(tiles: &Tiles, opts: &Options, calls: usize) -> Result<ExitCode, String> {
+    for (k, n) in opts.shapes() {
+        for ty in opts
+            .types(&GgmlType::QUANTIZED)
+            .into_iter()
+            .filter(|t| k % t.block_elems() == 0)
+        {
+            let data = expert_data(ty, k, n);
+            let w = ExpertWeights {
+                ty,
+                data: &data,
+                row_stride: ty.row_bytes(k).ok_or("k not whole blocks")?,
+                n,
+                k,
+            };
+            let mut b = vec![0i8; tiles.b_len(tiles.pad(k), tiles.pad(n))];
+            let mut scales = vec![0f32; tiles.pad(n)];
+            for _ in 0..calls {
+                inflate_expert(black_box(&w), tiles, &mut b, &mut scales)
+                    .map_err(|e| format!("{} k={k} n={n}: {e}", ty.name()))?;
+                black_box(&b);
+            }
+            println!(
+                "{} k={k} n={n}: {calls} calls, kernel path {}, {} runs of 32 weights each",
+                ty.name(),
+                isa::selected().name(),
+                tiles.pad(k) / 32 * tiles.pad(n)
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 fn measure(tiles: &Tiles, ty: GgmlType, k: usize, n: usize) -> Result<Row, String> {
-    let data = Rng::new((k * 31 + n) as u64).blocks(ty, n * k / ty.block_elems(), 0.05);
+    let data = expert_data(ty, k, n);
     let w = ExpertWeights {
         ty,
         data: &data,

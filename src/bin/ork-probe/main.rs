@@ -31,6 +31,8 @@ options (each subcommand uses those that apply to it):
   --threads N          threads of the CPU runs (default: all cores; sets ORK_THREADS)
   --backend B          auto, emu, rknn or cpu (default: ORK_BACKEND, else auto; sets ORK_BACKEND)
   --quick              fewer rows per expert and repeats
+  --calls N            (inflate) only run the direct inflate N times per shape and type, untimed:
+                       a workload for instruction counters (callgrind, qemu)
   -h, --help
 
 Exit status: 0, or 1 when a bit-exact check fails, 2 on bad usage or errors.

@@ -9,7 +9,7 @@ use super::{load16, rescale_table};
 use crate::quant::GgmlType;
 use std::arch::x86_64::*;
 
-/// Binary32 codes 0..16 in the order that undoes `packs`' lane interleave in [`table16`].
+/// Binary32 codes 0..16 in the order that undoes `packs`' lane interleave in [`table32`].
 const ORDER: [f32; 16] = [
     0.0, 1.0, 2.0, 3.0, 8.0, 9.0, 10.0, 11.0, 4.0, 5.0, 6.0, 7.0, 12.0, 13.0, 14.0, 15.0,
 ];
