@@ -43,6 +43,9 @@ pub struct Options {
     pub data: Option<PathBuf>,
     /// (board) the profile JSON to write.
     pub profile: Option<PathBuf>,
+    /// `inflate`: only call the direct inflate this many times per shape and type, untimed (a
+    /// workload for instruction counters: callgrind, qemu).
+    pub calls: Option<usize>,
 }
 
 impl Options {
@@ -76,6 +79,7 @@ impl Options {
                     })?)
                 }
                 "--threads" => o.threads = Some(parse_count(&value()?)?),
+                "--calls" => o.calls = Some(parse_count(&value()?)?),
                 "--backend" => {
                     let v = value()?;
                     o.backend = Some(BackendChoice::parse(&v).ok_or_else(|| {

@@ -51,7 +51,9 @@ options (each subcommand uses those that apply to it):
   --backend B          auto, emu, rknn or cpu (default: ORK_BACKEND, else auto)
   --paths P,...        (peak) kernel paths to measure (default: all with an int8 peak instruction)
   --rounds N           (peak) rounds; each number is the best round's (default 3)
-  --quick              fewer rows per expert and repeats (board: seconds, for CI)
+  --quick              fewer rows per expert and repeats
+  --calls N            (inflate) only run the direct inflate N times per shape and type, untimed:
+                       a workload for instruction counters (callgrind, qemu) (board: seconds, for CI)
   --profile FILE       (board) where to write the profile (default board-profile.json)
   --data DIR           (accuracy) real-weights vectors (default: tests/data/accuracy/minilm)
   -h, --help

@@ -228,8 +228,8 @@ pub fn inflate_expert_in_with(
         {
             untangle(&groups, groups.group(w, first / groups.rows + g), out);
         }
-        let rows: Vec<&[u8]> = plain.chunks_exact(shape.row_bytes).collect();
-        inflater.tile(&rows, first, tile_out, chan_scales)?;
+        let mut rows: Vec<&[u8]> = plain.chunks_exact(shape.row_bytes).collect();
+        inflater.tile(&mut rows, first, tile_out, chan_scales)?;
     }
     chan_scales[w.n..shape.np].fill(0.0);
     Ok(())
