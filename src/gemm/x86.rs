@@ -116,10 +116,12 @@ unsafe fn vnni_group<const NATIVE: bool>(
             3 => vnni_block::<3, NATIVE>(panel, bp, kbs),
             _ => vnni_block::<VNNI_ROWS, NATIVE>(panel, bp, kbs),
         };
+        // One correction per row is read (never past `m`); the store covers 4 channels per row.
+        let row_mask: __mmask16 = ((1u32 << rows) - 1) as __mmask16;
         let mask: __mmask16 = ((1u32 << (4 * rows)) - 1) as __mmask16;
         let corr = _mm512_permutexvar_epi32(
             spread,
-            _mm512_maskz_loadu_epi32(mask, row_corr.as_ptr().add(r0)),
+            _mm512_maskz_loadu_epi32(row_mask, row_corr.as_ptr().add(r0)),
         );
         for (q, &quad) in quads.iter().enumerate() {
             let out = c.as_mut_ptr().add(((n0 / 4 + q) * m + r0) * 4);
