@@ -349,7 +349,7 @@ impl Engine {
                 bump(&self.counters.handled, 1);
                 log::debug!(
                     "handled {} K={} N={}: {} tokens x {} slots on {}",
-                    p.wtype.name(),
+                    p.layout.name(p.wtype),
                     p.k,
                     p.n,
                     p.n_tokens,
@@ -357,7 +357,12 @@ impl Engine {
                     self.device.backend().name()
                 );
             }
-            Err(e) => log::debug!("failed {} K={} N={}: {e}", p.wtype.name(), p.k, p.n),
+            Err(e) => log::debug!(
+                "failed {} K={} N={}: {e}",
+                p.layout.name(p.wtype),
+                p.k,
+                p.n
+            ),
         }
         r
     }
