@@ -8,12 +8,17 @@
 #    library supports (q4_0 q4_1 q5_0 q8_0 q4_K q6_K) with ORK_MIN_ROWS=0, where its own counters must show
 #    that it handled every one; all the others with the default settings (the library declines them and
 #    ggml runs them). Every case must pass.
-# 3. discovery: LD_PRELOAD and ORK_MOE_PLUGIN both activate it, ORK_MOE=0 disables it; the routed experts
-#    stay out of the CPU_REPACK buffer when the plugin is active;
+# 3. discovery: LD_PRELOAD and ORK_MOE_PLUGIN both activate it, ORK_MOE=0 disables it; ggml repacks the
+#    routed experts into CPU_REPACK as without the plugin (same buffer size), and the plugin reads them there
+#    (its log names the repacked layout of every call it handled);
 # 4. per model (Q4_0, Q4_K_M): 32 greedy tokens with and without the plugin (token agreement), and
-#    llama-perplexity --kl-divergence of the plugin run against the plain run (2 threads);
+#    llama-perplexity --kl-divergence of the plugin run against the plain run (2 threads; the prompt batches go
+#    to the plugin, from the repacked experts), with both runs' max RSS: the plugin's may exceed plain's by the
+#    expert cache's budget (ORK_CACHE_MB) at most, i.e. no second copy of the experts;
 # 5. llama-bench pp512/tg128 with and without the plugin, same threads; pp512 also with ORK_MT_MODE=leader
-#    (thread 0 runs the library's pool while ggml's other threads wait) against the cooperative default.
+#    (thread 0 runs the library's pool while ggml's other threads wait) against the cooperative default;
+#    then decode alone (-p 0 -n 128 -r 5), plain and plugin interleaved, two rounds, with their ratio (the
+#    plugin declines every decode call and ggml runs its repacked kernels: the ratio should be about 1).
 # Logs: ggml-patch/work/e2e/ (git-ignored). Env: ORK_CACHE, ORK_E2E_BENCH=0 skips step 5,
 # ORK_E2E_THREADS (default nproc), ORK_E2E_TBO_ALL=0 skips the cases of the other types,
 # ORK_E2E_TBO_TYPES (default: the six supported types), ORK_LLAMA_BUILD (use this llama.cpp build dir
@@ -101,7 +106,7 @@ probe() { # $1 = log name, rest = env assignments; a 1-token run is enough to re
         -no-cnv --temp 0 -t "$threads" -v </dev/null >"$out/$name.log" 2>&1
 }
 probe disc-preload LD_PRELOAD="$lib"
-probe disc-plugin ORK_MOE_PLUGIN="$lib"
+probe disc-plugin ORK_MOE_PLUGIN="$lib" ORK_LOG=debug
 probe disc-off LD_PRELOAD="$lib" ORK_MOE=0
 grep -q 'ork-moe: plugin active (symbol in process)' "$out/disc-preload.log" && [[ $(handled "$out/disc-preload.log") -gt 0 ]] &&
     pass "LD_PRELOAD: $(grep '^ork-moe stats' "$out/disc-preload.log")" || fail "LD_PRELOAD discovery"
@@ -109,7 +114,15 @@ grep -q "ork-moe: plugin active ($lib)" "$out/disc-plugin.log" && [[ $(handled "
     pass "ORK_MOE_PLUGIN: $(grep '^ork-moe stats' "$out/disc-plugin.log")" || fail "ORK_MOE_PLUGIN discovery"
 ! grep -q '^ork-moe' "$out/disc-off.log" && pass "ORK_MOE=0 disables it" || fail "ORK_MOE=0 did not disable"
 repack() { sed -n 's/.*- CPU_REPACK *| *\([0-9]*\) = .*/\1/p' "$1" | head -1; }
-echo "CPU_REPACK buffer, Q4_0 model: plain $(repack "$out/disc-off.log") MiB, plugin $(repack "$out/disc-plugin.log") MiB"
+repacked_experts() { grep -c 'repack: repack tensor blk\.[0-9]*\.ffn_[a-z]*_exps\.weight' "$1" || true; }
+summary="CPU_REPACK buffer, Q4_0 model: plain $(repack "$out/disc-off.log") MiB ($(repacked_experts "$out/disc-off.log") \
+expert tensors), plugin $(repack "$out/disc-plugin.log") MiB ($(repacked_experts "$out/disc-plugin.log"))"
+[[ $(repack "$out/disc-off.log") == "$(repack "$out/disc-plugin.log")" && $(repacked_experts "$out/disc-plugin.log") -gt 0 ]] &&
+    pass "$summary" || fail "$summary: the experts are not repacked as without the plugin"
+# The layout of the experts the plugin read, as its debug log names them (e.g. q4_0_8x8 on AVX2).
+layouts=$(sed -n 's/.*ork-moe: handled \(q4_0_[0-9]*x[0-9]*\) .*/\1/p' "$out/disc-plugin.log" | sort -u | tr '\n' ' ')
+[[ -n $layouts ]] && pass "the plugin read the repacked experts: $layouts" ||
+    fail "no call handled from a repacked layout (log: $out/disc-plugin.log)"
 
 step "greedy generation and KL divergence"
 gen() { # $1 = output prefix; rest = env prefix. 32 greedy tokens; the text to $1.txt, the log to $1.log
@@ -133,15 +146,22 @@ for q in Q4_0 Q4_K_M; do
     cmp -s "$out/gen-$q-plain.txt" "$out/gen-$q-plugin.txt" || echo "  (texts differ: diff $out/gen-$q-plain.txt $out/gen-$q-plugin.txt)"
 
     ppl=("$bin/llama-perplexity" -m "$model" -f "$models/text.txt" -c 128 --chunks 4 -b 128 -t 2)
-    "${without_plugin[@]}" "${ppl[@]}" --kl-divergence-base "$out/kld-$q.base" >"$out/ppl-$q-plain.log" 2>&1 ||
+    # GNU time's max RSS (KiB) in the log's last line
+    rss=(/usr/bin/time -f 'max RSS %M KiB')
+    "${rss[@]}" "${without_plugin[@]}" "${ppl[@]}" --kl-divergence-base "$out/kld-$q.base" >"$out/ppl-$q-plain.log" 2>&1 ||
         fail "$q: perplexity (plain)"
-    "${with_plugin[@]}" "${ppl[@]}" --kl-divergence-base "$out/kld-$q.base" --kl-divergence \
+    "${rss[@]}" "${with_plugin[@]}" "${ppl[@]}" --kl-divergence-base "$out/kld-$q.base" --kl-divergence \
         >"$out/ppl-$q-plugin.log" 2>&1 || fail "$q: perplexity --kl-divergence (plugin)"
     # the last chunk row holds the running means: PPL, ln(PPL ratio), KLD, delta-p RMS, same top token
     echo "$q vs plain (chunk, PPL, ln ratio, KLD, dp RMS, same top): $(grep -E '^ +[0-9]+ +[0-9.]+ ±' \
         "$out/ppl-$q-plugin.log" | tail -1 | tr -s ' ')"
     echo "$q plugin: $(grep '^ork-moe stats' "$out/ppl-$q-plugin.log")"
     [[ $(handled "$out/ppl-$q-plugin.log") -gt 0 ]] || fail "$q: plugin handled nothing in llama-perplexity"
+    kib() { sed -n 's/^max RSS \([0-9]*\) KiB$/\1/p' "$1" | tail -1; }
+    plain_kib=$(kib "$out/ppl-$q-plain.log") plugin_kib=$(kib "$out/ppl-$q-plugin.log")
+    budget_kib=$((${ORK_CACHE_MB:-1024} * 1024))
+    summary="$q max RSS: plain $((plain_kib / 1024)) MiB, plugin $((plugin_kib / 1024)) MiB (cache budget $((budget_kib / 1024)) MiB)"
+    ((plugin_kib <= plain_kib + budget_kib)) && pass "$summary" || fail "$summary"
 done
 
 step "RPC backend: ggml-rpc-server with the plugin serves all layers of a client without it"
@@ -180,6 +200,20 @@ if [[ ${ORK_E2E_BENCH:-1} != 0 ]]; then
                 >"$out/bench-$q-$mode.log" 2>&1 || fail "llama-bench $q $mode"
             echo "$q $mode:"
             grep -E '^\| .*(pp512|tg128)' "$out/bench-$q-$mode.log" || true
+        done
+    done
+    step "llama-bench decode: -p 0 -n 128 -r 5, plain and plugin interleaved, two rounds"
+    tg() { sed -n 's/^|.* tg128 | *\([0-9.]*\) ± .*/\1/p' "$1"; }
+    for round in 1 2; do
+        for q in Q4_0 Q4_K_M; do
+            for mode in plain plugin; do
+                [[ $mode == plain ]] && run=("${without_plugin[@]}") || run=("${with_plugin[@]}")
+                "${run[@]}" "$bin/llama-bench" -m "$models/$q.gguf" -p 0 -n 128 -t "$threads" -r 5 -o md \
+                    >"$out/decode-$q-$mode-$round.log" 2>&1 || fail "llama-bench decode $q $mode"
+            done
+            p=$(tg "$out/decode-$q-plain-$round.log") l=$(tg "$out/decode-$q-plugin-$round.log")
+            echo "round $round $q tg128: plain $p, plugin $l t/s, plugin/plain $(awk -v p="$p" -v l="$l" \
+                'BEGIN { if (p > 0) printf "%.3f", l / p; else print "?" }')"
         done
     done
 fi

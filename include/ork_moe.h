@@ -6,8 +6,49 @@
 #include <stddef.h>
 #include <stdint.h>
 
-// Version of this ABI; bumped on incompatible changes.
+// Version of this ABI; bumped on incompatible changes. Compatible additions keep it, and a
+// caller asks for them: the weight layout codes (`ORK_TYPE_*`) extend version 1, and a library
+// that predates a code declines it by construction (`ork_supports_type` returns 0, the calls
+// return `ORK_NOT_HANDLED`), so a caller offers a layout only where `ork_supports_type` says 1,
+// and a caller that never passes one is unaffected.
 #define ORK_ABI_VERSION 1
+
+// Weight layouts in `ork_tensor.type` (weights only): ggml's type id in the low 16 bits, and
+// for a tensor ggml-cpu has repacked (a `CPU_REPACK` buffer) the layout's rows per interleaved
+// group from this bit ...
+#define ORK_LAYOUT_ROWS_SHIFT 16
+
+// ... and its bytes per interleaved chunk from this one (below 128); 0 above the type id is
+// ggml's plain blocks. The layout is ggml's `tensor_traits<block, chunk, rows, ...>`, named
+// `<type>_<rows>x<chunk>` (docs/REPACK.md); the codes below are the ones the library reads.
+#define ORK_LAYOUT_CHUNK_SHIFT 24
+
+// `q4_0_4x4`: Q4_0 repacked for NEON with dotprod (the RK3588's Cortex-A76).
+#define ORK_TYPE_Q4_0_4X4 ((2 | (4 << ORK_LAYOUT_ROWS_SHIFT)) | (4 << ORK_LAYOUT_CHUNK_SHIFT))
+
+// `q4_0_4x8`: NEON with i8mm.
+#define ORK_TYPE_Q4_0_4X8 ((2 | (4 << ORK_LAYOUT_ROWS_SHIFT)) | (8 << ORK_LAYOUT_CHUNK_SHIFT))
+
+// `q4_0_8x8`: AVX2, or SVE-256 with i8mm.
+#define ORK_TYPE_Q4_0_8X8 ((2 | (8 << ORK_LAYOUT_ROWS_SHIFT)) | (8 << ORK_LAYOUT_CHUNK_SHIFT))
+
+// `q8_0_4x4`: NEON with dotprod.
+#define ORK_TYPE_Q8_0_4X4 ((8 | (4 << ORK_LAYOUT_ROWS_SHIFT)) | (4 << ORK_LAYOUT_CHUNK_SHIFT))
+
+// `q8_0_4x8`: NEON with i8mm.
+#define ORK_TYPE_Q8_0_4X8 ((8 | (4 << ORK_LAYOUT_ROWS_SHIFT)) | (8 << ORK_LAYOUT_CHUNK_SHIFT))
+
+// `q4_K_8x4`: NEON with dotprod.
+#define ORK_TYPE_Q4_K_8X4 ((12 | (8 << ORK_LAYOUT_ROWS_SHIFT)) | (4 << ORK_LAYOUT_CHUNK_SHIFT))
+
+// `q4_K_8x8`: AVX2, or NEON with i8mm.
+#define ORK_TYPE_Q4_K_8X8 ((12 | (8 << ORK_LAYOUT_ROWS_SHIFT)) | (8 << ORK_LAYOUT_CHUNK_SHIFT))
+
+// `q6_K_8x4`: NEON with dotprod.
+#define ORK_TYPE_Q6_K_8X4 ((14 | (8 << ORK_LAYOUT_ROWS_SHIFT)) | (4 << ORK_LAYOUT_CHUNK_SHIFT))
+
+// `q6_K_8x8`: NEON with i8mm.
+#define ORK_TYPE_Q6_K_8X8 ((14 | (8 << ORK_LAYOUT_ROWS_SHIFT)) | (8 << ORK_LAYOUT_CHUNK_SHIFT))
 
 // `ork_config.backend` values.
 #define ORK_BACKEND_AUTO 0
@@ -144,7 +185,12 @@ typedef uint32_t ork_result;
 
 // A tensor as ggml describes it (flat: no ggml types).
 typedef struct ork_tensor {
-  // `enum ggml_type` numbering (F32 0, Q4_0 2, Q4_1 3, Q5_0 6, Q8_0 8, Q4_K 12, Q6_K 14, I32 26).
+  // `enum ggml_type` numbering (F32 0, Q4_0 2, Q4_1 3, Q5_0 6, Q8_0 8, Q4_K 12, Q6_K 14, I32 26);
+  // for the weights (`as`) also a layout code, `ORK_TYPE_*`: ggml's repacked bytes, `ne`
+  // and `nb` as ggml keeps them (those of the plain tensor). A layout code whose `ne[1]` is
+  // not a multiple of its rows, or whose `nb[1]` is not one plain row's bytes, is
+  // `ORK_INVALID_ARGUMENT` (ggml never repacks such a tensor); an unknown code
+  // `ORK_NOT_HANDLED`.
   int32_t type;
   // Elements per dimension, ggml order.
   int64_t ne[4];
@@ -239,7 +285,8 @@ ork_result ork_mul_mat_id_check(const struct ork_ctx *ctx,
                                 const struct ork_tensor *ids,
                                 const struct ork_tensor *dst);
 
-// Whether weights of this ggml type can ever be handled (a load-time decision). 1 or 0.
+// Whether weights of this ggml type, or layout code (`ORK_TYPE_*`), can ever be handled: a
+// decision that holds for the tensor's lifetime. 1 or 0.
 int32_t ork_supports_type(int32_t ggml_type);
 
 // `dst[:, slot, token] = as[:, :, ids[slot, token]]^T · b[:, slot % b.ne[1], token]`, on the

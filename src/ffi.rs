@@ -21,7 +21,7 @@
 
 use crate::isa::Isa;
 use crate::moe::cache::{Policy, Verify};
-use crate::moe::desc::TensorDesc;
+use crate::moe::desc::{weight_format, TensorDesc};
 use crate::moe::outliers::Rule;
 use crate::moe::{Config, Engine, Error, ErrorKind, Inputs, MtMode, PairInputs, Plan, SmallBatch};
 use crate::npu::{BackendChoice, BackendKind, CoreMask};
@@ -50,8 +50,39 @@ pub const ORK_OUT_OF_MEMORY: ork_result = 4;
 /// A bug: a panic was caught at the boundary.
 pub const ORK_INTERNAL_ERROR: ork_result = 5;
 
-/// Version of this ABI; bumped on incompatible changes.
+/// Version of this ABI; bumped on incompatible changes. Compatible additions keep it, and a
+/// caller asks for them: the weight layout codes (`ORK_TYPE_*`) extend version 1, and a library
+/// that predates a code declines it by construction (`ork_supports_type` returns 0, the calls
+/// return `ORK_NOT_HANDLED`), so a caller offers a layout only where `ork_supports_type` says 1,
+/// and a caller that never passes one is unaffected.
 pub const ORK_ABI_VERSION: u32 = 1;
+
+/// Weight layouts in `ork_tensor.type` (weights only): ggml's type id in the low 16 bits, and
+/// for a tensor ggml-cpu has repacked (a `CPU_REPACK` buffer) the layout's rows per interleaved
+/// group from this bit ...
+pub const ORK_LAYOUT_ROWS_SHIFT: i32 = 16;
+/// ... and its bytes per interleaved chunk from this one (below 128); 0 above the type id is
+/// ggml's plain blocks. The layout is ggml's `tensor_traits<block, chunk, rows, ...>`, named
+/// `<type>_<rows>x<chunk>` (docs/REPACK.md); the codes below are the ones the library reads.
+pub const ORK_LAYOUT_CHUNK_SHIFT: i32 = 24;
+/// `q4_0_4x4`: Q4_0 repacked for NEON with dotprod (the RK3588's Cortex-A76).
+pub const ORK_TYPE_Q4_0_4X4: i32 = 2 | 4 << ORK_LAYOUT_ROWS_SHIFT | 4 << ORK_LAYOUT_CHUNK_SHIFT;
+/// `q4_0_4x8`: NEON with i8mm.
+pub const ORK_TYPE_Q4_0_4X8: i32 = 2 | 4 << ORK_LAYOUT_ROWS_SHIFT | 8 << ORK_LAYOUT_CHUNK_SHIFT;
+/// `q4_0_8x8`: AVX2, or SVE-256 with i8mm.
+pub const ORK_TYPE_Q4_0_8X8: i32 = 2 | 8 << ORK_LAYOUT_ROWS_SHIFT | 8 << ORK_LAYOUT_CHUNK_SHIFT;
+/// `q8_0_4x4`: NEON with dotprod.
+pub const ORK_TYPE_Q8_0_4X4: i32 = 8 | 4 << ORK_LAYOUT_ROWS_SHIFT | 4 << ORK_LAYOUT_CHUNK_SHIFT;
+/// `q8_0_4x8`: NEON with i8mm.
+pub const ORK_TYPE_Q8_0_4X8: i32 = 8 | 4 << ORK_LAYOUT_ROWS_SHIFT | 8 << ORK_LAYOUT_CHUNK_SHIFT;
+/// `q4_K_8x4`: NEON with dotprod.
+pub const ORK_TYPE_Q4_K_8X4: i32 = 12 | 8 << ORK_LAYOUT_ROWS_SHIFT | 4 << ORK_LAYOUT_CHUNK_SHIFT;
+/// `q4_K_8x8`: AVX2, or NEON with i8mm.
+pub const ORK_TYPE_Q4_K_8X8: i32 = 12 | 8 << ORK_LAYOUT_ROWS_SHIFT | 8 << ORK_LAYOUT_CHUNK_SHIFT;
+/// `q6_K_8x4`: NEON with dotprod.
+pub const ORK_TYPE_Q6_K_8X4: i32 = 14 | 8 << ORK_LAYOUT_ROWS_SHIFT | 4 << ORK_LAYOUT_CHUNK_SHIFT;
+/// `q6_K_8x8`: NEON with i8mm.
+pub const ORK_TYPE_Q6_K_8X8: i32 = 14 | 8 << ORK_LAYOUT_ROWS_SHIFT | 8 << ORK_LAYOUT_CHUNK_SHIFT;
 
 /// `ork_config.backend` values.
 pub const ORK_BACKEND_AUTO: i32 = 0;
@@ -103,7 +134,12 @@ pub const ORK_LOG_TRACE: u32 = 5;
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct ork_tensor {
-    /// `enum ggml_type` numbering (F32 0, Q4_0 2, Q4_1 3, Q5_0 6, Q8_0 8, Q4_K 12, Q6_K 14, I32 26).
+    /// `enum ggml_type` numbering (F32 0, Q4_0 2, Q4_1 3, Q5_0 6, Q8_0 8, Q4_K 12, Q6_K 14, I32 26);
+    /// for the weights (`as`) also a layout code, `ORK_TYPE_*`: ggml's repacked bytes, `ne`
+    /// and `nb` as ggml keeps them (those of the plain tensor). A layout code whose `ne[1]` is
+    /// not a multiple of its rows, or whose `nb[1]` is not one plain row's bytes, is
+    /// `ORK_INVALID_ARGUMENT` (ggml never repacks such a tensor); an unknown code
+    /// `ORK_NOT_HANDLED`.
     pub r#type: i32,
     /// Elements per dimension, ggml order.
     pub ne: [i64; 4],
@@ -223,13 +259,20 @@ pub struct ork_ctx {
     engine: Engine,
 }
 
-thread_local! {
-    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
+/// This thread's last failure, kept as the error until [`ork_last_error`] asks for its text: a
+/// declined call (every decode step's) allocates and formats nothing.
+#[derive(Default)]
+struct LastError {
+    pending: Option<Error>,
+    text: CString,
 }
 
-fn set_last_error(msg: &str) {
-    let c = CString::new(msg.replace('\0', " ")).unwrap_or_default();
-    LAST_ERROR.with(|e| *e.borrow_mut() = c);
+thread_local! {
+    static LAST_ERROR: RefCell<LastError> = RefCell::default();
+}
+
+fn set_last_error(e: Error) {
+    LAST_ERROR.with(|l| l.borrow_mut().pending = Some(e));
 }
 
 fn code(kind: ErrorKind) -> ork_result {
@@ -249,8 +292,9 @@ fn guard(f: impl FnOnce() -> Result<(), Error>) -> ork_result {
         Ok(Err(e)) => e,
         Err(p) => Error::from_panic(p),
     };
-    set_last_error(&e.message);
-    code(e.kind)
+    let kind = e.kind;
+    set_last_error(e);
+    code(kind)
 }
 
 fn invalid(msg: &str) -> Error {
@@ -523,19 +567,22 @@ fn ctx_ref<'a>(ctx: *const ork_ctx) -> Result<&'a ork_ctx, Error> {
 fn desc<'a>(t: *const ork_tensor, what: &str) -> Result<TensorDesc<'a>, Error> {
     // SAFETY: a non-NULL descriptor points to a readable ork_tensor, by contract.
     let t = unsafe { t.as_ref() }.ok_or_else(|| invalid(&format!("{what}: descriptor is NULL")))?;
-    let name = if t.name.is_null() {
-        None
-    } else {
-        // SAFETY: a non-NULL name is a NUL-terminated string, by contract.
-        unsafe { CStr::from_ptr(t.name) }.to_str().ok()
-    };
+    // Names key the cache only: read for a call that runs ([`Call::inputs`]), not by a check.
     Ok(TensorDesc {
         ty: t.r#type,
         ne: t.ne,
         nb: t.nb,
         addr: t.data as usize,
-        name,
+        name: None,
     })
+}
+
+/// The tensor's name, if it has one in UTF-8. `t` was checked non-NULL by [`desc`].
+fn name<'a>(t: *const ork_tensor) -> Option<&'a str> {
+    // SAFETY: `t` points to a readable ork_tensor, by contract (checked non-NULL before).
+    let p = unsafe { (*t).name };
+    // SAFETY: a non-NULL name is a NUL-terminated string, by contract.
+    (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) }.to_str().ok())?
 }
 
 /// The descriptors of one call: `as`, `b`, `ids`, `dst`, and for a pair the second `as` and `dst`.
@@ -545,6 +592,8 @@ struct Call<'a> {
     ids: TensorDesc<'a>,
     dst: TensorDesc<'a>,
     pair: Option<(TensorDesc<'a>, TensorDesc<'a>)>,
+    /// The weight descriptors, whose names [`Call::inputs`] reads.
+    weights: [*const ork_tensor; 2],
 }
 
 impl<'a> Call<'a> {
@@ -560,6 +609,7 @@ impl<'a> Call<'a> {
             ids: desc(ids, "ids")?,
             dst: desc(dst, "dst")?,
             pair: None,
+            weights: [w, w],
         })
     }
 
@@ -574,6 +624,7 @@ impl<'a> Call<'a> {
     ) -> Result<Call<'a>, Error> {
         let mut call = Call::single(w0, b, ids, dst0)?;
         call.pair = Some((desc(w1, "as1")?, desc(dst1, "dst1")?));
+        call.weights[1] = w1;
         Ok(call)
     }
 
@@ -609,14 +660,14 @@ impl<'a> Call<'a> {
         let pair = match (&self.pair, &plan.pair) {
             (Some((w1, d1)), Some(p1)) => Some(PairInputs {
                 weights: bytes(w1, p1.w_extent),
-                name: w1.name,
+                name: name(self.weights[1]),
                 dst: out(d1, p1.dst_extent),
             }),
             _ => None,
         };
         Inputs {
             weights: bytes(&self.w, p.w_extent),
-            name: self.w.name,
+            name: name(self.weights[0]),
             b,
             ids,
             dst: out(&self.dst, p.dst_extent),
@@ -686,11 +737,11 @@ pub extern "C" fn ork_mul_mat_id_check(
     })
 }
 
-/// Whether weights of this ggml type can ever be handled (a load-time decision). 1 or 0.
+/// Whether weights of this ggml type, or layout code (`ORK_TYPE_*`), can ever be handled: a
+/// decision that holds for the tensor's lifetime. 1 or 0.
 #[no_mangle]
 pub extern "C" fn ork_supports_type(ggml_type: i32) -> i32 {
-    let supported = GgmlType::from_id(ggml_type).is_some_and(|t| GgmlType::QUANTIZED.contains(&t));
-    supported as i32
+    weight_format(ggml_type).is_some() as i32
 }
 
 /// `dst[:, slot, token] = as[:, :, ids[slot, token]]^T · b[:, slot % b.ne[1], token]`, on the
@@ -783,7 +834,13 @@ pub extern "C" fn ork_mul_mat_id_pair_mt(
 /// call on this thread.
 #[no_mangle]
 pub extern "C" fn ork_last_error() -> *const c_char {
-    LAST_ERROR.with(|e| e.borrow().as_ptr())
+    LAST_ERROR.with(|l| {
+        let mut l = l.borrow_mut();
+        if let Some(e) = l.pending.take() {
+            l.text = CString::new(e.message().replace('\0', " ")).unwrap_or_default();
+        }
+        l.text.as_ptr()
+    })
 }
 
 /// The library version, e.g. "0.1.0" (static string).
@@ -944,4 +1001,31 @@ pub extern "C" fn ork_dequantize_row(
         };
         dequantize_row(ty, src, out).map_err(|e| invalid(&e.to_string()))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::inflate::Layout;
+    use crate::moe::desc::{weight_code, LAYOUT_CHUNK_SHIFT, LAYOUT_ROWS_SHIFT};
+
+    #[test]
+    fn the_headers_layout_codes_are_the_engines() {
+        let shifts = (ORK_LAYOUT_ROWS_SHIFT as u32, ORK_LAYOUT_CHUNK_SHIFT as u32);
+        assert_eq!(shifts, (LAYOUT_ROWS_SHIFT, LAYOUT_CHUNK_SHIFT));
+        let header = [
+            ORK_TYPE_Q4_0_4X4,
+            ORK_TYPE_Q4_0_4X8,
+            ORK_TYPE_Q4_0_8X8,
+            ORK_TYPE_Q8_0_4X4,
+            ORK_TYPE_Q8_0_4X8,
+            ORK_TYPE_Q4_K_8X4,
+            ORK_TYPE_Q4_K_8X8,
+            ORK_TYPE_Q6_K_8X4,
+            ORK_TYPE_Q6_K_8X8,
+        ];
+        let engine = Layout::REPACKED.map(|(ty, layout)| weight_code(ty, layout));
+        assert_eq!(header, engine);
+        assert!(header.iter().all(|&code| ork_supports_type(code) == 1));
+    }
 }

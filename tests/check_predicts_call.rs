@@ -1,5 +1,6 @@
 //! `ork_mul_mat_id_check` predicts the call: over random valid and invalid descriptors (shapes,
-//! strides, permuted and broadcast views, types, min_rows thresholds, all three entry points),
+//! strides, permuted and broadcast views, types and repacked layouts, min_rows thresholds, all three
+//! entry points),
 //! - the check's code is one that the case's own reasons allow (worked out here by brute force
 //!   over the elements, not by the library): OK only for a call with no reason to decline,
 //!   INVALID_ARGUMENT only for a call that is really invalid;
@@ -23,7 +24,7 @@ fn check_predicts_call_on_random_descriptors() {
     let mut rng = Rng::new(0x14);
     let mut contexts: HashMap<(i32, u32, bool, u32), *mut ork_ctx> = HashMap::new();
     let mut seen: HashMap<&str, usize> = HashMap::new();
-    let (mut accepted, mut deep, mut entries) = (0usize, 0usize, [0usize; 3]);
+    let (mut accepted, mut deep, mut repacked, mut entries) = (0usize, 0usize, 0usize, [0usize; 3]);
     for case_no in 0..CASES {
         let mut c = random_case(&mut rng);
         let backend = if rng.below(4) == 0 {
@@ -60,6 +61,7 @@ fn check_predicts_call_on_random_descriptors() {
             Ok(code) => {
                 accepted += (code == ORK_OK) as usize;
                 deep += (code == ORK_OK && c.d.w.ne[0] > 8192) as usize;
+                repacked += (code == ORK_OK && c.d.w.ty >> ORK_LAYOUT_ROWS_SHIFT != 0) as usize;
             }
             Err(e) => panic!("case {case_no}: {e}"),
         }
@@ -68,11 +70,14 @@ fn check_predicts_call_on_random_descriptors() {
         ork_ctx_free(ctx);
     }
     println!(
-        "{accepted} of {CASES} accepted ({deep} deeper than 8192); entries {entries:?}; \
-         reasons seen: {seen:?}"
+        "{accepted} of {CASES} accepted ({deep} deeper than 8192, {repacked} repacked); entries \
+         {entries:?}; reasons seen: {seen:?}"
     );
-    // Every kind of case occurred, and a fair share was computed, deep K included.
-    assert!(accepted > CASES / 5 && deep > 0, "{accepted}, {deep}");
+    // Every kind of case occurred, and a fair share was computed, deep K and repacked included.
+    assert!(
+        accepted > CASES / 5 && deep > 0 && repacked > 0,
+        "{accepted}, {deep}, {repacked}"
+    );
     for must in [
         "weight rows overlap",
         "activation rows overlap",
@@ -81,6 +86,8 @@ fn check_predicts_call_on_random_descriptors() {
         "dst interleaves with b",
         "below min_rows",
         "overflowing as",
+        "repacked rows not whole groups",
+        "repacked rows not packed",
     ] {
         assert!(seen.contains_key(must), "no case of {must}: {seen:?}");
     }

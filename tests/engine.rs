@@ -1,10 +1,12 @@
 //! The engine itself (no C boundary) on odd shapes: N not a multiple of 32, K = 256·odd, 1, 3 and
 //! 8 slots, broadcast and per-slot activations, strided `dst` rows with sentinels between them.
 //! The emulated NPU and the CPU backend must agree bit for bit, single-caller and cooperative
-//! runs too, and both must be within int8 accuracy of an f64 reference.
+//! runs too, and both must be within int8 accuracy of an f64 reference. Experts in ggml-cpu's
+//! repacked layouts give the plain experts' bits.
 
-use ork_moe::moe::desc::{TensorDesc, GGML_TYPE_I32};
-use ork_moe::moe::{Config, Engine, Inputs, PairInputs};
+use ork_moe::inflate::{from_plain, ExpertWeights, Layout};
+use ork_moe::moe::desc::{weight_code, TensorDesc, GGML_TYPE_I32};
+use ork_moe::moe::{Config, Engine, ErrorKind, Inputs, PairInputs};
 use ork_moe::npu::{BackendChoice, DeviceConfig};
 use ork_moe::quant::{dequantize_row, GgmlType};
 use ork_moe::testutil::Rng;
@@ -31,6 +33,8 @@ struct Shape {
 /// One call's tensors, laid out with the strides of `Shape`.
 struct Case {
     s: Shape,
+    /// How `weights` holds the experts' blocks.
+    layout: Layout,
     weights: Vec<u8>,
     /// Bytes between experts (more than N rows: a view into a larger tensor).
     expert_stride: usize,
@@ -65,10 +69,40 @@ impl Case {
         }
         Case {
             s,
+            layout: Layout::Plain,
             weights,
             expert_stride,
             b,
             ids,
+        }
+    }
+
+    /// The same weights, every expert repacked into `layout` as ggml-cpu does (at the same
+    /// expert stride).
+    fn repacked(&self, layout: Layout) -> Case {
+        let s = &self.s;
+        let row = s.ty.row_bytes(s.k).unwrap();
+        let mut weights = self.weights.clone();
+        for (from, to) in self
+            .weights
+            .chunks(self.expert_stride)
+            .zip(weights.chunks_mut(self.expert_stride))
+        {
+            let w = ExpertWeights {
+                ty: s.ty,
+                data: from,
+                row_stride: row,
+                n: s.n,
+                k: s.k,
+            };
+            from_plain(layout, &w, to).expect("a layout of this type");
+        }
+        Case {
+            layout,
+            weights,
+            b: self.b.clone(),
+            ids: self.ids.clone(),
+            ..*self
         }
     }
 
@@ -91,7 +125,7 @@ impl Case {
             name: Some("blk.0.ffn_gate_exps.weight"),
         };
         let w = t(
-            s.ty.id(),
+            weight_code(s.ty, self.layout),
             [s.k, s.n, s.n_expert],
             [s.ty.block_bytes(), row, self.expert_stride],
             self.weights.as_ptr() as usize,
@@ -610,4 +644,116 @@ fn a_traced_call_reports_its_experts_in_phase_2_order() {
         .all(|w| (w[0].rows, w[1].expert) >= (w[1].rows, w[0].expert)));
     assert!(cold.iter().all(|r| rows[r.expert] == r.rows && !r.hit));
     assert!(run(&case).iter().all(|r| r.hit));
+}
+
+#[test]
+fn repacked_experts_give_the_plain_bits() {
+    // Every layout the library reads, through the whole call: N a multiple of the group rows but
+    // not of 32, activations with outlier channels (their weight columns come from the layout),
+    // single, cooperative, pair; emulator and CPU backend.
+    let (emu, cpu) = (engine_on(BackendChoice::Emu, 1), engine(BackendChoice::Cpu));
+    for (i, (ty, layout)) in Layout::REPACKED.into_iter().enumerate() {
+        let k = if ty.block_elems() == 256 { 1280 } else { 768 };
+        let shape = Shape {
+            ty,
+            k,
+            n: 13 * layout.rows(),
+            n_expert: 6,
+            n_used: 3,
+            n_tokens: 7,
+            b_rows: 1 + 2 * (i % 2),
+            dst_gap: 2,
+        };
+        let mut plain = Case::new(shape, 1000 + i as u64);
+        for (r, row) in plain.b.chunks_exact_mut(k).enumerate() {
+            row[5] = 30.0;
+            row[k - 3] = if r % 2 == 0 { -25.0 } else { 12.0 };
+        }
+        let packed = plain.repacked(layout);
+        let name = layout.name(ty);
+        let want = plain.run(&emu, 1);
+        assert!(packed.run(&emu, 1) == want, "{name}: emu");
+        assert!(packed.run(&cpu, 1) == want, "{name}: cpu");
+        assert!(packed.run(&emu, 3) == want, "{name}: cooperative");
+        let up = plain.sibling(2000 + i as u64);
+        let want = plain.run_pair(&up, &emu, 1);
+        assert!(
+            packed.run_pair(&up.repacked(layout), &emu, 2) == want,
+            "{name}: pair"
+        );
+    }
+}
+
+#[test]
+fn a_pair_needs_one_layout() {
+    let emu = engine(BackendChoice::Emu);
+    let layout = Layout::Repacked { rows: 4, chunk: 4 };
+    let gate = Case::new(SHAPES[0], 1100);
+    let (up, up_packed) = (gate.sibling(1101), gate.sibling(1101).repacked(layout));
+    let dst: Vec<AtomicU32> = (0..gate.dst_len()).map(|_| AtomicU32::new(0)).collect();
+    let [w0, b, ids, d0] = gate.descs(&dst);
+    let dst1: Vec<AtomicU32> = (0..gate.dst_len()).map(|_| AtomicU32::new(0)).collect();
+    let [w1, _, _, d1] = up_packed.descs(&dst1);
+    let e = emu
+        .plan_pair(&w0, &w1, &b, &ids, &d0, &d1)
+        .expect_err("two layouts");
+    assert_eq!(e.kind, ErrorKind::NotHandled);
+    assert!(e.message().contains("q4_0 768x100x8 and q4_0_4x4"), "{e}");
+    let [w1, ..] = up.descs(&dst1);
+    emu.plan_pair(&w0, &w1, &b, &ids, &d0, &d1)
+        .expect("one layout");
+}
+
+#[test]
+fn the_layout_is_part_of_the_cache_key() {
+    // The same bytes at the same address read in another layout are other weights: a cache hit
+    // on the plain inflate would give the plain result.
+    let layout = Layout::Repacked { rows: 8, chunk: 8 };
+    let shape = Shape {
+        ty: GgmlType::Q4_0,
+        k: 512,
+        n: 64,
+        n_expert: 4,
+        n_used: 2,
+        n_tokens: 8,
+        b_rows: 1,
+        dst_gap: 0,
+    };
+    let mut plain = Case::new(shape, 1200);
+    // Bit 6 of every byte clear: any two bytes read as an fp16 scale are finite.
+    plain.weights.iter_mut().for_each(|b| *b &= !0x40);
+    let (warm, fresh) = (engine(BackendChoice::Emu), engine(BackendChoice::Emu));
+    let as_plain = plain.run(&warm, 1);
+    let reread = Case { layout, ..plain };
+    let as_packed = reread.run(&warm, 1);
+    assert!(as_packed != as_plain);
+    assert!(as_packed == reread.run(&fresh, 1));
+    assert_eq!(warm.stats().cache_hits, 0);
+}
+
+#[test]
+fn deep_repacked_experts_give_the_plain_bits() {
+    // Depth segments (K beyond the emulator's 10240) inflated from a repacked layout.
+    let emu = engine(BackendChoice::Emu);
+    for (ty, layout) in [
+        (GgmlType::Q4_0, Layout::Repacked { rows: 4, chunk: 4 }),
+        (GgmlType::Q4_K, Layout::Repacked { rows: 8, chunk: 8 }),
+    ] {
+        let shape = Shape {
+            ty,
+            k: 14336,
+            n: 40,
+            n_expert: 3,
+            n_used: 2,
+            n_tokens: 8,
+            b_rows: 2,
+            dst_gap: 1,
+        };
+        let plain = Case::new(shape, 1300);
+        let packed = plain.repacked(layout);
+        assert!(
+            packed.run(&emu, 1) == plain.run(&emu, 1),
+            "{ty:?} {layout:?}"
+        );
+    }
 }

@@ -5,8 +5,8 @@
 //! against the scalar reference.
 
 use ork_moe::inflate::{
-    from_plain, inflate_expert_in_with, inflate_expert_with, to_plain_with, ExpertWeights,
-    InflateError, Layout,
+    dequantize_columns_in, from_plain, inflate_expert_in_with, inflate_expert_with, to_plain_with,
+    ExpertWeights, InflateError, Layout,
 };
 use ork_moe::isa::Isa;
 use ork_moe::layout::Tiles;
@@ -178,6 +178,41 @@ fn inflate_from_ggml_repacked_equals_plain_inflate_on_every_path() {
             }
         }
     }
+}
+
+#[test]
+fn weight_columns_from_ggml_repacked_equal_the_plain_ones_on_every_path() {
+    // The outlier split's f32 weight columns: every column, in an order with runs of one block
+    // and repeats, exactly ggml's dequantized values.
+    for (ty, layout) in Layout::REPACKED {
+        for shape in SHAPES {
+            let (plain, packed) = ggml_vectors(ty, layout, shape);
+            let (k, n) = (plain.num("k"), plain.num("n"));
+            let mut columns: Vec<usize> = (0..k).rev().collect();
+            columns.extend([3, 3, 0, k - 1]);
+            for e in 0..plain.num("experts") {
+                let w = plain.expert(ty, e);
+                let mut want = vec![0f32; n * columns.len()];
+                for (&c, col) in columns.iter().zip(want.chunks_exact_mut(n)) {
+                    w.dequantize_column(c, col).unwrap();
+                }
+                for isa in Isa::available() {
+                    let mut got = vec![f32::NAN; n * columns.len()];
+                    dequantize_columns_in(isa, layout, &packed.expert(ty, e), &columns, &mut got)
+                        .unwrap();
+                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    let what = format!("{} {shape} expert {e} {isa:?}", layout.name(ty));
+                    assert_eq!(bits(&got), bits(&want), "{what}");
+                }
+            }
+        }
+    }
+    let (ty, layout) = Layout::REPACKED[0];
+    let (_, packed) = ggml_vectors(ty, layout, SHAPES[0]);
+    let w = packed.expert(ty, 0);
+    let mut out = vec![0f32; w.n];
+    assert!(dequantize_columns_in(Isa::Scalar, layout, &w, &[w.k], &mut out).is_err());
+    assert!(dequantize_columns_in(Isa::Scalar, layout, &w, &[0, 1], &mut out).is_err());
 }
 
 /// `n` rows of `k` weights of random blocks, plain and in `layout`.

@@ -11,9 +11,8 @@ mod common;
 use common::{cross_overlap, runs, self_overlap, Bytes};
 use libfuzzer_sys::fuzz_target;
 use ork_moe::ffi::*;
-use ork_moe::moe::desc::{validate, TensorDesc};
+use ork_moe::moe::desc::{validate, weight_format, TensorDesc};
 use ork_moe::moe::ErrorKind;
-use ork_moe::quant::GgmlType;
 use std::sync::OnceLock;
 
 /// Brute force only below this many runs.
@@ -54,7 +53,24 @@ fuzz_target!(|data: &[u8]| {
     static ARENA: OnceLock<Vec<u8>> = OnceLock::new();
     let arena = ARENA.get_or_init(|| vec![0u8; 1 << 16]).as_ptr() as usize;
     let mut b = Bytes::new(data);
-    let types = [0, 1, 2, 3, 6, 8, 12, 14, 20, 26, -1, 9999];
+    let types = [
+        0,
+        1,
+        2,
+        3,
+        6,
+        8,
+        12,
+        14,
+        20,
+        26,
+        -1,
+        9999,
+        ORK_TYPE_Q4_0_8X8,
+        ORK_TYPE_Q4_K_8X4,
+        ORK_TYPE_Q8_0_4X4,
+        2 | 16 << ORK_LAYOUT_ROWS_SHIFT | 1 << ORK_LAYOUT_CHUNK_SHIFT,
+    ];
     let mut t: [ork_tensor; 4] = std::array::from_fn(|i| {
         let ty = if b.below(4) == 0 {
             b.pick(&types)
@@ -96,7 +112,7 @@ fuzz_target!(|data: &[u8]| {
             bb.ne[1] = 1;
         }
         if b.below(2) == 0 {
-            w.nb[0] = GgmlType::from_id(w.r#type).map_or(18, |t| t.block_bytes());
+            w.nb[0] = weight_format(w.r#type).map_or(18, |(t, _)| t.block_bytes());
             bb.nb[0] = 4;
             dst.nb[0] = 4;
         }
@@ -175,17 +191,17 @@ fuzz_target!(|data: &[u8]| {
                 }
             }
         }
-        Err(e) if e.message.contains("make outputs overlap") => {
+        Err(e) if e.message().contains("make outputs overlap") => {
             if let Some(r) = runs(4, &dst_dims(d[3].nb[0]), LIMIT) {
                 assert!(self_overlap(&r), "{e}: no two outputs share an element");
             }
         }
-        Err(e) if e.message.starts_with("dst overlaps") => {
+        Err(e) if e.message().starts_with("dst overlaps") => {
             let i = ["as", "b", "ids"]
                 .iter()
-                .position(|w| e.message.ends_with(w))
+                .position(|w| e.message().ends_with(w))
                 .unwrap();
-            let wt = GgmlType::from_id(d[0].ty).unwrap();
+            let (wt, _) = weight_format(d[0].ty).unwrap();
             let input = match i {
                 0 => (
                     ne(0, 0) / wt.block_elems() * wt.block_bytes(),

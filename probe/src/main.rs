@@ -7,6 +7,7 @@
 mod accuracy;
 mod bench;
 mod board;
+mod decline;
 mod gemm;
 mod inflate;
 mod model;
@@ -19,7 +20,7 @@ mod sweep;
 use std::process::ExitCode;
 
 const USAGE: &str = "\
-usage: ork-probe [sweep|inflate|repacked|gemm|peak|moe|accuracy|model|board] [options]
+usage: ork-probe [sweep|inflate|repacked|gemm|peak|moe|accuracy|decline|model|board] [options]
 
 subcommands:
   sweep     (default) the M0 viability sweep: per expert shape, weight type and rows per expert,
@@ -32,6 +33,8 @@ subcommands:
   moe       the whole MUL_MAT_ID call (qwen3-30b-a3b case), time split by stage, cold and warm cache
   accuracy  NMSE of ggml's Q4xQ8 path, the library and its accuracy levers against an f64
             reference, on issue 13's cases and real weights (--data), plus the levers' costs
+  decline   what the ggml hook costs per declined decode call (check, pair check, supports_type)
+            and per Qwen3-30B-A3B decode step
   model     whole forward passes' MUL_MAT_ID calls of a MoE model through the engine, and the
             modelled RK3588 timeline of the same work (its own options: ork-probe model --help)
   board     the board check (docs/BOARD.md section 5): runtime, driver, NPU cores, CPU clusters
@@ -112,6 +115,7 @@ fn main() -> ExitCode {
         "moe" => moe::run(&opts, &cfg),
         "board" => board::run(&opts, &cfg),
         "accuracy" => accuracy::run(&opts),
+        "decline" => decline::run(&opts),
         other => Err(format!("unknown subcommand {other:?}")),
     };
     finish(result)

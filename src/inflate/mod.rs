@@ -69,7 +69,10 @@ mod via_f32;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
-pub use repacked::{from_plain, inflate_expert_in, inflate_expert_in_with, to_plain_with, Layout};
+pub use repacked::{
+    dequantize_columns_in, from_plain, inflate_expert_in, inflate_expert_in_with, to_plain_with,
+    Layout,
+};
 pub use rotated::inflate_expert_rotated;
 pub use via_f32::inflate_expert_via_f32;
 

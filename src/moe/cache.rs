@@ -28,6 +28,7 @@
 //!   quantized expert on every hit (for Q4_0 2048×768, 864 KiB), a cost comparable to a good part of
 //!   inflating it.
 
+use crate::inflate::Layout;
 use crate::npu::Buffer;
 use crate::quant::GgmlType;
 use crate::sync::lock;
@@ -55,6 +56,8 @@ pub enum Policy {
 pub struct Key {
     pub addr: usize,
     pub ty: GgmlType,
+    /// The same bytes read in another layout are other weights.
+    pub layout: Layout,
     pub k: usize,
     pub n: usize,
     pub row_stride: usize,
@@ -320,6 +323,7 @@ mod tests {
         Key {
             addr,
             ty: GgmlType::Q4_0,
+            layout: Layout::Plain,
             k: 32,
             n: 32,
             row_stride: 18,

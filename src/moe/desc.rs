@@ -5,10 +5,47 @@
 //! what the C boundary turns into slices; nothing outside them is ever touched.
 
 use super::{Error, ErrorKind};
+use crate::inflate::Layout;
 use crate::quant::GgmlType;
 
 /// ggml's `GGML_TYPE_I32`.
 pub const GGML_TYPE_I32: i32 = 26;
+
+/// A weight descriptor's `type` code names its layout too (`include/ork_moe.h`): ggml's type id
+/// in the low 16 bits, a repacked layout's rows per group from this bit ...
+pub const LAYOUT_ROWS_SHIFT: u32 = 16;
+/// ... and its bytes per chunk from this one; nothing above the type id means plain blocks.
+pub const LAYOUT_CHUNK_SHIFT: u32 = 24;
+
+/// The `type` code of weights of `ty` stored in `layout`.
+pub fn weight_code(ty: GgmlType, layout: Layout) -> i32 {
+    match layout {
+        Layout::Plain => ty.id(),
+        Layout::Repacked { rows, chunk } => {
+            ty.id() | ((rows as i32) << LAYOUT_ROWS_SHIFT) | ((chunk as i32) << LAYOUT_CHUNK_SHIFT)
+        }
+    }
+}
+
+/// The weight type and layout a weight `type` code names, if the library reads that pair: plain
+/// blocks of a type it inflates, or one of [`Layout::REPACKED`]. Any other code, among them
+/// layouts a later ggml may add, is `None` and declined.
+pub fn weight_format(code: i32) -> Option<(GgmlType, Layout)> {
+    let code = u32::try_from(code).ok()?;
+    let ty = GgmlType::from_id((code & 0xffff) as i32)?;
+    let (rows, chunk) = (
+        (code >> LAYOUT_ROWS_SHIFT) & 0xff,
+        code >> LAYOUT_CHUNK_SHIFT,
+    );
+    let layout = match (rows, chunk) {
+        (0, 0) => Layout::Plain,
+        _ => Layout::Repacked {
+            rows: rows as usize,
+            chunk: chunk as usize,
+        },
+    };
+    layout.supports(ty).then_some((ty, layout))
+}
 
 /// The deepest K taken: int8 products (|a·b| <= 127·127) summed in int32 cannot overflow up to
 /// 2^31 / 127² ≈ 133 000; devices take less per GEMM and the engine sums depth segments.
@@ -30,6 +67,8 @@ pub struct TensorDesc<'a> {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Problem {
     pub wtype: GgmlType,
+    /// How the experts' blocks are arranged (plain rows, or one of ggml-cpu's repacks).
+    pub layout: Layout,
     /// Depth (`as.ne[0]`).
     pub k: usize,
     /// Output channels per expert (`as.ne[1]`).
@@ -126,20 +165,16 @@ const SEARCH_STEPS: usize = 1 << 14;
 /// `j` of the shorter dimension, `|i·s + j·t|` is convex in `i`, so the nearest `i` (clamped to
 /// its range) decides. Sound and complete; only the search is bounded.
 fn disjoint_runs(inner: usize, dims: [(usize, usize); 2]) -> Option<bool> {
-    let mut used: Vec<(u128, u128)> = dims
-        .iter()
-        .filter(|&&(count, _)| count > 1)
-        .map(|&(count, stride)| (count as u128, stride as u128))
-        .collect();
     let inner = inner as u128;
-    if used.iter().any(|&(_, stride)| stride < inner) {
+    let [a, b] = dims.map(|(count, stride)| (count as u128, stride as u128));
+    let used = |(count, _): (u128, u128)| count > 1;
+    if [a, b].into_iter().any(|d| used(d) && d.1 < inner) {
         return Some(false);
     }
-    used.sort_by_key(|&(_, stride)| stride);
-    let [(e_small, s_small), (e_big, s_big)] = match used[..] {
-        [_, _] => [used[0], used[1]],
-        _ => return Some(true),
-    };
+    if !(used(a) && used(b)) {
+        return Some(true);
+    }
+    let ((e_small, s_small), (e_big, s_big)) = if a.1 <= b.1 { (a, b) } else { (b, a) };
     if s_big >= (e_small - 1) * s_small + inner {
         return Some(true);
     }
@@ -167,10 +202,10 @@ fn disjoint_runs(inner: usize, dims: [(usize, usize); 2]) -> Option<bool> {
 /// Whether every byte of `[0, extent)` belongs to one of the runs `[o, o + inner)` (offsets as in
 /// [`disjoint_runs`]): a contiguous tensor.
 fn dense(inner: usize, dims: [(usize, usize); 2]) -> bool {
-    let mut used: Vec<(usize, usize)> = dims.into_iter().filter(|&(c, _)| c > 1).collect();
-    used.sort_by_key(|&(_, stride)| stride);
+    let [a, b] = dims;
+    let by_stride = if a.1 <= b.1 { [a, b] } else { [b, a] };
     let mut span = inner;
-    for (count, stride) in used {
+    for (count, stride) in by_stride.into_iter().filter(|&(c, _)| c > 1) {
         if stride != span {
             return false;
         }
@@ -289,11 +324,21 @@ pub fn validate(
         }
     }
 
-    let Some(wtype) = GgmlType::from_id(w.ty).filter(|t| GgmlType::QUANTIZED.contains(t)) else {
-        return Err(declined(format!(
-            "as: weight type id {} is not supported",
-            w.ty
-        )));
+    let Some((wtype, layout)) = weight_format(w.ty) else {
+        let (rows, chunk) = (
+            (w.ty >> LAYOUT_ROWS_SHIFT) & 0xff,
+            w.ty >> LAYOUT_CHUNK_SHIFT,
+        );
+        return Err(declined(if (rows, chunk) == (0, 0) {
+            format!("as: weight type id {} is not supported", w.ty)
+        } else {
+            format!(
+                "as: type code {:#x} (ggml type {} in a {rows}x{chunk} repacked layout) is not \
+                 supported",
+                w.ty,
+                w.ty & 0xffff
+            )
+        }));
     };
     if b.ty != GgmlType::F32.id() {
         return Err(declined(format!(
@@ -329,6 +374,22 @@ pub fn validate(
             "b: nb[0] = {}: activation rows are not contiguous",
             b.nb[0]
         )));
+    }
+    // ggml repacks whole row groups of packed rows only; anything else is not such a tensor.
+    if let Layout::Repacked { rows, .. } = layout {
+        if !n.is_multiple_of(rows) {
+            return Err(invalid(format!(
+                "as: ne[1] = {n} rows do not split into the {rows}-row groups of {}",
+                layout.name(wtype)
+            )));
+        }
+        if w.nb[1] != w_row_bytes {
+            return Err(invalid(format!(
+                "as: nb[1] = {} but {} rows are packed plain rows of {w_row_bytes} bytes",
+                w.nb[1],
+                layout.name(wtype)
+            )));
+        }
     }
 
     // Byte extents: a size that overflows is invalid whatever the layout.
@@ -434,6 +495,7 @@ pub fn validate(
     };
     Ok(Problem {
         wtype,
+        layout,
         k,
         n,
         n_expert,
@@ -612,6 +674,75 @@ mod tests {
         assert_eq!(with(&|d| d[3].nb[0] = 8), ErrorKind::NotHandled);
         assert_eq!(with(&|d| d[3].nb[0] = 2), ErrorKind::InvalidArgument);
         assert_eq!(with(&|d| d[3].addr += 2), ErrorKind::NotHandled);
+    }
+
+    #[test]
+    fn layout_codes_name_exactly_the_repacks_the_library_reads() {
+        for ty in GgmlType::QUANTIZED {
+            assert_eq!(weight_format(ty.id()), Some((ty, Layout::Plain)));
+        }
+        for (ty, layout) in Layout::REPACKED {
+            let code = weight_code(ty, layout);
+            assert_eq!(weight_format(code), Some((ty, layout)), "{code:#x}");
+        }
+        let repacked = |ty: GgmlType, rows: i32, chunk: i32| {
+            ty.id() | rows << LAYOUT_ROWS_SHIFT | chunk << LAYOUT_CHUNK_SHIFT
+        };
+        // Layouts ggml has and the library does not read (RISC-V's 16x1, IQ4_NL's, Q2_K's), or
+        // that do not exist, and layouts of types that are never repacked.
+        for code in [
+            repacked(GgmlType::Q4_0, 16, 1),
+            repacked(GgmlType::Q4_0, 8, 4),
+            repacked(GgmlType::Q4_1, 4, 4),
+            repacked(GgmlType::F32, 4, 4),
+            20 | 4 << LAYOUT_ROWS_SHIFT | 4 << LAYOUT_CHUNK_SHIFT,
+            repacked(GgmlType::Q4_0, 0, 8),
+            repacked(GgmlType::Q4_0, 8, 0),
+            GgmlType::F32.id(),
+            1 << 15,
+            -1,
+        ] {
+            assert_eq!(weight_format(code), None, "{code:#x}");
+        }
+    }
+
+    #[test]
+    fn repacked_weights_are_whole_groups_of_packed_rows() {
+        let ok = descs(2048, 768, 128, 8, 64);
+        let q4_0_8x8 = weight_code(GgmlType::Q4_0, Layout::Repacked { rows: 8, chunk: 8 });
+        let with = |f: &dyn Fn(&mut [TensorDesc<'static>; 4])| {
+            let mut d = ok;
+            d[0].ty = q4_0_8x8;
+            f(&mut d);
+            validate(&d[0], &d[1], &d[2], &d[3])
+        };
+        let p = with(&|_| {}).unwrap();
+        assert_eq!(
+            (p.wtype, p.layout),
+            (GgmlType::Q4_0, Layout::Repacked { rows: 8, chunk: 8 })
+        );
+        assert_eq!(p.w_extent, ok[0].nb[2] * 128);
+        // Experts need not be adjacent: ggml's nb[2] is taken as it is.
+        with(&|d| d[0].nb[2] += 64).unwrap();
+        let e = with(&|d| {
+            d[0].ne[1] = 764;
+            d[3].ne[0] = 764;
+        })
+        .unwrap_err();
+        assert_eq!(e.kind, ErrorKind::InvalidArgument);
+        assert!(e.message().contains("8-row groups of q4_0_8x8"), "{e}");
+        let e = with(&|d| d[0].nb[1] += 18).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::InvalidArgument);
+        assert!(
+            e.message().contains("packed plain rows of 1152 bytes"),
+            "{e}"
+        );
+        let e = with(&|d| d[0].ty = GgmlType::Q4_1.id() | 4 << 16 | 4 << 24).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::NotHandled);
+        assert!(
+            e.message().contains("ggml type 3 in a 4x4 repacked layout"),
+            "{e}"
+        );
     }
 
     /// Brute force: do the runs `[o, o + inner)` at `i·s + j·t` overlap?

@@ -14,7 +14,7 @@ use super::scatter::{publish, scale_row, Row as ScatterRow, QUAD};
 use super::spares::Spares;
 use super::stats::{bump, load, Counters, ExpertRun, Stage, Stages, Stats};
 use super::{Config, Error, ErrorKind, MtMode, SmallBatch};
-use crate::inflate::ExpertWeights;
+use crate::inflate::{dequantize_columns_in, ExpertWeights};
 use crate::isa::Isa;
 use crate::layout::Tiles;
 use crate::npu::{in_stream_envelope, BackendKind, Buffer, CoreMask, Device, MatMul};
@@ -151,16 +151,18 @@ impl Engine {
         dst1: &TensorDesc,
     ) -> Result<Plan, Error> {
         let (p0, p1) = (validate(w0, b, ids, dst0)?, validate(w1, b, ids, dst1)?);
-        if (p0.wtype, p0.k, p0.n, p0.n_expert) != (p1.wtype, p1.k, p1.n, p1.n_expert) {
+        let format = |p: &Problem| (p.wtype, p.layout, p.k, p.n, p.n_expert);
+        if format(&p0) != format(&p1) {
             return Err(Error::new(
                 ErrorKind::NotHandled,
                 format!(
-                    "a pair needs weights of one type and shape: {} {}x{}x{} and {} {}x{}x{}",
-                    p0.wtype.name(),
+                    "a pair needs weights of one type, layout and shape: {} {}x{}x{} and {} \
+                     {}x{}x{}",
+                    p0.layout.name(p0.wtype),
                     p0.k,
                     p0.n,
                     p0.n_expert,
-                    p1.wtype.name(),
+                    p1.layout.name(p1.wtype),
                     p1.k,
                     p1.n,
                     p1.n_expert
@@ -186,13 +188,9 @@ impl Engine {
     fn policy(&self, problem: Problem, pair: Option<Problem>) -> Result<Plan, Error> {
         let small = problem.rows_per_expert() < self.config.min_rows as usize;
         if small && self.config.small_batch == SmallBatch::Decline {
-            return Err(Error::new(
-                ErrorKind::NotHandled,
-                format!(
-                    "{} rows per expert is below min_rows {} (ORK_MIN_ROWS): left to the caller",
-                    problem.rows_per_expert(),
-                    self.config.min_rows
-                ),
+            return Err(Error::below_min_rows(
+                problem.rows_per_expert(),
+                self.config.min_rows,
             ));
         }
         Ok(Plan {
@@ -359,7 +357,7 @@ impl Engine {
                 bump(&self.counters.handled, 1);
                 log::debug!(
                     "handled {} K={} N={}: {} tokens x {} slots on {}",
-                    p.wtype.name(),
+                    p.layout.name(p.wtype),
                     p.k,
                     p.n,
                     p.n_tokens,
@@ -367,7 +365,12 @@ impl Engine {
                     self.device.backend().name()
                 );
             }
-            Err(e) => log::debug!("failed {} K={} N={}: {e}", p.wtype.name(), p.k, p.n),
+            Err(e) => log::debug!(
+                "failed {} K={} N={}: {e}",
+                p.layout.name(p.wtype),
+                p.k,
+                p.n
+            ),
         }
         r
     }
@@ -662,8 +665,8 @@ impl Engine {
     }
 
     /// The outlier correction of expert `e`'s rows (`(activation row, its outlier channels)`):
-    /// the dequantized weight columns of their channels, from the GGML blocks (the same values
-    /// as ggml's own dequantization), for every projection of the call.
+    /// the dequantized weight columns of their channels, from the GGML blocks in the call's
+    /// layout (the same values as ggml's own dequantization), for every projection of the call.
     fn corrections(
         &self,
         call: &Call,
@@ -685,8 +688,9 @@ impl Engine {
             0f32,
             "outlier columns",
         )?;
-        let mut cols = columns.chunks_exact_mut(p.n);
-        for (q, data) in projections {
+        let wanted: Vec<usize> = channels.iter().map(|&c| c as usize).collect();
+        let per_projection = columns.chunks_exact_mut(channels.len() * p.n);
+        for ((q, data), out) in projections.into_iter().zip(per_projection) {
             let (off, len) = q.expert_bytes(e);
             let w = ExpertWeights {
                 ty: q.wtype,
@@ -695,11 +699,9 @@ impl Engine {
                 n: q.n,
                 k: q.k,
             };
-            for (&c, col) in channels.iter().zip(&mut cols) {
-                w.dequantize_column(c as usize, col).map_err(|err| {
-                    Error::new(ErrorKind::Internal, format!("outlier column {c}: {err}"))
-                })?;
-            }
+            dequantize_columns_in(self.isa, q.layout, &w, &wanted, out).map_err(|err| {
+                Error::new(ErrorKind::Internal, format!("outlier columns: {err}"))
+            })?;
         }
         let (mut terms, mut ends) = (Vec::new(), Vec::with_capacity(rows.len()));
         for &(r, chans) in rows {

@@ -1,4 +1,5 @@
-//! An expert's int8 weights: found in the cache, or inflated now (and cached).
+//! An expert's int8 weights: found in the cache, or inflated now (and cached), from plain blocks
+//! or from the ggml-cpu repack the call names ([`crate::inflate::inflate_expert_in_with`]).
 //!
 //! A call computes one projection, or a pair sharing activations and ids (gate and up: one GEMM
 //! per expert over both). The weights of a pair are inflated into one native B, the first
@@ -12,7 +13,7 @@ use super::call::try_vec;
 use super::desc::Problem;
 use super::spares::Spares;
 use super::{Error, ErrorKind};
-use crate::inflate::{inflate_expert_with, ExpertWeights, InflateError};
+use crate::inflate::{inflate_expert_in_with, ExpertWeights, InflateError};
 use crate::isa::Isa;
 use crate::layout::Tiles;
 use crate::npu::Device;
@@ -48,6 +49,7 @@ impl Weights<'_> {
         let key = Key {
             addr: self.data.as_ptr() as usize + off,
             ty: p.wtype,
+            layout: p.layout,
             k: p.k,
             n: p.n,
             row_stride: p.w_nb1,
@@ -113,7 +115,7 @@ impl Experts {
                 n: p.n,
                 k: p.k,
             };
-            inflate_expert_with(isa, &w, tiles, out, chan).map_err(|err| match err {
+            inflate_expert_in_with(isa, p.layout, &w, tiles, out, chan).map_err(|err| match err {
                 InflateError::NonFiniteScale { row, block } => Error::new(
                     ErrorKind::InvalidArgument,
                     format!("as: expert {e}, row {row}, block {block} has a NaN or infinite scale"),

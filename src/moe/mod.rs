@@ -50,14 +50,51 @@ pub enum ErrorKind {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Error {
     pub kind: ErrorKind,
-    pub message: String,
+    message: Message,
+}
+
+/// An error's text, formatted when it is read: the small-batch decline is every decode call's
+/// answer, and formatting it would cost more than the rest of the decision.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Message {
+    Text(String),
+    BelowMinRows {
+        rows_per_expert: usize,
+        min_rows: u32,
+    },
 }
 
 impl Error {
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Error {
         Error {
             kind,
-            message: message.into(),
+            message: Message::Text(message.into()),
+        }
+    }
+
+    /// A call whose `rows_per_expert` is below the small-batch threshold: not handled.
+    pub fn below_min_rows(rows_per_expert: usize, min_rows: u32) -> Error {
+        Error {
+            kind: ErrorKind::NotHandled,
+            message: Message::BelowMinRows {
+                rows_per_expert,
+                min_rows,
+            },
+        }
+    }
+
+    /// The text `ork_last_error` shows.
+    pub fn message(&self) -> std::borrow::Cow<'_, str> {
+        match &self.message {
+            Message::Text(text) => text.into(),
+            Message::BelowMinRows {
+                rows_per_expert,
+                min_rows,
+            } => format!(
+                "{rows_per_expert} rows per expert is below min_rows {min_rows} (ORK_MIN_ROWS): \
+                 left to the caller"
+            )
+            .into(),
         }
     }
 
@@ -77,7 +114,7 @@ impl Error {
 
 impl std::fmt::Display for Error {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{:?}: {}", self.kind, self.message)
+        write!(f, "{:?}: {}", self.kind, self.message())
     }
 }
 

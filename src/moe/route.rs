@@ -153,7 +153,7 @@ mod tests {
         for bad in [-1, 4, i32::MIN, i32::MAX] {
             let err = Routing::new(&p, &[0, 1, 2, bad]).unwrap_err();
             assert_eq!(err.kind, ErrorKind::InvalidArgument);
-            assert!(err.message.contains("ids[1, 1]"), "{}", err.message);
+            assert!(err.message().contains("ids[1, 1]"), "{err}");
         }
     }
 }

@@ -43,6 +43,10 @@ _Static_assert(sizeof(mirror_ork_log_callback) == sizeof(ork_log_callback), "ork
 _Static_assert(mirror_ORK_LOG_ERROR_ == ORK_LOG_ERROR, "ORK_LOG_ERROR");
 _Static_assert(mirror_ORK_LOG_WARN_ == ORK_LOG_WARN, "ORK_LOG_WARN");
 _Static_assert(mirror_ORK_LOG_INFO_ == ORK_LOG_INFO, "ORK_LOG_INFO");
+/* The patch builds the weights' layout codes (ORK_TYPE_*) from ggml's type and repack. */
+_Static_assert(mirror_ORK_LAYOUT_ROWS_SHIFT_ == ORK_LAYOUT_ROWS_SHIFT, "ORK_LAYOUT_ROWS_SHIFT");
+_Static_assert(mirror_ORK_LAYOUT_CHUNK_SHIFT_ == ORK_LAYOUT_CHUNK_SHIFT, "ORK_LAYOUT_CHUNK_SHIFT");
+_Static_assert((2 | 8 << mirror_ORK_LAYOUT_ROWS_SHIFT_ | 8 << mirror_ORK_LAYOUT_CHUNK_SHIFT_) == ORK_TYPE_Q4_0_8X8, "q4_0_8x8");
 
 int main(void) {
     /* The function types must match too: the patch's callback is assignable to the header's. */

@@ -7,6 +7,9 @@
  *    must give the same bytes as the single-caller one.
  * 2. Bad input: every rejected call returns its code and a message, and leaves dst untouched.
  * 3. A pair call (gate and up of one input) gives the bytes of its two single calls.
+ * 4. Layout codes in ork_tensor.type (ORK_TYPE_*): decoded by ork_supports_type and the checks; whole
+ *    groups of packed rows or INVALID_ARGUMENT, unknown layouts NOT_HANDLED (the bits of repacked
+ *    experts are checked in tests/engine.rs).
  *
  * Environment: QUICK=1 runs a reduced matrix (for sanitizers and qemu).
  * Exit status 0 only if every check passed. */
@@ -411,6 +414,18 @@ static void bad_input(ork_ctx *ctx, ork_ctx *lead) {
     RESET(); w.ne[1] = dst.ne[0] = 0; expect(ctx, &w, &b, &ids, &dst, ORK_INVALID_ARGUMENT, "at least 1", "zero N");
     RESET(); w.ne[2] = (int64_t)1 << 40; w.nb[2] = (size_t)1 << 40; expect(ctx, &w, &b, &ids, &dst, ORK_INVALID_ARGUMENT, "overflows", "huge n_expert");
     RESET(); b.ne[2] = ids.ne[1] = dst.ne[2] = INT64_MAX; expect(ctx, &w, &b, &ids, &dst, ORK_INVALID_ARGUMENT, "", "INT64_MAX tokens");
+    /* Layout codes: ggml's repacked tensors keep the plain ne and nb; rows must be whole groups
+     * of packed rows, and a layout the library does not read is declined like an unknown type. */
+    RESET(); w.type = ORK_TYPE_Q4_0_8X8;
+    CHECK(ork_mul_mat_id_check(ctx, &w, &b, &ids, &dst) == ORK_OK, "check: q4_0_8x8 %s", ork_last_error());
+    RESET(); w.type = ORK_TYPE_Q4_0_8X8; w.ne[1] = dst.ne[0] = 28;
+    expect(ctx, &w, &b, &ids, &dst, ORK_INVALID_ARGUMENT, "8-row groups", "q4_0_8x8 with N = 28");
+    RESET(); w.type = ORK_TYPE_Q4_0_4X4; w.nb[1] += 2; w.nb[2] += 64;
+    expect(ctx, &w, &b, &ids, &dst, ORK_INVALID_ARGUMENT, "packed plain rows", "q4_0_4x4 with padded rows");
+    RESET(); w.type = T_Q4_0 | 16 << ORK_LAYOUT_ROWS_SHIFT | 1 << ORK_LAYOUT_CHUNK_SHIFT;
+    expect(ctx, &w, &b, &ids, &dst, ORK_NOT_HANDLED, "not supported", "unknown layout q4_0_16x1");
+    RESET(); w.type = T_Q4_1 | 4 << ORK_LAYOUT_ROWS_SHIFT | 4 << ORK_LAYOUT_CHUNK_SHIFT;
+    expect(ctx, &w, &b, &ids, &dst, ORK_NOT_HANDLED, "not supported", "q4_1 never repacked");
     RESET(); dst.nb[2] = dst.nb[1]; expect(ctx, &w, &b, &ids, &dst, ORK_INVALID_ARGUMENT, "overlap", "overlapping dst rows");
     RESET(); dst.data = b.data; expect(ctx, &w, &b, &ids, &dst, ORK_INVALID_ARGUMENT, "overlap", "dst aliasing b");
 
@@ -590,6 +605,11 @@ static void pair_calls(ork_ctx *emu) {
     CHECK(ork_mul_mat_id_pair_check(emu, &p.tw, &other, &p.tb, &p.tids, &d0, &d1) == ORK_INVALID_ARGUMENT ||
               ork_mul_mat_id_pair_check(emu, &p.tw, &other, &p.tb, &p.tids, &d0, &d1) == ORK_NOT_HANDLED,
           "pair of two shapes: %s", ork_last_error());
+    other = w1;
+    other.type = ORK_TYPE_Q4_K_8X8;
+    rc = ork_mul_mat_id_pair_check(emu, &p.tw, &other, &p.tb, &p.tids, &d0, &d1);
+    CHECK(rc == ORK_NOT_HANDLED && strstr(ork_last_error(), "one type, layout and shape"), "pair of two layouts: %u %s", rc,
+          ork_last_error());
     memset(d[3], SENTINEL, p.dst_bytes);
     rc = ork_mul_mat_id_pair(emu, &p.tw, &w1, &p.tb, &p.tids, &d0, &d0);
     CHECK(rc == ORK_INVALID_ARGUMENT && strstr(ork_last_error(), "overlaps"), "pair into one dst: %u %s", rc, ork_last_error());
@@ -606,6 +626,16 @@ int main(void) {
     CHECK(strcmp(ork_version(), "0.1.0") == 0, "version %s", ork_version());
     CHECK(ork_supports_type(T_Q4_0) == 1 && ork_supports_type(T_Q6_K) == 1, "supports_type quantized");
     CHECK(ork_supports_type(T_F32) == 0 && ork_supports_type(20) == 0 && ork_supports_type(-1) == 0, "supports_type others");
+    {
+        static const int32_t LAYOUTS[] = {ORK_TYPE_Q4_0_4X4, ORK_TYPE_Q4_0_4X8, ORK_TYPE_Q4_0_8X8, ORK_TYPE_Q8_0_4X4, ORK_TYPE_Q8_0_4X8,
+                                          ORK_TYPE_Q4_K_8X4, ORK_TYPE_Q4_K_8X8, ORK_TYPE_Q6_K_8X4, ORK_TYPE_Q6_K_8X8};
+        for (size_t i = 0; i < sizeof LAYOUTS / sizeof LAYOUTS[0]; i++) {
+            CHECK(ork_supports_type(LAYOUTS[i]) == 1, "supports_type layout %#x", (unsigned)LAYOUTS[i]);
+        }
+        CHECK(ork_supports_type(T_Q4_0 | 16 << ORK_LAYOUT_ROWS_SHIFT | 1 << ORK_LAYOUT_CHUNK_SHIFT) == 0, "supports_type q4_0_16x1");
+        CHECK(ork_supports_type(T_Q5_0 | 8 << ORK_LAYOUT_ROWS_SHIFT | 8 << ORK_LAYOUT_CHUNK_SHIFT) == 0, "supports_type q5_0_8x8");
+        CHECK(ORK_TYPE_Q4_0_8X8 == (T_Q4_0 | 8 << 16 | 8 << 24), "layout code encoding");
+    }
     {
         pthread_t th;
         int fresh = 0;

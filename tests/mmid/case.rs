@@ -3,6 +3,8 @@
 //! Drawn from a seeded generator (the property test) or from fuzz input (the fuzz target).
 
 use super::*;
+use ork_moe::inflate::from_plain;
+use ork_moe::moe::desc::weight_code;
 use ork_moe::testutil::Rng;
 use std::collections::BTreeSet;
 
@@ -384,6 +386,33 @@ pub fn random_case(rng: &mut impl Draw) -> Case {
             d.dst.addr = d.b.addr + token_span;
             case.fake = true;
             reasons.push(dec("dst interleaves with b"));
+            // b's extent is now past its buffer: dst there may lie on the weights' or ids'.
+            let d_extent = d.dst.addr..d.dst.addr + extent(4, &dst_dims);
+            let real =
+                |a: &Arena| a.addr() < d_extent.end && d_extent.start < a.addr() + a.bytes().len();
+            if real(&case.w) || real(&case.ids) {
+                reasons.push(Reason::MaybeInvalid("dst on another tensor's buffer"));
+            }
+        }
+        21 => {
+            // The experts in one of ggml-cpu's repacks of this type: whole groups of packed rows
+            // are the same call, anything else is not a tensor ggml repacks.
+            let layouts: Vec<Layout> = Layout::REPACKED
+                .iter()
+                .filter(|&&(ty, _)| ty == wt)
+                .map(|&(_, layout)| layout)
+                .collect();
+            if !layouts.is_empty() {
+                let layout = layouts[rng.below(layouts.len())];
+                d.w.ty = weight_code(wt, layout);
+                if !n.is_multiple_of(layout.rows()) {
+                    reasons.push(inv("repacked rows not whole groups"));
+                } else if w_nb1 != row_bytes {
+                    reasons.push(inv("repacked rows not packed"));
+                } else {
+                    repack(&mut case.w, layout, wt, k, n, (n_expert, w_nb2));
+                }
+            }
         }
         _ => {}
     }
@@ -401,6 +430,32 @@ pub fn random_case(rng: &mut impl Draw) -> Case {
     case.d = d;
     case.reasons = reasons;
     case
+}
+
+/// Rewrites the `n_expert` experts (`nb2` bytes apart) of `n` packed rows of `k` weights of `ty`
+/// in `w` into `layout`, one expert after the other (overlapping experts end up as junk, which a
+/// call must not read: such rows are declined).
+fn repack(
+    w: &mut Arena,
+    layout: Layout,
+    ty: GgmlType,
+    k: usize,
+    n: usize,
+    (n_expert, nb2): (usize, usize),
+) {
+    let len = n * ty.row_bytes(k).unwrap();
+    for e in 0..n_expert {
+        let at = if n_expert > 1 { e * nb2 } else { 0 };
+        let plain = w.bytes()[at..at + len].to_vec();
+        let expert = ExpertWeights {
+            ty,
+            data: &plain,
+            row_stride: len / n,
+            n,
+            k,
+        };
+        from_plain(layout, &expert, &mut w.bytes_mut()[at..at + len]).unwrap();
+    }
 }
 
 /// Which entry point a case goes through.

@@ -11,8 +11,10 @@
 pub mod case;
 
 use ork_moe::ffi::*;
-use ork_moe::inflate::{inflate_expert, ExpertWeights};
+use ork_moe::inflate::{inflate_expert_in, to_plain_with, ExpertWeights, Layout};
+use ork_moe::isa::Isa;
 use ork_moe::layout::Tiles;
+use ork_moe::moe::desc::weight_format;
 use ork_moe::moe::quantize::quantize_row;
 use ork_moe::quant::{dequantize_row, GgmlType};
 use std::ffi::c_void;
@@ -207,7 +209,7 @@ type Inflated = (Vec<i8>, Vec<f32>, Vec<f32>);
 
 /// Every output element of a valid call: walks the descriptors itself. `ids` must be in range.
 pub fn expected(d: &Descs, mem: &Memory) -> Vec<Expected> {
-    let ty = GgmlType::from_id(d.w.ty).expect("a supported weight type");
+    let (ty, layout) = weight_format(d.w.ty).expect("a supported weight type and layout");
     let [k, n, n_expert] = [0, 1, 2].map(|i| d.w.ne[i] as usize);
     let [n_used, n_tokens] = [0, 1].map(|i| d.ids.ne[i] as usize);
     let b_rows = d.b.ne[1] as usize;
@@ -243,10 +245,15 @@ pub fn expected(d: &Descs, mem: &Memory) -> Vec<Expected> {
                 };
                 let mut b8 = vec![0i8; tiles.b_len(kp, np)];
                 let mut chan = vec![0f32; np];
-                inflate_expert(&w, &tiles, &mut b8, &mut chan).ok()?;
+                inflate_expert_in(layout, &w, &tiles, &mut b8, &mut chan).ok()?;
+                // The dequantized rows from the plain blocks (repacked rows are packed).
+                let mut plain = bytes.to_vec();
+                if layout != Layout::Plain {
+                    to_plain_with(Isa::Scalar, layout, &w, &mut plain).unwrap();
+                }
                 let mut wf = vec![0f32; n * k];
                 for (r, row) in wf.chunks_exact_mut(k).enumerate() {
-                    dequantize_row(ty, &bytes[r * row_stride..r * row_stride + row_bytes], row)
+                    dequantize_row(ty, &plain[r * row_stride..r * row_stride + row_bytes], row)
                         .unwrap();
                 }
                 Some((b8, chan, wf))

@@ -22,7 +22,7 @@ use super::params::q4k_scales_mins;
 use super::{check, check_weights, inflate_expert_with, ExpertWeights, InflateError, TileInflater};
 use crate::isa::Isa;
 use crate::layout::Tiles;
-use crate::quant::{GgmlType, K_SCALE_SIZE};
+use crate::quant::{dequantize_element, GgmlType, QuantError, K_SCALE_SIZE};
 
 /// How an expert's blocks are arranged in memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -232,6 +232,72 @@ pub fn inflate_expert_in_with(
         inflater.tile(&mut rows, first, tile_out, chan_scales)?;
     }
     chan_scales[w.n..shape.np].fill(0.0);
+    Ok(())
+}
+
+/// Columns `columns` (input channels `< k`) of `w`'s dequantized weights, `w` stored in
+/// `layout`: `out[i·n + r]` = weight `(r, columns[i])` exactly as ggml dequantizes it, the values
+/// [`ExpertWeights::dequantize_column`] gives from the same weights in plain blocks. In a
+/// repacked layout each row group's multi-block of a column's block is untangled into its rows'
+/// plain blocks (on kernel path `isa`), once for a run of columns of the same block.
+pub fn dequantize_columns_in(
+    isa: Isa,
+    layout: Layout,
+    w: &ExpertWeights,
+    columns: &[usize],
+    out: &mut [f32],
+) -> Result<(), InflateError> {
+    let (Some(groups), Layout::Repacked { chunk, .. }) = (Groups::new(layout, w)?, layout) else {
+        for (&c, col) in columns.iter().zip(out.chunks_exact_mut(w.n.max(1))) {
+            w.dequantize_column(c, col)?;
+        }
+        return Ok(());
+    };
+    if !isa.is_available() {
+        return Err(InflateError::IsaUnavailable(isa));
+    }
+    if out.len() < columns.len() * w.n {
+        return Err(InflateError::OutputTooShort {
+            buffer: "columns",
+            needed: columns.len() * w.n,
+            got: out.len(),
+        });
+    }
+    if columns.iter().any(|&c| c >= w.k) {
+        return Err(InflateError::Quant(QuantError::RowNotWholeBlocks {
+            ty: w.ty,
+            k: w.k,
+        }));
+    }
+    let (be, bb, rows) = (w.ty.block_elems(), groups.block_bytes, groups.rows);
+    // One multi-block as a group of one block per row, the rows' blocks side by side.
+    let one = Groups {
+        rows,
+        fields: fields(w.ty, rows, chunk),
+        blocks: 1,
+        block_bytes: bb,
+        row_bytes: bb,
+    };
+    let untangle = untangler(isa);
+    let mut plain = vec![0u8; rows * bb];
+    let mut first = 0;
+    while first < columns.len() {
+        let x = columns[first] / be;
+        let run = columns[first..]
+            .iter()
+            .take_while(|&&c| c / be == x)
+            .count();
+        for g in 0..w.n / rows {
+            let multi = &groups.group(w, g)[x * rows * bb..(x + 1) * rows * bb];
+            untangle(&one, multi, &mut plain);
+            for (j, block) in plain.chunks_exact(bb).enumerate() {
+                for (i, &c) in (first..).zip(&columns[first..first + run]) {
+                    out[i * w.n + g * rows + j] = dequantize_element(w.ty, block, c % be);
+                }
+            }
+        }
+        first += run;
+    }
     Ok(())
 }
 
