@@ -7,7 +7,7 @@ use super::call::{
 };
 use super::desc::{validate, Problem, TensorDesc};
 use super::expert::{Experts, Source, Weights};
-use super::outliers::split_row;
+use super::outliers::{split_row, weight_columns};
 use super::quantize::quantize_row_scaled;
 use super::route::{Group, Routing, Row};
 use super::scatter::{publish, scale_row, Row as ScatterRow, QUAD};
@@ -665,8 +665,8 @@ impl Engine {
             0f32,
             "outlier columns",
         )?;
-        let mut cols = columns.chunks_exact_mut(p.n);
-        for (q, data) in projections {
+        let per_projection = columns.chunks_exact_mut(channels.len() * p.n);
+        for ((q, data), cols) in projections.into_iter().zip(per_projection) {
             let (off, len) = q.expert_bytes(e);
             let w = ExpertWeights {
                 ty: q.wtype,
@@ -675,11 +675,9 @@ impl Engine {
                 n: q.n,
                 k: q.k,
             };
-            for (&c, col) in channels.iter().zip(&mut cols) {
-                w.dequantize_column(c as usize, col).map_err(|err| {
-                    Error::new(ErrorKind::Internal, format!("outlier column {c}: {err}"))
-                })?;
-            }
+            weight_columns(&w, &channels, cols).map_err(|err| {
+                Error::new(ErrorKind::Internal, format!("outlier columns: {err}"))
+            })?;
         }
         let (mut terms, mut ends) = (Vec::new(), Vec::with_capacity(rows.len()));
         for &(r, chans) in rows {
