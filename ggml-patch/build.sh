@@ -11,43 +11,17 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-cache=${ORK_CACHE:-$HOME/.cache/ork-moe}
-sdist_version=0.3.36
-sdist_name=llama_cpp_python-$sdist_version.tar.gz
-sdist_sha256=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
 targets=${ORK_LLAMA_TARGETS:-llama-completion llama-perplexity llama-bench llama-quantize test-backend-ops ggml-rpc-server}
 cmake_flags=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DLLAMA_BUILD_TESTS=ON -DLLAMA_CURL=OFF -DGGML_RPC=ON)
 
-# Instruction sets. On x86-64, GGML_NATIVE=ON also turns on ggml's AMX matmul wherever /proc/cpuinfo lists
-# amx_tile/amx_int8, and on some such VMs that path dies of SIGILL (tileloadd in ggml_backend_amx_mul_mat)
-# although AMX programs of our own run there. So x86-64 builds name every instruction set the CPU lists,
-# AMX never; the list is part of the cache key, so a machine with other flags gets its own build.
-# aarch64 (the RK3588 board) has no AMX: -mcpu=native as usual.
-x86_isa_flags() {
-    local f
-    f=" $(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2) "
-    has() { local x; for x; do [[ $f == *" $x "* ]] || return 1; done; }
-    printf '%s\n' -DGGML_NATIVE=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF
-    has sse4_2 && echo -DGGML_SSE42=ON || echo -DGGML_SSE42=OFF
-    has avx && echo -DGGML_AVX=ON || echo -DGGML_AVX=OFF
-    has avx2 && echo -DGGML_AVX2=ON || echo -DGGML_AVX2=OFF
-    has fma && echo -DGGML_FMA=ON || echo -DGGML_FMA=OFF
-    has f16c && echo -DGGML_F16C=ON || echo -DGGML_F16C=OFF
-    has bmi2 && echo -DGGML_BMI2=ON || echo -DGGML_BMI2=OFF
-    has avx_vnni && echo -DGGML_AVX_VNNI=ON || echo -DGGML_AVX_VNNI=OFF
-    has avx512f avx512cd avx512vl avx512dq avx512bw && echo -DGGML_AVX512=ON || echo -DGGML_AVX512=OFF
-    has avx512vbmi && echo -DGGML_AVX512_VBMI=ON || echo -DGGML_AVX512_VBMI=OFF
-    has avx512_vnni && echo -DGGML_AVX512_VNNI=ON || echo -DGGML_AVX512_VNNI=OFF
-    has avx512_bf16 && echo -DGGML_AVX512_BF16=ON || echo -DGGML_AVX512_BF16=OFF
-}
-case $(uname -m) in
-x86_64) mapfile -t isa_flags < <(x86_isa_flags) ;;
-*) isa_flags=(-DGGML_NATIVE=ON) ;;
-esac
-cmake_flags+=("${isa_flags[@]}")
-
 die() { echo "build.sh: error: $*" >&2; exit 1; }
 log() { echo "build.sh: $*" >&2; }
+# shellcheck source=common.sh
+source "$here/common.sh"
+cache=$ork_cache
+# Instruction sets (common.sh: on x86-64 every set the CPU lists, AMX never).
+mapfile -t isa_flags < <(ork_isa_flags)
+cmake_flags+=("${isa_flags[@]}")
 
 need_tools() {
     local missing=()
@@ -72,8 +46,7 @@ need_tools() {
 }
 
 need_tools
-shopt -s nullglob
-patches=("$here"/*.patch)
+mapfile -t patches < <(ork_patches)
 ((${#patches[@]})) || die "no patches in $here"
 # The tree and build are keyed by the sdist and the cmake flags; a changed patch series is swapped in
 # place (reverse the applied one, apply the new one) so ninja rebuilds only the files it touches.
@@ -82,28 +55,13 @@ root=$cache/llama.cpp-$key
 src=$root/src
 build=$root/build
 applied=$root/applied.patch
-mkdir -p "$cache/sdist" "$root"
+mkdir -p "$root"
 
 # One builder per key at a time (CI and a developer may share the cache).
 exec 9>"$root/.lock"
 flock 9
 
-sdist=$cache/sdist/$sdist_name
-if [[ ! -f $sdist ]] || ! echo "$sdist_sha256  $sdist" | sha256sum -c --status; then
-    log "downloading $sdist_name from PyPI"
-    rm -f "$sdist"
-    # The file's address from the simple index (what pip reads). `pip download --no-binary :all:` would
-    # also prepare the sdist's metadata, building cmake and ninja from source first where no wheel is at hand.
-    index=${PIP_INDEX_URL:-https://pypi.org/simple}
-    url=$(curl -fsSL "${index%/}/llama-cpp-python/" | grep -o "href=\"[^\"]*/$sdist_name[^\"]*\"" | head -1 |
-        sed 's/^href="//; s/"$//; s/&amp;/\&/g') || true
-    if [[ -n $url ]]; then
-        curl -fsSL -o "$sdist" "$url" || rm -f "$sdist"
-    fi
-    [[ -f $sdist ]] || python3 -m pip download --no-deps --no-binary :all: "llama-cpp-python==$sdist_version" -d "$cache/sdist" >&2 ||
-        die "cannot download llama-cpp-python==$sdist_version from PyPI (network? index?)"
-    echo "$sdist_sha256  $sdist" | sha256sum -c --status || die "$sdist: sha256 mismatch"
-fi
+sdist=$(ork_fetch_sdist)
 
 if [[ -f $src/.ork-extracted && -f $applied ]] && ! cat "${patches[@]}" | cmp -s - "$applied"; then
     log "patch series changed: reverting the applied one"

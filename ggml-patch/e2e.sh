@@ -22,7 +22,6 @@ set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/.." && pwd)
-cache=${ORK_CACHE:-$HOME/.cache/ork-moe}
 lib=${1:-${ORK_MOE_LIB:-$repo/target/release/libork_moe.so}}
 threads=${ORK_E2E_THREADS:-$(nproc)}
 out=$here/work/e2e
@@ -32,6 +31,9 @@ die() { echo "e2e.sh: error: $*" >&2; exit 1; }
 step() { echo; echo "== $*"; }
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 pass() { echo "ok: $*"; }
+log() { echo "e2e.sh: $*" >&2; }
+# shellcheck source=common.sh
+source "$here/common.sh"
 
 [[ -f $lib ]] || die "plugin library not found: $lib (cargo build --release, or pass its path)"
 lib=$(cd "$(dirname "$lib")" && pwd)/$(basename "$lib")
@@ -45,18 +47,7 @@ bin=$build/bin
 echo "build dir: $build ($((SECONDS - t0)) s)"
 
 step "tiny qwen3moe models"
-models=$cache/tiny-qwen3moe-$(sha256sum <"$repo/tools/make_tiny_qwen3moe.py" | cut -c1-12)
-if [[ ! -f $models/done ]]; then
-    rm -rf "$models"
-    mkdir -p "$models"
-    python3 "$repo/tools/make_tiny_qwen3moe.py" "$models/f16.gguf" --text-out "$models/text.txt"
-    for q in Q4_0 Q4_K_M; do
-        "$bin/llama-quantize" "$models/f16.gguf" "$models/$q.gguf" "$q" >"$models/quantize-$q.log" 2>&1 ||
-            { tail -20 "$models/quantize-$q.log"; die "llama-quantize $q failed"; }
-    done
-    rm "$models/f16.gguf"
-    touch "$models/done"
-fi
+models=$(ork_tiny_models "$bin")
 ls -l "$models"/*.gguf
 grep -h "ffn_down_exps" "$models/quantize-Q4_K_M.log" | head -2 || true
 

@@ -135,6 +135,8 @@ typedef struct ork_config {
   // Faults the emulator injects (`ORK_EMU_FAULTS` syntax); NULL: the environment's or none.
   // Read during `ork_ctx_new` only.
   const char *emu_faults;
+  // Row counts one dynamic-shape context of librknnrt covers (0: one context per row count).
+  uint32_t rknn_dynamic_m;
 } ork_config;
 
 // Result of every fallible call.

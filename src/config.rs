@@ -13,6 +13,7 @@ use crate::isa::Isa;
 use crate::moe::cache::{Policy, Verify};
 use crate::moe::outliers::Rule;
 use crate::moe::{Config, MtMode, SmallBatch};
+use crate::npu::board::Settings;
 use crate::npu::emu::FaultPlan;
 use crate::npu::{BackendChoice, CoreMask};
 use std::path::PathBuf;
@@ -42,7 +43,17 @@ pub const VARS: &[Var] = &[
         default: "librknnrt.so",
         meaning: "path of the Rockchip runtime",
         apply: |c, v| {
-            c.device.rknn_lib = Some(PathBuf::from(v));
+            c.device.rknn.lib = Some(v.to_string());
+            Ok(())
+        },
+    },
+    Var {
+        name: "ORK_RKNN_DYNAMIC_M",
+        default: "64",
+        meaning: "row counts one dynamic-shape matmul context of the runtime covers (1..=W, W+1..=2W, ...; at most 512); 0: one context per row count",
+        apply: |c, v| {
+            let w: usize = v.parse().map_err(|_| "a whole number, at most 512")?;
+            c.device.rknn.dynamic_m = Some(w).filter(|&w| w <= 512).ok_or("at most 512")?;
             Ok(())
         },
     },
@@ -163,6 +174,20 @@ pub const VARS: &[Var] = &[
             c.log_level = v
                 .parse()
                 .map_err(|_| "off, error, warn, info, debug or trace")?;
+            Ok(())
+        },
+    },
+    Var {
+        name: "ORK_EMU_PROFILE",
+        default: "",
+        meaning: "emulator cost model: a board profile (the JSON `ork-probe board` writes) whose NPU figures `run_us_floor`, `task_us`, `core_tops`, `dram_gbps` replace the defaults of the four variables below, which still override it (unset: none)",
+        apply: |c, v| {
+            let text = std::fs::read_to_string(v)
+                .map_err(|e| format!("a readable board profile ({e})"))?;
+            let settings = Settings::from_profile(&text, v)
+                .map_err(|e| format!("a board profile ({e})"))?;
+            c.device.emu.cost = settings.params.npu_cost();
+            c.device.emu.profile = Some(PathBuf::from(v));
             Ok(())
         },
     },
@@ -357,7 +382,7 @@ mod tests {
         for var in VARS {
             let documented = match var.name {
                 // Defaults that are no value of the variable: the runtime's default names, no dump.
-                "ORK_RKNN_LIB" | "ORK_EMU_DUMP" | "ORK_EMU_FAULTS" => continue,
+                "ORK_RKNN_LIB" | "ORK_EMU_DUMP" | "ORK_EMU_FAULTS" | "ORK_EMU_PROFILE" => continue,
                 _ => parse(&[(var.name, var.default)]),
             };
             assert_eq!(documented, Ok(Config::default()), "{}", var.name);
@@ -417,11 +442,36 @@ mod tests {
             ("ORK_LOG", "loud"),
             ("ORK_OUTLIERS", "6"),
             ("ORK_OUTLIERS", "6:0"),
+            ("ORK_EMU_PROFILE", "/nonexistent/board.json"),
         ] {
             let e = parse(&[(name, value)]).unwrap_err();
             assert!(e.starts_with(&format!("{name}=")), "{e}");
             assert!(e.contains("expected"), "{e}");
         }
+    }
+
+    #[test]
+    fn a_board_profile_sets_the_emulator_cost_model_and_the_variables_override_it() {
+        use crate::npu::board::{Params, ProfileInfo};
+        let dir = std::env::temp_dir().join(format!("ork-config-profile-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("board.json");
+        let mut p = Params::default();
+        for (name, v) in [("run_us_floor", 61.5), ("task_us", 3.0), ("core_tops", 0.9)] {
+            p.set(name, v).unwrap();
+        }
+        std::fs::write(&path, p.to_profile(&ProfileInfo::default())).unwrap();
+        let file = path.to_str().unwrap();
+        let c = parse(&[("ORK_EMU_PROFILE", file)]).unwrap();
+        assert_eq!(c.device.emu.cost, p.npu_cost());
+        assert_eq!(c.device.emu.profile.as_deref(), Some(path.as_path()));
+        let c = parse(&[("ORK_EMU_PROFILE", file), ("ORK_EMU_CORE_TOPS", "1.5")]).unwrap();
+        assert_eq!(c.device.emu.cost.core_tops, 1.5);
+        assert_eq!(c.device.emu.cost.submit_us, 61.5);
+        std::fs::write(&path, r#"{"core_tops": "fast"}"#).unwrap();
+        let e = parse(&[("ORK_EMU_PROFILE", file)]).unwrap_err();
+        assert!(e.contains("core_tops is not a number"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

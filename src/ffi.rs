@@ -175,6 +175,8 @@ pub struct ork_config {
     /// Faults the emulator injects (`ORK_EMU_FAULTS` syntax); NULL: the environment's or none.
     /// Read during `ork_ctx_new` only.
     pub emu_faults: *const c_char,
+    /// Row counts one dynamic-shape context of librknnrt covers (0: one context per row count).
+    pub rknn_dynamic_m: u32,
 }
 
 /// The caller's threads for `ork_mul_mat_id_mt`.
@@ -338,6 +340,7 @@ fn to_c_config(c: &Config) -> ork_config {
         outlier_factor: c.outliers.map_or(0.0, |r| r.factor as f64),
         submitters: c.submitters.map_or(-1, |n| n as i32),
         emu_faults: std::ptr::null(),
+        rknn_dynamic_m: d.rknn.dynamic_m as u32,
     }
 }
 
@@ -385,8 +388,16 @@ fn from_c_config(c: &ork_config, base: Config) -> Result<Config, Error> {
     (cost.submit_us, cost.task_us) = (c.emu_submit_us, c.emu_task_us);
     (cost.core_tops, cost.dram_gbps) = (c.emu_core_tops, c.emu_dram_gbps);
     if let Some(p) = path(c.rknn_lib) {
-        d.rknn_lib = Some(p);
+        d.rknn.lib = Some(p.to_string_lossy().into_owned());
     }
+    d.rknn.dynamic_m = Some(c.rknn_dynamic_m as usize)
+        .filter(|&w| w <= 512)
+        .ok_or_else(|| {
+            invalid(&format!(
+                "config: rknn_dynamic_m {} > 512",
+                c.rknn_dynamic_m
+            ))
+        })?;
     if let Some(p) = path(c.emu_dump_dir) {
         d.emu.dump = Some(p);
     }

@@ -577,3 +577,37 @@ fn submitter_threads_give_the_same_bits() {
         );
     }
 }
+
+#[test]
+fn a_traced_call_reports_its_experts_in_phase_2_order() {
+    let emu = engine_on(BackendChoice::Emu, 1);
+    let case = Case::new(SHAPES[0], 1000);
+    let run = |case: &Case| {
+        let dst: Vec<AtomicU32> = (0..case.dst_len()).map(|_| AtomicU32::new(0)).collect();
+        let [w, b, ids, d] = case.descs(&dst);
+        let plan = emu.plan(&w, &b, &ids, &d).unwrap();
+        let p = &plan.problem;
+        let io = Inputs {
+            weights: &case.weights[..p.w_extent],
+            name: w.name,
+            b: &case.b[..p.b_extent / 4],
+            ids: &case.ids[..p.ids_extent / 4],
+            dst: &dst[..p.dst_extent / 4],
+            pair: None,
+        };
+        emu.run_traced(plan, &io).unwrap().1
+    };
+    let cold = run(&case);
+    let mut rows = vec![0usize; case.s.n_expert];
+    for &e in &case.ids {
+        rows[e as usize] += 1;
+    }
+    let used = rows.iter().filter(|&&r| r > 0).count();
+    assert_eq!(cold.len(), used);
+    // Most rows first, ties by id; every expert inflated on a cold cache, found on a warm one.
+    assert!(cold
+        .windows(2)
+        .all(|w| (w[0].rows, w[1].expert) >= (w[1].rows, w[0].expert)));
+    assert!(cold.iter().all(|r| rows[r.expert] == r.rows && !r.hit));
+    assert!(run(&case).iter().all(|r| r.hit));
+}

@@ -18,19 +18,23 @@ struct Inflated {
 }
 
 fn inflate(isa: Option<Isa>, w: &ExpertWeights) -> Result<Inflated, InflateError> {
-    let (kp, np) = (T.pad(w.k), T.pad(w.n));
-    let mut b = vec![SENTINEL; T.b_len(kp, np) + SENTINEL_LEN];
+    inflate_on(&T, isa, w)
+}
+
+fn inflate_on(t: &Tiles, isa: Option<Isa>, w: &ExpertWeights) -> Result<Inflated, InflateError> {
+    let (kp, np) = (t.pad(w.k), t.pad(w.n));
+    let mut b = vec![SENTINEL; t.b_len(kp, np) + SENTINEL_LEN];
     let mut scales = vec![f32::NAN; np + 1];
     match isa {
-        Some(isa) => inflate_expert_with(isa, w, &T, &mut b, &mut scales)?,
-        None => inflate_expert_via_f32(w, &T, &mut b, &mut scales)?,
+        Some(isa) => inflate_expert_with(isa, w, t, &mut b, &mut scales)?,
+        None => inflate_expert_via_f32(w, t, &mut b, &mut scales)?,
     }
     assert!(
-        b[T.b_len(kp, np)..].iter().all(|&x| x == SENTINEL),
+        b[t.b_len(kp, np)..].iter().all(|&x| x == SENTINEL),
         "wrote past native B"
     );
     assert!(scales[np].is_nan(), "wrote past the channel scales");
-    b.truncate(T.b_len(kp, np));
+    b.truncate(t.b_len(kp, np));
     scales.truncate(np);
     Ok(Inflated { b, scales })
 }
@@ -51,16 +55,23 @@ fn random_expert(ty: GgmlType, n: usize, k: usize, rng: &mut Rng) -> Vec<u8> {
     data
 }
 
-/// Shapes with odd channel counts (padding) and several blocks per row; modest for qemu.
-fn shapes(ty: GgmlType) -> [(usize, usize); 3] {
+/// Shapes with odd channel counts (padding) and several blocks per row, and rows long enough
+/// for the kernels' wide paths (128-byte windows of blocks, 8×8 transposes, groups of runs)
+/// with a remainder each; modest for qemu.
+fn shapes(ty: GgmlType) -> [(usize, usize); 4] {
     let be = ty.block_elems();
-    [(1, be), (33, 3 * be), (70, 2 * be)]
+    [(1, be), (33, 3 * be), (70, 2 * be), (37, 13 * be)]
 }
 
 fn assert_all_paths_equal(ty: GgmlType, w: &ExpertWeights, what: &str) {
-    let reference = inflate(Some(Isa::Scalar), w).expect("scalar inflate");
+    assert_all_paths_equal_on(&T, ty, w, what);
+}
+
+fn assert_all_paths_equal_on(t: &Tiles, ty: GgmlType, w: &ExpertWeights, what: &str) {
+    let inflate = |isa| inflate_on(t, Some(isa), w);
+    let reference = inflate(Isa::Scalar).expect("scalar inflate");
     for isa in Isa::available() {
-        let got = inflate(Some(isa), w).expect("inflate");
+        let got = inflate(isa).expect("inflate");
         let scale_bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         assert_eq!(
             scale_bits(&got.scales),
@@ -390,5 +401,72 @@ fn wider_tiles_and_padding_depth_are_honoured() {
         assert_eq!(b, expect, "{isa:?}");
         assert_eq!(s[..3], base.scales[..3]);
         assert!(s[3..].iter().all(|&x| x == 0.0));
+    }
+}
+
+#[test]
+fn every_path_matches_scalar_on_other_tile_widths() {
+    // One row per tile (no row pairs: the single-row kernels), 24 (the transposes' edges) and 64.
+    let widths = [(1, 32), (24, 96), (64, 64)];
+    let mut rng = Rng::new(8);
+    for ty in GgmlType::QUANTIZED {
+        let (n, k) = (37, 9 * ty.block_elems());
+        for (b_n, align) in widths {
+            let t = Tiles { b_n, align, ..T };
+            for (what, data) in [
+                ("random", random_expert(ty, n, k, &mut rng)),
+                ("adversarial", adversarial_expert(ty, n, k, &mut rng)),
+            ] {
+                let w = ExpertWeights {
+                    ty,
+                    data: &data,
+                    row_stride: ty.row_bytes(k).unwrap(),
+                    n,
+                    k,
+                };
+                assert_all_paths_equal_on(&t, ty, &w, &format!("{what}, b_n {b_n}"));
+            }
+        }
+    }
+}
+
+#[test]
+fn a_non_finite_scale_is_reported_at_its_first_row_and_block_on_every_path() {
+    let mut rng = Rng::new(10);
+    for ty in GgmlType::QUANTIZED {
+        let (n, k) = (70, 11 * ty.block_elems());
+        let rb = ty.row_bytes(k).unwrap();
+        for &at in half_offsets(ty) {
+            for (row, block) in [(0, 0), (33, 10), (69, 5), (40, 7)] {
+                let mut data = random_expert(ty, n, k, &mut rng);
+                let bad = |data: &mut [u8], row: usize, block: usize, h: u16| {
+                    let o = row * rb + block * ty.block_bytes() + at;
+                    data[o..o + 2].copy_from_slice(&h.to_le_bytes());
+                };
+                bad(&mut data, row, block, 0x7c00);
+                // Later in the same row and in later rows: not the first.
+                bad(&mut data, row, 10, 0xfe00);
+                if row + 1 < n {
+                    bad(&mut data, row + 1, 2, 0x7e00);
+                }
+                let w = ExpertWeights {
+                    ty,
+                    data: &data,
+                    row_stride: rb,
+                    n,
+                    k,
+                };
+                for isa in Isa::available() {
+                    let Err(err) = inflate(Some(isa), &w) else {
+                        panic!("{ty:?} {isa:?}: no error");
+                    };
+                    assert_eq!(
+                        err,
+                        InflateError::NonFiniteScale { row, block },
+                        "{ty:?} {isa:?} field at {at}"
+                    );
+                }
+            }
+        }
     }
 }

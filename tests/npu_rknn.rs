@@ -2,68 +2,18 @@
 //! CPU int8 reference, bit for bit.
 
 mod npu_util;
+mod standin;
 
 use npu_util::{random_i8, slow_target, Case, A3B, ROWS};
 use ork_moe::npu::{
-    flags, BackendChoice, BackendKind, CoreMask, Device, DeviceConfig, Error, MatMul, Primitive,
+    flags, rknn, BackendChoice, BackendKind, Buffer, CoreMask, Device, DeviceConfig, Error, MatMul,
+    Primitive,
 };
-use std::path::PathBuf;
-use std::process::Command;
-use std::sync::OnceLock;
+use standin::{Sdk, Standin};
 
-/// The C compiler for the target the tests run on: `ORK_STANDIN_CC`, else cargo's per-target
-/// `CC_<triple>` or `CC`, else the Debian cross compiler when built for aarch64, else `cc`.
-fn compiler() -> String {
-    let triple = if cfg!(target_arch = "aarch64") {
-        "aarch64_unknown_linux_gnu"
-    } else {
-        "x86_64_unknown_linux_gnu"
-    };
-    let from_env = [
-        "ORK_STANDIN_CC".to_string(),
-        format!("CC_{triple}"),
-        "CC".to_string(),
-    ]
-    .into_iter()
-    .find_map(|v| std::env::var(v).ok().filter(|s| !s.is_empty()));
-    if let Some(cc) = from_env {
-        return cc;
-    }
-    let cross = "aarch64-linux-gnu-gcc";
-    let have_cross = Command::new(cross)
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if cfg!(target_arch = "aarch64") && have_cross {
-        cross.into()
-    } else {
-        "cc".into()
-    }
-}
-
-/// Builds the stand-in once per test binary.
+/// The shared stand-in instance of the tests that need no private switches or counters.
 fn standin() -> &'static str {
-    static LIB: OnceLock<String> = OnceLock::new();
-    LIB.get_or_init(|| {
-        let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/standin/rknnrt_standin.c");
-        let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-            .join(format!("librknnrt-standin-{}.so", std::process::id()));
-        let cc = compiler();
-        let status = Command::new(&cc)
-            .args([
-                "-std=c11", "-Wall", "-Wextra", "-Werror", "-O2", "-shared", "-fPIC", "-o",
-            ])
-            .arg(&out)
-            .arg(&src)
-            .arg("-lpthread")
-            .status()
-            .unwrap_or_else(|e| panic!("running {cc}: {e}"));
-        assert!(
-            status.success(),
-            "{cc} failed to build the stand-in runtime"
-        );
-        out.to_string_lossy().into_owned()
-    })
+    standin::build(Sdk::V2_3)
 }
 
 fn device() -> Device {
@@ -75,6 +25,10 @@ fn opens_through_dlopen_and_reports_the_runtime_tiles() {
     let dev = device();
     assert_eq!(dev.backend(), BackendKind::Rknn);
     assert_eq!(dev.tiles(), ork_moe::layout::Tiles::RK3588);
+    assert_eq!(
+        dev.runtime_version().as_deref(),
+        Some("2.3.2 (ork-moe stand-in)")
+    );
     assert!(matches!(
         Device::rknn(Some("/nonexistent/librknnrt.so")),
         Err(Error::Device(_))
@@ -168,7 +122,9 @@ fn operands_at_offsets_stream_and_chain_match() {
 #[test]
 fn the_runtime_sees_stale_data_without_sync() {
     let dev = device();
-    let case = Case::random(4, 512, 64, 8);
+    // One N-tile, so one core writes C in place (a GEMM split over cores has its other slices
+    // copied into C by the CPU when the submit finishes, visible at once).
+    let case = Case::random(4, 512, 32, 8);
     let (mut a, b, mut c) = case.upload(&dev, flags::CPU_FILLED, 0);
     a.as_mut_slice()
         .copy_from_slice(&random_i8(case.a.len(), 77));
@@ -228,7 +184,10 @@ fn auto_takes_the_runtime_when_it_answers_else_the_emulator() {
     let open = |backend, lib: &str| {
         Device::open(&DeviceConfig {
             backend,
-            rknn_lib: Some(lib.into()),
+            rknn: ork_moe::npu::rknn::Config {
+                lib: Some(lib.into()),
+                ..Default::default()
+            },
             ..DeviceConfig::default()
         })
     };
@@ -237,4 +196,329 @@ fn auto_takes_the_runtime_when_it_answers_else_the_emulator() {
     assert_eq!(auto(standin), BackendKind::Rknn);
     assert_eq!(auto("/nonexistent/librknnrt.so"), BackendKind::Emu);
     assert!(open(BackendChoice::Rknn, "/nonexistent/librknnrt.so").is_err());
+    // Decided at open: no NPU device falls back to the emulator, a single-core chip keeps the NPU.
+    let none = Standin::new(Sdk::V2_3, "no_device=1");
+    assert_eq!(auto(&none.path), BackendKind::Emu);
+    let one = Standin::new(Sdk::V2_3, "cores=1");
+    assert_eq!(auto(&one.path), BackendKind::Rknn);
+}
+
+// ---- issue 12: what only the real runtime decides, caught by the stand-in ----
+// Each test names the regression it catches: "today's code" is the backend before these fixes, a
+// "broken variant" a deliberate one-line break of the fix, run once to see the test fail.
+
+/// Two experts' weights in one B buffer and A at an offset, as the engine and the tests use them:
+/// every run_i8 then needs operands at offsets (B's per-core slices, A at 64, C's slices).
+struct Offsets {
+    m: usize,
+    gate: Case,
+    up: Case,
+    a: Buffer<i8>,
+    b: Buffer<i8>,
+}
+
+impl Offsets {
+    fn new(dev: &Device, m: usize, k: usize, n: usize, seed: u64) -> Offsets {
+        let x = random_i8(m * k, seed);
+        let gate = Case::from_rows(m, k, n, &x, &random_i8(n * k, seed + 1));
+        let up = Case::from_rows(m, k, n, &x, &random_i8(n * k, seed + 2));
+        let mut a = dev
+            .alloc::<i8>(64 + gate.a.len(), flags::CPU_FILLED, 0)
+            .unwrap();
+        a.write(64, &gate.a).unwrap();
+        a.sync_to_device().unwrap();
+        let mut b = dev
+            .alloc::<i8>(2 * gate.b.len(), flags::CPU_FILLED, 0)
+            .unwrap();
+        b.write(0, &gate.b).unwrap();
+        b.write(gate.b.len(), &up.b).unwrap();
+        b.sync_to_device().unwrap();
+        Offsets { m, gate, up, a, b }
+    }
+
+    /// Both GEMMs with run_i8 (split over the cores), into one C; true when both are exact.
+    fn run(&self, dev: &Device, c: &mut Buffer<i32>) -> bool {
+        let (m, k, n) = (self.m, self.gate.kp, self.gate.np);
+        let mm = |b_offset, c_offset| MatMul {
+            m,
+            k,
+            n,
+            a: &self.a,
+            a_offset: 64,
+            b: &self.b,
+            b_offset,
+            c_offset,
+        };
+        dev.run_i8(mm(0, 0), c).unwrap();
+        dev.run_i8(mm(self.gate.b.len(), m * n), c).unwrap();
+        c.sync_from_device().unwrap();
+        c.as_slice()[..m * n] == self.gate.expected[..]
+            && c.as_slice()[m * n..2 * m * n] == self.up.expected[..]
+    }
+}
+
+/// Issue 12 fix 1. Fails on today's code (a view created and destroyed on every run: the import
+/// count grows with the runs) and on the broken variant that destroys a buffer before its views in
+/// `Mem::drop` (the stand-in reports a violation).
+#[test]
+fn views_are_made_once_per_buffer_and_offset_and_die_before_their_buffer() {
+    let s = Standin::new(Sdk::V2_3, "");
+    let dev = Device::rknn(Some(&s.path)).unwrap();
+    let ops = Offsets::new(&dev, 9, 512, 160, 3);
+    let mut c = dev.alloc::<i32>(2 * 9 * 160, flags::CPU_FILLED, 0).unwrap();
+    assert!(ops.run(&dev, &mut c));
+    let after_one = s.counters();
+    assert!(
+        after_one.imports > 0,
+        "operands at offsets go through views"
+    );
+    for _ in 0..10 {
+        assert!(ops.run(&dev, &mut c));
+    }
+    // Other row counts: C's slices move with M, B's and A's offsets do not.
+    for m in [1, 4, 17] {
+        let mut c = dev.alloc::<i32>(2 * m * 160, flags::CPU_FILLED, 0).unwrap();
+        let more = Offsets::new(&dev, m, 512, 160, 30 + m as u64);
+        assert!(more.run(&dev, &mut c), "m={m}");
+        assert!(more.run(&dev, &mut c), "m={m} again");
+    }
+    let after = s.counters();
+    assert_eq!(after_one.imports, 6, "A at 64; B's slices at 2 + 3 offsets");
+    assert_eq!(
+        after.imports,
+        4 * after_one.imports,
+        "one import per new (buffer, offset)"
+    );
+    assert_eq!(
+        after.live_views, after_one.live_views,
+        "the m loop's buffers took their views along"
+    );
+    drop((ops, c));
+    assert_eq!(s.counters().live_views, 0);
+    drop(dev);
+    let end = s.counters();
+    assert_eq!(
+        (end.live_buffers, end.live_contexts),
+        (0, 0),
+        "nothing leaks"
+    );
+    assert_eq!(end.violations, 0, "no buffer died before its views");
+}
+
+/// Issue 12 fix 2. Fails on today's code: the three per-core runs bind the same A buffer on three
+/// contexts at once, which the stand-in (holding each binding 300 µs) reports as a violation and
+/// refuses. The broken variant without the process-wide bind lock fails the same way.
+#[test]
+fn binding_is_serialized_and_only_runs_overlap() {
+    let s = Standin::new(Sdk::V2_3, "bind_us=300");
+    let dev = Device::rknn(Some(&s.path)).unwrap();
+    let cases: Vec<Case> = (0..3).map(|i| Case::random(5, 256, 96, 70 + i)).collect();
+    std::thread::scope(|scope| {
+        for case in &cases {
+            let dev = &dev;
+            scope.spawn(move || {
+                for _ in 0..3 {
+                    assert!(case.run(dev) == case.expected);
+                }
+            });
+        }
+    });
+    let n = s.counters();
+    assert_eq!(n.runs, 3 * 3 * 3, "every N-split ran");
+    assert_eq!((n.violations, n.overlapping_binds), (0, 0), "{n:?}");
+}
+
+/// Issue 12 fix 3. Fails on today's code: `offset as i32` turns an operand at 2 GiB into a negative
+/// offset, which the stand-in refuses (the real runtime's behaviour is undocumented).
+#[test]
+fn operands_at_2_gib_and_beyond_are_staged_never_wrapped() {
+    let s = Standin::new(Sdk::V2_3, "");
+    let dev = Device::rknn(Some(&s.path)).unwrap();
+    let case = Case::random(3, 256, 96, 9);
+    let at = (1usize << 31) + 4096;
+    // Non-cacheable: the stand-in keeps one copy, and only the pages written are ever touched.
+    let mut big = dev
+        .alloc::<i8>(at + 2 * case.b.len(), flags::UNCACHED, 0)
+        .unwrap();
+    big.write(at, &case.b).unwrap();
+    big.write(at + case.b.len(), &case.a).unwrap();
+    let mut c = dev
+        .alloc::<i32>(case.expected.len(), flags::UNCACHED, 0)
+        .unwrap();
+    let mm = MatMul {
+        a_offset: at + case.b.len(),
+        b_offset: at,
+        ..case.matmul(&big, &big)
+    };
+    dev.run_i8(mm, &mut c).unwrap();
+    assert!(c.as_slice() == &case.expected[..]);
+    assert_eq!(
+        s.counters().imports,
+        0,
+        "no view at an offset int32 cannot hold"
+    );
+}
+
+/// Issue 12 fix 4. Fails on today's code, whose error only says "missing symbol rknn_create_mem2".
+#[test]
+fn an_old_runtime_is_refused_naming_the_version_found_and_needed() {
+    let old = standin::build(Sdk::V1_6);
+    let Err(Error::Device(msg)) = Device::rknn(Some(old)) else {
+        panic!("runtime 1.6.0 must be refused");
+    };
+    for part in [old, "1.6.0", "SDK 2.0 or newer"] {
+        assert!(msg.contains(part), "{part:?} missing in: {msg}");
+    }
+    // 2.0 names the dynamic-shape creator differently; it opens and reuses contexts all the same.
+    let s = Standin::new(Sdk::V2_0, "");
+    let dev = Device::rknn(Some(&s.path)).unwrap();
+    assert_eq!(
+        dev.runtime_version().as_deref(),
+        Some("2.0.0b0 (ork-moe stand-in)")
+    );
+    for m in 1..=5 {
+        let case = Case::random(m, 256, 32, m as u64);
+        assert!(case.run(&dev) == case.expected, "m={m}");
+    }
+    assert_eq!(dev.stats().contexts_created, 1);
+    assert!(s.counters().shape_switches >= 5);
+}
+
+/// Issue 12 fix 5. Fails on today's code: every context creation sets a single-core mask, which a
+/// single-core chip refuses, so every GEMM fails.
+#[test]
+fn a_single_core_chip_runs_everything_on_its_one_core() {
+    let s = Standin::new(Sdk::V2_3, "cores=1");
+    let dev = Device::rknn(Some(&s.path)).unwrap();
+    let refused_at_open = s.counters().core_mask_refused;
+    assert_eq!(refused_at_open, 3, "open() tries each core once");
+    let ops = Offsets::new(&dev, 7, 512, 160, 11);
+    let mut c = dev.alloc::<i32>(2 * 7 * 160, flags::CPU_FILLED, 0).unwrap();
+    assert!(ops.run(&dev, &mut c));
+    let case = Case::random(4, 512, 64, 12);
+    let (a, b, mut c) = case.upload(&dev, flags::CPU_FILLED, 0);
+    for primitive in [Primitive::StreamI8, Primitive::ChainI8] {
+        c.as_mut_slice().fill(0);
+        c.sync_to_device().unwrap();
+        match primitive {
+            Primitive::StreamI8 => dev.run_stream_i8(vec![case.matmul(&a, &b)], &mut c),
+            _ => dev.run_chain_i8(vec![case.matmul(&a, &b)], &mut c, CoreMask::CORE_2),
+        }
+        .unwrap();
+        c.sync_from_device().unwrap();
+        assert!(c.as_slice() == &case.expected[..], "{primitive:?}");
+    }
+    let st = dev.stats();
+    assert_eq!(st.tasks_per_core[1..], [0, 0], "one core does everything");
+    assert_eq!(
+        s.counters().core_mask_refused,
+        refused_at_open,
+        "decided at open, not per call"
+    );
+}
+
+/// Issue 12 fix 6. Fails on today's code, whose error is a bare "rknn_matmul_create failed with -1".
+#[test]
+fn no_npu_device_is_reported_with_the_library_and_the_likely_cause() {
+    let s = Standin::new(Sdk::V2_3, "no_device=1");
+    let Err(Error::Device(msg)) = Device::rknn(Some(&s.path)) else {
+        panic!("no device must fail to open");
+    };
+    for part in [
+        s.path.as_str(),
+        "-1 (RKNN_ERR_FAIL)",
+        "rknpu kernel driver",
+        "device node",
+    ] {
+        assert!(msg.contains(part), "{part:?} missing in: {msg}");
+    }
+}
+
+/// Issue 12 fix 7. Fails on today's code, which creates a context per (M, core): 3 × 40 here.
+#[test]
+fn contexts_are_reused_across_row_counts() {
+    let count = |dynamic_m: usize| {
+        let s = Standin::new(Sdk::V2_3, "");
+        let dev = Device::rknn_with(&rknn::Config {
+            lib: Some(s.path.clone()),
+            dynamic_m,
+        })
+        .unwrap();
+        for m in 1..=40 {
+            let case = Case::random(m, 256, 96, 100 + m as u64);
+            assert!(
+                case.run(&dev) == case.expected,
+                "m={m} dynamic_m={dynamic_m}"
+            );
+        }
+        let created = dev.stats().contexts_created;
+        assert_eq!(
+            s.counters().contexts_created,
+            created + 1,
+            "all but the probe counted"
+        );
+        created
+    };
+    assert_eq!(
+        count(rknn::DEFAULT_DYNAMIC_M),
+        3,
+        "one dynamic context per core"
+    );
+    assert_eq!(count(16), 3 * 3, "M buckets 1..=16, 17..=32, 33..=48");
+    assert_eq!(
+        count(0),
+        3 * 40,
+        "dynamic_m = 0: one context per M and core"
+    );
+}
+
+/// Issue 12 fix 8. Fails on today's code, which never compares a context's dims with the packer's
+/// layout (the stand-in's skewed B tile would pass unnoticed).
+#[test]
+fn reported_dims_that_differ_from_the_packer_are_a_device_error() {
+    let s = Standin::new(Sdk::V2_3, "skew_after=1");
+    let dev = Device::rknn(Some(&s.path)).unwrap();
+    let case = Case::random(2, 256, 64, 1);
+    let (a, b, mut c) = case.upload(&dev, flags::CPU_FILLED, 0);
+    let Err(Error::Device(msg)) = dev.run_i8(case.matmul(&a, &b), &mut c) else {
+        panic!("a context with other B tiles must not run");
+    };
+    assert!(
+        msg.contains("lays out B") && msg.contains("[2, 8, 16, 32]"),
+        "{msg}"
+    );
+    assert_eq!(s.counters().runs, 0);
+}
+
+/// Issue 12 fix 1, the bound: a buffer holds at most `MAX_VIEWS` (64) views; operands at further
+/// offsets are copied through staging buffers, still exact. Fails on the broken variant without
+/// the cap (one import per offset: 69).
+#[test]
+fn a_buffers_views_are_capped_and_later_offsets_staged() {
+    let s = Standin::new(Sdk::V2_3, "");
+    let dev = Device::rknn(Some(&s.path)).unwrap();
+    let experts: Vec<Case> = (0..70).map(|e| Case::random(2, 32, 32, 200 + e)).collect();
+    let len = experts[0].b.len();
+    let mut b = dev
+        .alloc::<i8>(len * experts.len(), flags::CPU_FILLED, 0)
+        .unwrap();
+    for (e, case) in experts.iter().enumerate() {
+        b.write(e * len, &case.b).unwrap();
+    }
+    b.sync_to_device().unwrap();
+    for (e, case) in experts.iter().enumerate() {
+        let (a, _, mut c) = case.upload(&dev, flags::CPU_FILLED, 0);
+        let mm = MatMul {
+            b_offset: e * len,
+            ..case.matmul(&a, &b)
+        };
+        dev.run_i8(mm, &mut c).unwrap();
+        c.sync_from_device().unwrap();
+        assert!(c.as_slice() == &case.expected[..], "expert {e}");
+    }
+    assert_eq!(
+        s.counters().imports,
+        64,
+        "offsets 1..=64 as views, the last 5 staged"
+    );
 }

@@ -41,6 +41,11 @@ pub struct Options {
     pub quick: bool,
     /// (accuracy) folder of real-weights vectors.
     pub data: Option<PathBuf>,
+    /// (board) the profile JSON to write.
+    pub profile: Option<PathBuf>,
+    /// `inflate`: only call the direct inflate this many times per shape and type, untimed (a
+    /// workload for instruction counters: callgrind, qemu).
+    pub calls: Option<usize>,
 }
 
 impl Options {
@@ -63,6 +68,7 @@ impl Options {
                 "--quick" => o.quick = true,
                 "--svg" => o.svg = Some(PathBuf::from(value()?)),
                 "--data" => o.data = Some(PathBuf::from(value()?)),
+                "--profile" => o.profile = Some(PathBuf::from(value()?)),
                 "--shapes" => o.shapes = Some(list(&value()?, parse_shape)?),
                 "--m" => o.m = Some(list(&value()?, parse_count)?),
                 "--types" => {
@@ -73,6 +79,7 @@ impl Options {
                     })?)
                 }
                 "--threads" => o.threads = Some(parse_count(&value()?)?),
+                "--calls" => o.calls = Some(parse_count(&value()?)?),
                 "--backend" => {
                     let v = value()?;
                     o.backend = Some(BackendChoice::parse(&v).ok_or_else(|| {
@@ -160,18 +167,25 @@ pub fn time<F: FnMut()>(warmup: usize, repeats: usize, mut f: F) -> Timing {
     for _ in 0..warmup {
         f();
     }
-    let mut t: Vec<f64> = (0..repeats.max(1))
+    let t: Vec<f64> = (0..repeats.max(1))
         .map(|_| {
             let start = Instant::now();
             f();
             start.elapsed().as_secs_f64()
         })
         .collect();
-    t.sort_by(f64::total_cmp);
-    Timing {
-        median: t[t.len() / 2],
-        min: t[0],
-        max: t[t.len() - 1],
+    Timing::of(t)
+}
+
+impl Timing {
+    /// Median and spread of `seconds` (at least one).
+    pub fn of(mut seconds: Vec<f64>) -> Timing {
+        seconds.sort_by(f64::total_cmp);
+        Timing {
+            median: seconds[seconds.len() / 2],
+            min: seconds[0],
+            max: seconds[seconds.len() - 1],
+        }
     }
 }
 

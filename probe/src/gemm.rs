@@ -47,7 +47,7 @@ pub struct Repeats {
 type Operands = (Buffer<i8>, Buffer<i8>, Buffer<i32>);
 
 /// Buffers of one GEMM on `dev`, filled and synced.
-fn upload(dev: &Device, a: &[i8], b: &[i8], c_len: usize) -> Result<Operands, String> {
+pub fn upload(dev: &Device, a: &[i8], b: &[i8], c_len: usize) -> Result<Operands, String> {
     let e = |e: ork_moe::npu::Error| e.to_string();
     let mut ab = dev.alloc::<i8>(a.len(), flags::CPU_FILLED, 0).map_err(e)?;
     ab.write(0, a).map_err(e)?;
@@ -75,11 +75,13 @@ fn submit(
     Ok(report)
 }
 
-fn measure(
+/// [`measure_operands`] on random operands of a K × N GEMM with `m` rows.
+pub fn measure(
     npu: &Device,
     cpu: &Device,
     isa: Isa,
     (k, n, m): (usize, usize, usize),
+    reps: Repeats,
 ) -> Result<Row, String> {
     let t = npu.tiles();
     let mut rng = Rng::new((k * 131 + n * 7 + m) as u64);
@@ -87,10 +89,6 @@ fn measure(
     let mut b = vec![0i8; t.b_len(t.pad(k), t.pad(n))];
     rng.fill_i8(&mut a);
     rng.fill_i8(&mut b);
-    let reps = Repeats {
-        warmup: WARMUP,
-        timed: REPEATS,
-    };
     measure_operands(npu, cpu, isa, (k, n, m), &a, &b, reps)
 }
 
@@ -143,6 +141,9 @@ pub fn measure_operands(
     if let Some(e) = failure {
         return Err(e);
     }
+    // The last timed run's result too: a backend that goes wrong after its first runs is caught.
+    nc.sync_from_device().map_err(|e| e.to_string())?;
+    let bit_exact = bit_exact && nc.as_slice() == &expected[..];
 
     let mut c1 = vec![0i32; expected.len()];
     let cpu1_t = time(reps.warmup, reps.timed, || {
@@ -180,7 +181,11 @@ pub fn run(opts: &Options, cfg: &Config) -> Result<ExitCode, String> {
     let mut rows = Vec::new();
     for (k, n) in opts.shapes() {
         for m in opts.rows() {
-            rows.push(measure(&npu, &cpu, isa, (k, n, m))?);
+            let reps = Repeats {
+                warmup: WARMUP,
+                timed: REPEATS,
+            };
+            rows.push(measure(&npu, &cpu, isa, (k, n, m), reps)?);
         }
     }
     if opts.json {

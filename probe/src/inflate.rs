@@ -35,6 +35,9 @@ struct Row {
 pub fn run(opts: &Options, cfg: &Config) -> Result<ExitCode, String> {
     let isa = cfg.device.host.isa;
     let tiles = Tiles::RK3588;
+    if let Some(calls) = opts.calls {
+        return calls_only(isa, &tiles, opts, calls);
+    }
     let mut rows = Vec::new();
     for (k, n) in opts.shapes() {
         for ty in opts
@@ -100,8 +103,49 @@ pub fn run(opts: &Options, cfg: &Config) -> Result<ExitCode, String> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// The synthetic blocks of one `k` × `n` expert of `ty` the inflate measurements use (the same
+/// bytes in every run).
+pub fn expert_blocks(ty: GgmlType, k: usize, n: usize) -> Vec<u8> {
+    Rng::new((k * 31 + n) as u64).blocks(ty, n * k / ty.block_elems(), 0.05)
+}
+
+/// `--calls`: the direct inflate `calls` times per shape and type, nothing else (the counts
+/// of two runs with different `calls`, differenced, are those of the inflate alone).
+fn calls_only(isa: Isa, tiles: &Tiles, opts: &Options, calls: usize) -> Result<ExitCode, String> {
+    for (k, n) in opts.shapes() {
+        for ty in opts
+            .types(&GgmlType::QUANTIZED)
+            .into_iter()
+            .filter(|t| k % t.block_elems() == 0)
+        {
+            let data = expert_blocks(ty, k, n);
+            let w = ExpertWeights {
+                ty,
+                data: &data,
+                row_stride: ty.row_bytes(k).ok_or("k not whole blocks")?,
+                n,
+                k,
+            };
+            let mut b = vec![0i8; tiles.b_len(tiles.pad(k), tiles.pad(n))];
+            let mut scales = vec![0f32; tiles.pad(n)];
+            for _ in 0..calls {
+                inflate_expert_with(isa, black_box(&w), tiles, &mut b, &mut scales)
+                    .map_err(|e| format!("{} k={k} n={n}: {e}", ty.name()))?;
+                black_box(&b);
+            }
+            println!(
+                "{} k={k} n={n}: {calls} calls, kernel path {}, {} runs of 32 weights each",
+                ty.name(),
+                isa.name(),
+                tiles.pad(k) / 32 * tiles.pad(n)
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 fn measure(isa: Isa, tiles: &Tiles, ty: GgmlType, k: usize, n: usize) -> Result<Row, String> {
-    let data = Rng::new((k * 31 + n) as u64).blocks(ty, n * k / ty.block_elems(), 0.05);
+    let data = expert_blocks(ty, k, n);
     let w = ExpertWeights {
         ty,
         data: &data,

@@ -6,6 +6,7 @@
 
 mod accuracy;
 mod bench;
+mod board;
 mod gemm;
 mod inflate;
 mod model;
@@ -18,7 +19,7 @@ mod sweep;
 use std::process::ExitCode;
 
 const USAGE: &str = "\
-usage: ork-probe [sweep|inflate|repacked|gemm|peak|moe|accuracy|model] [options]
+usage: ork-probe [sweep|inflate|repacked|gemm|peak|moe|accuracy|model|board] [options]
 
 subcommands:
   sweep     (default) the M0 viability sweep: per expert shape, weight type and rows per expert,
@@ -33,6 +34,12 @@ subcommands:
             reference, on issue 13's cases and real weights (--data), plus the levers' costs
   model     whole forward passes' MUL_MAT_ID calls of a MoE model through the engine, and the
             modelled RK3588 timeline of the same work (its own options: ork-probe model --help)
+  board     the board check (docs/BOARD.md section 5): runtime, driver, NPU cores, CPU clusters
+            and memory; every primitive at the A3B shapes checked bit-exact and timed; the costs
+            the board model prices (run floor, contexts, buffers, syncs, TOPS per core and on all,
+            NPU DRAM, inflate per type and core type, memcpy, shared DRAM, the engine's CPU
+            stages); writes the board profile JSON (--profile) that `model --profile` and
+            ORK_EMU_PROFILE load
 
 options (each subcommand uses those that apply to it):
   --json               one JSON array on stdout instead of the table
@@ -45,6 +52,9 @@ options (each subcommand uses those that apply to it):
   --paths P,...        (peak) kernel paths to measure (default: all with an int8 peak instruction)
   --rounds N           (peak) rounds; each number is the best round's (default 3)
   --quick              fewer rows per expert and repeats
+  --calls N            (inflate) only run the direct inflate N times per shape and type, untimed:
+                       a workload for instruction counters (callgrind, qemu) (board: seconds, for CI)
+  --profile FILE       (board) where to write the profile (default board-profile.json)
   --data DIR           (accuracy) real-weights vectors (default: tests/data/accuracy/minilm)
   -h, --help
 
@@ -100,6 +110,7 @@ fn main() -> ExitCode {
         "gemm" => gemm::run(&opts, &cfg),
         "peak" => peak::run(&opts, &cfg),
         "moe" => moe::run(&opts, &cfg),
+        "board" => board::run(&opts, &cfg),
         "accuracy" => accuracy::run(&opts),
         other => Err(format!("unknown subcommand {other:?}")),
     };

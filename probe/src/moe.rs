@@ -18,18 +18,18 @@ use std::sync::atomic::AtomicU32;
 use std::time::Instant;
 
 const N_EXPERT: usize = 128;
-const N_USED: usize = 8;
-const K: usize = 2048;
-const N: usize = 768;
+pub const N_USED: usize = 8;
+pub const K: usize = 2048;
+pub const N: usize = 768;
 const TOKENS: [usize; 3] = [1, 64, 512];
 const TYPES: [GgmlType; 2] = [GgmlType::Q4_0, GgmlType::Q4_K];
 
 /// One call's stage split, wall time, and the emulator's modelled RK3588 time of its submits.
 #[derive(Clone, Copy)]
-struct Measured {
-    stages: Stages,
-    total_us: f64,
-    modelled_us: f64,
+pub struct Measured {
+    pub stages: Stages,
+    pub total_us: f64,
+    pub modelled_us: f64,
 }
 
 struct Row {
@@ -39,24 +39,32 @@ struct Row {
     m: Measured,
 }
 
-struct Case {
+/// One gate-projection call: `n_expert` experts of K × N, `N_USED` used per token.
+pub struct Case {
     weights: Vec<u8>,
-    b: Vec<f32>,
+    pub b: Vec<f32>,
     ids: Vec<i32>,
     dst: Vec<AtomicU32>,
-    n_tokens: usize,
+    pub n_tokens: usize,
+    pub n_expert: usize,
     ty: GgmlType,
 }
 
 impl Case {
+    /// The qwen3-30b-a3b case: 128 experts.
     fn new(ty: GgmlType, n_tokens: usize, rng: &mut Rng) -> Case {
-        let weights = rng.blocks(ty, N_EXPERT * N * K / ty.block_elems(), 0.02);
+        Case::with_experts(ty, n_tokens, N_EXPERT, rng)
+    }
+
+    /// The same shapes with `n_expert` experts (fewer: less to generate, more rows per expert).
+    pub fn with_experts(ty: GgmlType, n_tokens: usize, n_expert: usize, rng: &mut Rng) -> Case {
+        let weights = rng.blocks(ty, n_expert * N * K / ty.block_elems(), 0.02);
         let b = (0..K * n_tokens).map(|_| rng.uniform(-1.0, 1.0)).collect();
         let mut ids = Vec::with_capacity(N_USED * n_tokens);
         for _ in 0..n_tokens {
             let mut chosen: Vec<i32> = Vec::with_capacity(N_USED);
             while chosen.len() < N_USED {
-                let e = rng.below(N_EXPERT) as i32;
+                let e = rng.below(n_expert) as i32;
                 if !chosen.contains(&e) {
                     chosen.push(e);
                 }
@@ -72,6 +80,7 @@ impl Case {
             ids,
             dst,
             n_tokens,
+            n_expert,
             ty,
         }
     }
@@ -83,8 +92,8 @@ impl Case {
         [
             TensorDesc {
                 ty: self.ty.id(),
-                ne: [K as i64, N as i64, N_EXPERT as i64, 1],
-                nb: [self.ty.block_bytes(), row, row * N, row * N * N_EXPERT],
+                ne: [K as i64, N as i64, self.n_expert as i64, 1],
+                nb: [self.ty.block_bytes(), row, row * N, row * N * self.n_expert],
                 addr: self.weights.as_ptr() as usize,
                 name: Some("blk.0.ffn_gate_exps.weight"),
             },
@@ -112,8 +121,16 @@ impl Case {
         ]
     }
 
+    /// Distinct experts the routing uses.
+    pub fn used_experts(&self) -> usize {
+        let mut ids = self.ids.clone();
+        ids.sort_unstable();
+        ids.dedup();
+        ids.len()
+    }
+
     /// One timed call.
-    fn call(&self, engine: &Engine) -> Result<Measured, String> {
+    pub fn call(&self, engine: &Engine) -> Result<Measured, String> {
         let d = self.descs();
         let modelled_before = engine.stats().modelled_npu_us;
         let start = Instant::now();

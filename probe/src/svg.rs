@@ -28,7 +28,26 @@ const MARGIN_B: f64 = 42.0;
 const MARGIN_T: f64 = 28.0;
 const MARGIN_R: f64 = 12.0;
 
-fn escape(s: &str) -> String {
+/// An SVG document `w` × `h` on a white background, `title` centred at the top (the caller
+/// closes it with `</svg>`).
+pub fn start(w: f64, h: f64, title: &str) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="sans-serif" font-size="11">"#
+    );
+    let _ = writeln!(s, r#"<rect width="100%" height="100%" fill="white"/>"#);
+    let _ = writeln!(
+        s,
+        r#"<text x="{}" y="22" text-anchor="middle" font-size="14">{}</text>"#,
+        w / 2.0,
+        escape(title)
+    );
+    s
+}
+
+/// `s` with the characters XML reserves escaped.
+pub fn escape(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
@@ -51,18 +70,7 @@ pub fn render(title: &str, x_label: &str, y_label: &str, panels: &[Panel], cols:
         PANEL_W * cols as f64,
         40.0 + PANEL_H * rows as f64 + legend_h,
     );
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="sans-serif" font-size="11">"#
-    );
-    let _ = writeln!(s, r#"<rect width="100%" height="100%" fill="white"/>"#);
-    let _ = writeln!(
-        s,
-        r#"<text x="{}" y="22" text-anchor="middle" font-size="14">{}</text>"#,
-        w / 2.0,
-        escape(title)
-    );
+    let mut s = start(w, h, title);
 
     let mut names: Vec<(&str, bool)> = Vec::new();
     for p in panels {

@@ -5,7 +5,7 @@
 //!
 //! Row `n` (one output channel) gets a scale `s_n` computed from its block scales alone, such that
 //! every value the row's blocks can encode maps into `[-127, 127]`. Then each stored quant becomes
-//! one int8 `q8` with `w ≈ s_n · q8`. The row scan (`params.rs`) is shared scalar code; the
+//! one int8 `q8` with `w ≈ s_n · q8`. The row scan (`params.rs`) is code every path shares; the
 //! per-block work differs between the scalar reference (`scalar.rs`) and the SIMD kernels.
 //!
 //! Notation: `fl(x)` is an IEEE-754 binary32 operation rounded to nearest-even (no fused
@@ -50,6 +50,13 @@
 //! run. The driver scans the rows of one N-tile (32 channels), then the kernel fills the tile run
 //! by run in memory order (run `r` of rows 0..32, then run `r + 1`), so the output is written as
 //! one sequential stream, like a memcpy.
+//!
+//! The scan (`params.rs`) copies each row's fp16 fields out of its blocks, transposes them to
+//! the tile's order and finishes every parameter in passes across the tile's rows (one factor
+//! per row, no per-row reductions); the kernels then read the parameters as one stream too. The
+//! strided copies are per instruction set (`StridedCopy`); everything else is one definition,
+//! compiled for each path. The SIMD kernels take each row's blocks of a group of runs as one
+//! fixed-size array (`tile.rs`), the AVX-512 ones two tile rows per 512-bit step.
 
 #[cfg(target_arch = "aarch64")]
 mod neon;
@@ -57,6 +64,7 @@ mod params;
 mod repacked;
 mod rotated;
 mod scalar;
+mod tile;
 mod via_f32;
 #[cfg(target_arch = "x86_64")]
 mod x86;
@@ -68,7 +76,8 @@ pub use via_f32::inflate_expert_via_f32;
 use crate::isa::Isa;
 use crate::layout::Tiles;
 use crate::quant::{GgmlType, QuantError};
-use params::RowParams;
+use params::TileParams;
+use tile::Tile;
 
 /// One expert's quantized weight matrix as ggml stores it: `n` rows (output channels) of `k`
 /// weights of type `ty`, row `i` starting at byte `i * row_stride` of `data`.
@@ -207,7 +216,7 @@ pub fn inflate_expert_with(
         let first = t * tiles.b_n;
         rows.clear();
         rows.extend((first..w.n.min(first + tiles.b_n)).map(|row| w.row(row, shape.row_bytes)));
-        inflater.tile(&rows, first, tile_out, chan_scales)?;
+        inflater.tile(&mut rows, first, tile_out, chan_scales)?;
     }
     chan_scales[w.n..shape.np].fill(0.0);
     Ok(())
@@ -216,8 +225,9 @@ pub fn inflate_expert_with(
 /// The per-tile half of an inflate, shared by the plain and the repacked drivers: one N-tile of
 /// native B and its channel scales from the tile's rows of plain blocks.
 struct TileInflater {
+    scan: ScanTile,
     kernel: TileKernel,
-    params: Vec<RowParams>,
+    params: TileParams,
     b_n: usize,
     runs: usize,
 }
@@ -225,36 +235,41 @@ struct TileInflater {
 impl TileInflater {
     fn new(isa: Isa, w: &ExpertWeights, tiles: &Tiles) -> TileInflater {
         TileInflater {
-            kernel: tile_kernel(isa, w.ty),
-            params: (0..tiles.b_n.min(w.n))
-                .map(|_| RowParams::new(w.ty, w.k))
-                .collect(),
+            scan: scan_tile(isa),
+            kernel: tile_kernel(isa, w.ty, tiles.b_n),
+            params: TileParams::new(w.ty, w.k, tiles.b_n),
             b_n: tiles.b_n,
             runs: w.k / RUN,
         }
     }
 
-    /// Fills `tile_out` from `rows` (at most `b_n`; `rows[j]` is row `first + j` of the expert)
-    /// and sets their channel scales.
+    /// Fills `tile_out` from `rows` (at most `b_n`; `rows[j]` is row `first + j` of the expert;
+    /// none for a tile of padding channels only) and sets their channel scales.
     fn tile(
         &mut self,
-        rows: &[&[u8]],
+        rows: &mut Vec<&[u8]>,
         first: usize,
         tile_out: &mut [i8],
         chan_scales: &mut [f32],
     ) -> Result<(), InflateError> {
-        for (j, (bytes, p)) in rows.iter().zip(&mut self.params).enumerate() {
-            let row = first + j;
-            chan_scales[row] = p
-                .prepare(bytes)
-                .map_err(|block| InflateError::NonFiniteScale { row, block })?;
+        if rows.is_empty() {
+            tile_out.fill(0);
+            return Ok(());
         }
+        (self.scan)(&mut self.params, rows, &mut chan_scales[first..]).map_err(|(j, block)| {
+            InflateError::NonFiniteScale {
+                row: first + j,
+                block,
+            }
+        })?;
+        // Padding channels have zero parameters, so any row's bytes inflate to zeros for them.
+        rows.resize(self.b_n, rows[0]);
         let mut tile = Tile {
             out: tile_out,
             b_n: self.b_n,
         };
-        (self.kernel)(rows, &self.params[..rows.len()], &mut tile, self.runs);
-        tile.zero_padding(rows.len(), self.runs);
+        (self.kernel)(rows, &self.params, &mut tile, self.runs);
+        tile.zero_padding(self.b_n, self.runs);
         Ok(())
     }
 }
@@ -370,97 +385,38 @@ fn check_weights(w: &ExpertWeights) -> Result<usize, InflateError> {
     Ok(row_bytes)
 }
 
-/// One N-tile of native B: `b_n` rows (output channels) × the padded depth, run by run.
-struct Tile<'a> {
-    out: &'a mut [i8],
-    b_n: usize,
-}
+/// Fills runs `0..runs` of a tile's `b_n` rows (`rows[j]` with its parameters in `params`).
+type TileKernel = fn(&[&[u8]], &TileParams, &mut Tile, usize);
 
-impl Tile<'_> {
-    /// Run `r` (weights `32r..32r+32`) of the tile's row `j`; consecutive `j` are adjacent.
-    #[inline(always)]
-    fn run(&mut self, r: usize, j: usize) -> &mut [i8; RUN] {
-        let at = (r * self.b_n + j) * RUN;
-        (&mut self.out[at..at + RUN])
-            .try_into()
-            .expect("a run is 32 bytes")
-    }
+/// Fills a tile's parameters from its rows' bytes and writes their `s_n`; fails with (row in
+/// the tile, block) of the first non-finite scale.
+type ScanTile = fn(&mut TileParams, &[&[u8]], &mut [f32]) -> Result<(), (usize, usize)>;
 
-    /// Runs `r..r + G` of the tile's row `j`.
-    #[inline(always)]
-    fn run_group<const G: usize>(&mut self, r: usize, j: usize) -> [&mut [i8; RUN]; G] {
-        let (at, stride) = ((r * self.b_n + j) * RUN, self.b_n * RUN);
-        let ranges: [_; G] = std::array::from_fn(|i| at + i * stride..at + i * stride + RUN);
-        let runs = self
-            .out
-            .get_disjoint_mut(ranges)
-            .expect("distinct runs inside the tile");
-        runs.map(|run| run.try_into().expect("a run is 32 bytes"))
-    }
-
-    fn runs(&self) -> usize {
-        self.out.len() / (self.b_n * RUN)
-    }
-
-    /// Zeroes what the rows did not fill: depth padding of `rows` rows, and padding rows.
-    fn zero_padding(&mut self, rows: usize, runs_filled: usize) {
-        for r in 0..self.runs() {
-            let from = if r < runs_filled { rows } else { 0 };
-            let at = r * self.b_n * RUN;
-            self.out[at + from * RUN..at + self.b_n * RUN].fill(0);
-        }
-    }
-}
-
-/// Calls `convert(row bytes, row params, r, destination)` for runs `0..runs` of every row of a
-/// tile, in native B's order so the writes stream through memory.
-#[inline(always)]
-fn for_each_run(
-    rows: &[&[u8]],
-    params: &[RowParams],
-    tile: &mut Tile,
-    runs: usize,
-    mut convert: impl FnMut(&[u8], &RowParams, usize, &mut [i8; RUN]),
-) {
-    for r in 0..runs {
-        for (j, (row, p)) in rows.iter().zip(params).enumerate() {
-            convert(row, p, r, tile.run(r, j));
-        }
-    }
-}
-
-/// Like [`for_each_run`] for formats whose runs come in groups of `G` from the same bytes (Q4_K:
-/// the low and high nibbles of 32 bytes; Q6_K: the four runs of a 128-weight half):
-/// `convert(row bytes, row params, r, runs r..r + G)` for `r` a multiple of `G`.
-#[inline(always)]
-fn for_each_run_group<const G: usize>(
-    rows: &[&[u8]],
-    params: &[RowParams],
-    tile: &mut Tile,
-    runs: usize,
-    mut convert: impl FnMut(&[u8], &RowParams, usize, [&mut [i8; RUN]; G]),
-) {
-    for r in (0..runs).step_by(G) {
-        for (j, (row, p)) in rows.iter().zip(params).enumerate() {
-            convert(row, p, r, tile.run_group(r, j));
-        }
-    }
-}
-
-/// Fills runs `0..runs` of a tile's rows (`rows[j]` with its prepared `params[j]`).
-type TileKernel = fn(&[&[u8]], &[RowParams], &mut Tile, usize);
-
-fn tile_kernel(isa: Isa, ty: GgmlType) -> TileKernel {
+/// The kernel for `ty` on `isa`, for tiles of `b_n` rows.
+fn tile_kernel(isa: Isa, ty: GgmlType, b_n: usize) -> TileKernel {
     #[cfg(target_arch = "x86_64")]
-    if let Some(k) = x86::tile_kernel(isa, ty) {
+    if let Some(k) = x86::tile_kernel(isa, ty, b_n) {
         return k;
     }
     #[cfg(target_arch = "aarch64")]
     if let Some(k) = neon::tile_kernel(isa, ty) {
         return k;
     }
-    let _ = isa;
+    let _ = (isa, b_n);
     scalar::tile_kernel(ty)
+}
+
+/// The tile scan built for `isa` (the same code, vectorized for the path's instruction set).
+fn scan_tile(isa: Isa) -> ScanTile {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(s) = x86::scan_tile(isa) {
+        return s;
+    }
+    #[cfg(target_arch = "aarch64")]
+    if let Some(s) = neon::scan_tile(isa) {
+        return s;
+    }
+    scalar::scan_tile
 }
 
 #[cfg(test)]

@@ -3,10 +3,16 @@
 //! the same order (no fused multiply-add), `fcvtns` rounding to nearest-even, saturating
 //! narrows where the scalar code saturates, and `sqrdmulh`, which on these operands is exactly
 //! `(x·m + 2¹⁴) >> 15`.
+//!
+//! Shaped for the Cortex-A76 (two 128-bit pipes): each row's blocks of a group of runs arrive as
+//! one fixed-size array (no per-load bounds checks), a run's 16 quant bytes are one `ld1`, its
+//! weights come from `tbl` on 16-byte tables, and the rescale types widen with one
+//! `sshll`/`sxtl` per half. The row scan's transposes are 8×8 (16-bit) and 4×4 (32-bit)
+//! `zip` networks.
 
-use super::params::{half, multiplier, scaled_codes, RowParams};
-use super::scalar::{q4_k_pair_source, q6_k_half_source};
-use super::{for_each_run, for_each_run_group, Tile, TileKernel};
+use super::params::{scaled_codes, transpose_plain, PlainCopy, StridedCopy, TileParams};
+use super::tile::{for_each_block, for_each_block_group, Tile};
+use super::{ScanTile, TileKernel, RUN};
 use crate::isa::Isa;
 use crate::quant::GgmlType;
 use std::arch::aarch64::*;
@@ -37,11 +43,141 @@ pub(super) fn tile_kernel(isa: Isa, ty: GgmlType) -> Option<TileKernel> {
     })
 }
 
-/// Binary32 codes `base..base+16`.
-fn codes(base: i32) -> [f32; 16] {
-    std::array::from_fn(|i| (base + i as i32) as f32)
+/// The tile scan with the Advanced SIMD transposes.
+pub(super) fn scan_tile(isa: Isa) -> Option<ScanTile> {
+    if !matches!(isa, Isa::Neon | Isa::NeonDot) {
+        return None;
+    }
+    #[target_feature(enable = "neon")]
+    fn neon(p: &mut TileParams, rows: &[&[u8]], scales: &mut [f32]) -> Result<(), (usize, usize)> {
+        p.prepare(CopyNeon, rows, scales)
+    }
+    // SAFETY: as for the kernels: Advanced SIMD is part of every aarch64 CPU.
+    Some(|p, rows, s| unsafe { neon(p, rows, s) })
 }
 
+/// [`StridedCopy`] with `zip` transposes (the fp16 fields by plain loads: a block's field is
+/// one `ldrh`).
+#[derive(Clone, Copy)]
+struct CopyNeon;
+
+impl StridedCopy for CopyNeon {
+    #[inline(always)]
+    fn halves<const BB: usize, const AT: usize>(self, row: &[u8], out: &mut [u16]) {
+        PlainCopy.halves::<BB, AT>(row, out);
+    }
+
+    #[inline(always)]
+    fn transpose16(self, src: &[u16], per_row: usize, dst: &mut [u16], rows: usize) {
+        // SAFETY: Advanced SIMD is part of every aarch64 CPU.
+        unsafe { transpose16(src, per_row, dst, rows) }
+    }
+
+    #[inline(always)]
+    fn transpose32(self, src: &[f32], per_row: usize, dst: &mut [f32], rows: usize) {
+        // SAFETY: as above.
+        unsafe { transpose32(src, per_row, dst, rows) }
+    }
+}
+
+/// [`StridedCopy::transpose16`] in 8×8 blocks (three rounds of `zip1`/`zip2`), the edges item
+/// by item.
+#[inline]
+#[target_feature(enable = "neon")]
+fn transpose16(src: &[u16], per_row: usize, dst: &mut [u16], rows: usize) {
+    let (row_blocks, run_blocks) = (rows / 8, per_row / 8);
+    assert!(src.len() >= rows * per_row && dst.len() >= rows * per_row);
+    let (from, to) = (src.as_ptr(), dst.as_mut_ptr());
+    for jb in 0..row_blocks {
+        for rb in 0..run_blocks {
+            // SAFETY: item 8·rb + 8 <= per_row of row 8·jb + i < rows: inside `src` (asserted).
+            let v: [uint16x8_t; 8] = std::array::from_fn(|i| unsafe {
+                vld1q_u16(from.add((8 * jb + i) * per_row + 8 * rb))
+            });
+            // s: rows 2i, 2i + 1 interleaved; t[4q + p]: rows 4q..4q + 4, items 2p, 2p + 1.
+            let s: [uint32x4_t; 8] = std::array::from_fn(|i| {
+                let (a, b) = (v[2 * (i / 2)], v[2 * (i / 2) + 1]);
+                vreinterpretq_u32_u16(if i % 2 == 0 {
+                    vzip1q_u16(a, b)
+                } else {
+                    vzip2q_u16(a, b)
+                })
+            });
+            let t: [uint64x2_t; 8] = std::array::from_fn(|i| {
+                let (q, p) = (i / 4, i % 4);
+                let (a, b) = (s[4 * q + p / 2], s[4 * q + 2 + p / 2]);
+                vreinterpretq_u64_u32(if p % 2 == 0 {
+                    vzip1q_u32(a, b)
+                } else {
+                    vzip2q_u32(a, b)
+                })
+            });
+            for k in 0..8 {
+                let (lo, hi) = (t[k / 2], t[4 + k / 2]);
+                let out = if k % 2 == 0 {
+                    vzip1q_u64(lo, hi)
+                } else {
+                    vzip2q_u64(lo, hi)
+                };
+                // SAFETY: rows 8·jb + 8 <= rows of item 8·rb + k < per_row: inside `dst`
+                // (asserted).
+                unsafe {
+                    vst1q_u16(
+                        to.add((8 * rb + k) * rows + 8 * jb),
+                        vreinterpretq_u16_u64(out),
+                    )
+                };
+            }
+        }
+    }
+    transpose_plain(src, per_row, dst, rows, 0..8 * row_blocks, 8 * run_blocks);
+    transpose_plain(src, per_row, dst, rows, 8 * row_blocks..rows, 0);
+}
+
+/// [`StridedCopy::transpose32`] in 4×4 blocks (two rounds of `zip1`/`zip2`), the edges item by
+/// item.
+#[inline]
+#[target_feature(enable = "neon")]
+fn transpose32(src: &[f32], per_row: usize, dst: &mut [f32], rows: usize) {
+    let (row_blocks, run_blocks) = (rows / 4, per_row / 4);
+    assert!(src.len() >= rows * per_row && dst.len() >= rows * per_row);
+    let (from, to) = (src.as_ptr(), dst.as_mut_ptr());
+    for jb in 0..row_blocks {
+        for rb in 0..run_blocks {
+            // SAFETY: item 4·rb + 4 <= per_row of row 4·jb + i < rows: inside `src` (asserted).
+            let v: [float32x4_t; 4] = std::array::from_fn(|i| unsafe {
+                vld1q_f32(from.add((4 * jb + i) * per_row + 4 * rb))
+            });
+            // t[0], t[1]: rows 0, 1 interleaved (items 0, 1 and 2, 3); t[2], t[3]: rows 2, 3.
+            let t = [
+                vreinterpretq_f64_f32(vzip1q_f32(v[0], v[1])),
+                vreinterpretq_f64_f32(vzip2q_f32(v[0], v[1])),
+                vreinterpretq_f64_f32(vzip1q_f32(v[2], v[3])),
+                vreinterpretq_f64_f32(vzip2q_f32(v[2], v[3])),
+            ];
+            for k in 0..4 {
+                let (lo, hi) = (t[k / 2], t[2 + k / 2]);
+                let out = if k % 2 == 0 {
+                    vzip1q_f64(lo, hi)
+                } else {
+                    vzip2q_f64(lo, hi)
+                };
+                // SAFETY: rows 4·jb + 4 <= rows of item 4·rb + k < per_row: inside `dst`
+                // (asserted).
+                unsafe {
+                    vst1q_f32(
+                        to.add((4 * rb + k) * rows + 4 * jb),
+                        vreinterpretq_f32_f64(out),
+                    )
+                };
+            }
+        }
+    }
+    transpose_plain(src, per_row, dst, rows, 0..4 * row_blocks, 4 * run_blocks);
+    transpose_plain(src, per_row, dst, rows, 4 * row_blocks..rows, 0);
+}
+
+/// The 16 bytes at the start of `src`.
 #[inline(always)]
 fn load16(src: &[u8]) -> uint8x16_t {
     let src: &[u8; 16] = src[..16].try_into().expect("16 bytes");
@@ -49,178 +185,211 @@ fn load16(src: &[u8]) -> uint8x16_t {
     unsafe { vld1q_u8(src.as_ptr()) }
 }
 
+/// One run: two 16-byte halves, one `st1` of a register pair.
 #[inline(always)]
-fn store16(dst: &mut [i8], v: int8x16_t) {
-    let dst: &mut [i8; 16] = (&mut dst[..16]).try_into().expect("16 bytes");
-    // SAFETY: `dst` is 16 writable bytes; NEON stores need no alignment.
-    unsafe { vst1q_s8(dst.as_mut_ptr(), v) }
+fn store_run(out: &mut [i8; RUN], lo: int8x16_t, hi: int8x16_t) {
+    // SAFETY: `out` is 32 writable bytes; NEON stores need no alignment.
+    unsafe { vst1q_s8_x2(out.as_mut_ptr(), int8x16x2_t(lo, hi)) }
 }
 
 /// `lut[q] = sat8(rne(fl(fl(c·f) + g)))` for the 16 codes `c`.
 #[inline]
 #[target_feature(enable = "neon")]
-fn table16(c: &[f32; 16], f: f32, g: f32) -> int8x16_t {
+fn table16(c: &[float32x4_t; 4], [f, g]: [f32; 2]) -> int8x16_t {
     let (vf, vg) = (vdupq_n_f32(f), vdupq_n_f32(g));
-    let step = |i: usize| {
-        let c: &[f32; 4] = c[i..i + 4].try_into().expect("4 codes");
-        // SAFETY: `c` is 4 readable f32.
-        let ci = unsafe { vld1q_f32(c.as_ptr()) };
-        vqmovn_s32(vcvtnq_s32_f32(vaddq_f32(vmulq_f32(ci, vf), vg)))
-    };
-    let lo = vcombine_s16(step(0), step(4));
-    let hi = vcombine_s16(step(8), step(12));
-    vcombine_s8(vqmovn_s16(lo), vqmovn_s16(hi))
+    let step = |c: float32x4_t| vcvtnq_s32_f32(vaddq_f32(vmulq_f32(c, vf), vg));
+    let lo = vqmovn_high_s32(vqmovn_s32(step(c[0])), step(c[1]));
+    let hi = vqmovn_high_s32(vqmovn_s32(step(c[2])), step(c[3]));
+    vqmovn_high_s16(vqmovn_s16(lo), hi)
 }
 
-/// `lut[q] = sat8((c[q]·m + 2¹⁴) >> 15)` for 16 scaled codes: the Q4_0/Q5_0 tables.
+/// Binary32 codes 0..16, four per register.
 #[inline]
 #[target_feature(enable = "neon")]
-fn rescale_table(c: &[i16; 16], m: i16) -> int8x16_t {
-    // SAFETY: `c` is 16 readable i16 (two 8-lane loads).
-    let (c0, c1) = unsafe { (vld1q_s16(c.as_ptr()), vld1q_s16(c[8..].as_ptr())) };
+fn codes() -> [float32x4_t; 4] {
+    let c: [f32; 16] = std::array::from_fn(|i| i as f32);
+    // SAFETY: `c` is 16 readable f32.
+    std::array::from_fn(|i| unsafe { vld1q_f32(c[4 * i..].as_ptr()) })
+}
+
+/// `lut[q] = sat8((c[q]·m + 2¹⁴) >> 15)` for 16 scaled codes (`c0`: codes 0..8, `c1`: 8..16):
+/// the Q4_0/Q5_0 tables.
+#[inline]
+#[target_feature(enable = "neon")]
+fn rescale_table(c0: int16x8_t, c1: int16x8_t, m: i16) -> int8x16_t {
     let m = vdupq_n_s16(m);
-    vcombine_s8(
-        vqmovn_s16(vqrdmulhq_s16(c0, m)),
-        vqmovn_s16(vqrdmulhq_s16(c1, m)),
-    )
+    vqmovn_high_s16(vqmovn_s16(vqrdmulhq_s16(c0, m)), vqrdmulhq_s16(c1, m))
+}
+
+/// `c` as two registers.
+#[inline]
+#[target_feature(enable = "neon")]
+fn code_halves(c: &[i16; 16]) -> (int16x8_t, int16x8_t) {
+    // SAFETY: `c` is 16 readable i16.
+    unsafe { (vld1q_s16(c.as_ptr()), vld1q_s16(c[8..].as_ptr())) }
 }
 
 /// 16 quant bytes through a table, low nibbles first.
 #[inline]
 #[target_feature(enable = "neon")]
-fn nibbles(qs: &[u8], lut: int8x16_t, out: &mut [i8; 32]) {
-    let q = load16(qs);
-    store16(&mut out[..16], vqtbl1q_s8(lut, vandq_u8(q, vdupq_n_u8(15))));
-    store16(&mut out[16..], vqtbl1q_s8(lut, vshrq_n_u8(q, 4)));
+fn nibbles(q: uint8x16_t, lut: int8x16_t, out: &mut [i8; RUN]) {
+    let lo = vqtbl1q_s8(lut, vandq_u8(q, vdupq_n_u8(15)));
+    store_run(out, lo, vqtbl1q_s8(lut, vshrq_n_u8(q, 4)));
 }
 
 #[target_feature(enable = "neon")]
-fn q4_0(rows: &[&[u8]], params: &[RowParams], tile: &mut Tile, runs: usize) {
-    let c: [i16; 16] = scaled_codes(GgmlType::Q4_0);
-    for_each_run(rows, params, tile, runs, |row, p, r, out| {
-        let blk = &row[r * 18..r * 18 + 18];
-        nibbles(
-            &blk[2..],
-            rescale_table(&c, multiplier(half(blk, 0), p.unit)),
-            out,
-        );
+fn q4_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
+    let (c0, c1) = code_halves(&scaled_codes(GgmlType::Q4_0));
+    for_each_block::<1, 18, 72, _>(rows, &params.m, tile, runs, |[blk], &[m], [out]| {
+        nibbles(load16(&blk[2..]), rescale_table(c0, c1, m), out);
     });
 }
 
 #[target_feature(enable = "neon")]
-fn q4_1(rows: &[&[u8]], params: &[RowParams], tile: &mut Tile, runs: usize) {
-    let c = codes(0);
-    for_each_run(rows, params, tile, runs, |row, p, r, out| {
-        nibbles(&row[r * 20 + 4..], table16(&c, p.f[r], p.g[r]), out);
+fn q4_1(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
+    let c = codes();
+    for_each_block::<1, 20, 80, _>(rows, &params.fg, tile, runs, |[blk], &[fg], [out]| {
+        nibbles(load16(&blk[4..]), table16(&c, fg), out);
     });
 }
 
 #[target_feature(enable = "neon")]
-fn q5_0(rows: &[&[u8]], params: &[RowParams], tile: &mut Tile, runs: usize) {
+fn q5_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
     let c: [i16; 32] = scaled_codes(GgmlType::Q5_0);
     let (c_lo, c_hi) = c.split_at(16);
-    let (c_lo, c_hi): (&[i16; 16], &[i16; 16]) =
-        (c_lo.try_into().expect("16"), c_hi.try_into().expect("16"));
+    let (lo0, lo1) = code_halves(c_lo.try_into().expect("16"));
+    let (hi0, hi1) = code_halves(c_hi.try_into().expect("16"));
     let bit_masks: [u8; 16] = [1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128];
-    // SAFETY: `bit_masks` is 16 readable bytes.
-    let bits = unsafe { vld1q_u8(bit_masks.as_ptr()) };
-    for_each_run(rows, params, tile, runs, |row, p, r, out| {
-        let blk = &row[r * 22..r * 22 + 22];
-        let m = multiplier(half(blk, 0), p.unit);
-        let t = int8x16x2_t(rescale_table(c_lo, m), rescale_table(c_hi, m));
-        let qh = u32::from_le_bytes(blk[2..6].try_into().expect("4 bytes"));
+    // Output byte i of the run's first 16 takes qh byte i / 8, of its second 16 byte 2 + i / 8.
+    let spread: [[u8; 16]; 2] =
+        std::array::from_fn(|h| std::array::from_fn(|i| (2 * h + i / 8) as u8));
+    // SAFETY: `bit_masks` and `spread` are 16 readable bytes each.
+    let (bits, spread) = unsafe {
+        (
+            vld1q_u8(bit_masks.as_ptr()),
+            [vld1q_u8(spread[0].as_ptr()), vld1q_u8(spread[1].as_ptr())],
+        )
+    };
+    let (low, sixteen) = (vdupq_n_u8(15), vdupq_n_u8(16));
+    for_each_block::<1, 22, 88, _>(rows, &params.m, tile, runs, |[blk], &[m], [out]| {
+        let t = int8x16x2_t(rescale_table(lo0, lo1, m), rescale_table(hi0, hi1, m));
+        let qh = vreinterpretq_u8_u32(vdupq_n_u32(u32::from_le_bytes([
+            blk[2], blk[3], blk[4], blk[5],
+        ])));
         let q = load16(&blk[6..]);
-        // Output byte i takes bit i of qh: bytes 0..16 from qh's bytes 0, 1; 16..32 from 2, 3.
-        let fifth = |half_bits: u16, nibbles: uint8x16_t| {
-            let spread = vcombine_u8(
-                vdup_n_u8(half_bits as u8),
-                vdup_n_u8((half_bits >> 8) as u8),
-            );
-            let set = vandq_u8(vtstq_u8(spread, bits), vdupq_n_u8(16));
+        // The fifth bit of each code: bit i of qh, as 16.
+        let fifth = |h: usize, nibbles: uint8x16_t| {
+            let set = vandq_u8(vtstq_u8(vqtbl1q_u8(qh, spread[h]), bits), sixteen);
             vqtbl2q_s8(t, vorrq_u8(nibbles, set))
         };
-        store16(
-            &mut out[..16],
-            fifth(qh as u16, vandq_u8(q, vdupq_n_u8(15))),
-        );
-        store16(&mut out[16..], fifth((qh >> 16) as u16, vshrq_n_u8(q, 4)));
+        store_run(out, fifth(0, vandq_u8(q, low)), fifth(1, vshrq_n_u8(q, 4)));
     });
 }
 
-/// `sat8((x·m + 2¹⁴) >> 15)` of 16 signed bytes, each times 4 first when `TIMES4`.
+/// `sat8((x·m + 2¹⁴) >> 15)` of 16 signed bytes, each times `2^SHIFT` first (`sshll`).
 #[inline]
 #[target_feature(enable = "neon")]
-fn rescale16<const TIMES4: bool>(x: int8x16_t, m: i16) -> int8x16_t {
-    let (mut x0, mut x1) = (vmovl_s8(vget_low_s8(x)), vmovl_high_s8(x));
-    if TIMES4 {
-        (x0, x1) = (vshlq_n_s16(x0, 2), vshlq_n_s16(x1, 2));
-    }
-    let m = vdupq_n_s16(m);
-    vcombine_s8(
-        vqmovn_s16(vqrdmulhq_s16(x0, m)),
-        vqmovn_s16(vqrdmulhq_s16(x1, m)),
-    )
-}
-
-#[target_feature(enable = "neon")]
-fn q8_0(rows: &[&[u8]], params: &[RowParams], tile: &mut Tile, runs: usize) {
-    for_each_run(rows, params, tile, runs, |row, p, r, out| {
-        let blk = &row[r * 34..r * 34 + 34];
-        let m = multiplier(half(blk, 0), p.unit);
-        for h in 0..2 {
-            let q = vreinterpretq_s8_u8(load16(&blk[2 + 16 * h..]));
-            store16(&mut out[16 * h..], rescale16::<false>(q, m));
-        }
-    });
-}
-
-#[target_feature(enable = "neon")]
-fn q4_k(rows: &[&[u8]], params: &[RowParams], tile: &mut Tile, runs: usize) {
-    let c = codes(0);
-    for_each_run_group(rows, params, tile, runs, |row, p, r, [even, odd]| {
-        let at = q4_k_pair_source(r);
-        let (lo, hi) = (
-            table16(&c, p.f[r], p.g[r]),
-            table16(&c, p.f[r + 1], p.g[r + 1]),
-        );
-        for h in 0..2 {
-            let q = load16(&row[at + 16 * h..]);
-            store16(
-                &mut even[16 * h..],
-                vqtbl1q_s8(lo, vandq_u8(q, vdupq_n_u8(15))),
-            );
-            store16(&mut odd[16 * h..], vqtbl1q_s8(hi, vshrq_n_u8(q, 4)));
-        }
-    });
-}
-
-#[target_feature(enable = "neon")]
-fn q6_k(rows: &[&[u8]], params: &[RowParams], tile: &mut Tile, runs: usize) {
-    for_each_run_group(
-        rows,
-        params,
-        tile,
-        runs,
-        |row, p, r, out: [&mut [i8; 32]; 4]| {
-            let (ql, qh, m) = q6_k_half_source(r);
-            let m = &p.m[m..m + 8];
-            let (low, two) = (vdupq_n_u8(15), vdupq_n_u8(3));
-            for h in 0..2 {
-                let ql0 = load16(&row[ql + 16 * h..]);
-                let ql1 = load16(&row[ql + 32 + 16 * h..]);
-                let qh = load16(&row[qh + 16 * h..]);
-                let high2 = |shift: uint8x16_t| vshlq_n_u8(vandq_u8(shift, two), 4);
-                let codes = [
-                    vorrq_u8(vandq_u8(ql0, low), high2(qh)),
-                    vorrq_u8(vandq_u8(ql1, low), high2(vshrq_n_u8(qh, 2))),
-                    vorrq_u8(vshrq_n_u8(ql0, 4), high2(vshrq_n_u8(qh, 4))),
-                    vorrq_u8(vshrq_n_u8(ql1, 4), high2(vshrq_n_u8(qh, 6))),
-                ];
-                for (t, code) in codes.into_iter().enumerate() {
-                    let x = vsubq_s8(vreinterpretq_s8_u8(code), vdupq_n_s8(32));
-                    store16(&mut out[t][16 * h..], rescale16::<true>(x, m[2 * t + h]));
-                }
-            }
-        },
+fn rescale16<const SHIFT: i32>(x: int8x16_t, m: i16) -> int8x16_t {
+    let (x0, x1) = (
+        vshll_n_s8::<SHIFT>(vget_low_s8(x)),
+        vshll_high_n_s8::<SHIFT>(x),
     );
+    let m = vdupq_n_s16(m);
+    vqmovn_high_s16(vqmovn_s16(vqrdmulhq_s16(x0, m)), vqrdmulhq_s16(x1, m))
+}
+
+#[target_feature(enable = "neon")]
+fn q8_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
+    for_each_block::<1, 34, 136, _>(rows, &params.m, tile, runs, |[blk], &[m], [out]| {
+        let (q0, q1) = (load16(&blk[2..]), load16(&blk[18..]));
+        let y0 = rescale16::<0>(vreinterpretq_s8_u8(q0), m);
+        store_run(out, y0, rescale16::<0>(vreinterpretq_s8_u8(q1), m));
+    });
+}
+
+#[target_feature(enable = "neon")]
+fn q4_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
+    let c = codes();
+    // Runs 2p, 2p + 1 of a super-block: the low and high nibbles of its quant bytes 32p..32p+32.
+    let pair = |blk: &[u8; 144],
+                p: usize,
+                fg: [[f32; 2]; 2],
+                even: &mut [i8; RUN],
+                odd: &mut [i8; RUN]| {
+        let (lo, hi) = (table16(&c, fg[0]), table16(&c, fg[1]));
+        let (q0, q1) = (load16(&blk[16 + 32 * p..]), load16(&blk[32 + 32 * p..]));
+        let low = vdupq_n_u8(15);
+        store_run(
+            even,
+            vqtbl1q_s8(lo, vandq_u8(q0, low)),
+            vqtbl1q_s8(lo, vandq_u8(q1, low)),
+        );
+        store_run(
+            odd,
+            vqtbl1q_s8(hi, vshrq_n_u8(q0, 4)),
+            vqtbl1q_s8(hi, vshrq_n_u8(q1, 4)),
+        );
+    };
+    for_each_block_group::<8, 1, 144, _>(rows, &params.fg, tile, 0..runs, |_, [blk], p, out| {
+        let [[e0], [o0], [e1], [o1], [e2], [o2], [e3], [o3]] = out;
+        pair(blk, 0, [p[0][0], p[1][0]], e0, o0);
+        pair(blk, 1, [p[2][0], p[3][0]], e1, o1);
+        pair(blk, 2, [p[4][0], p[5][0]], e2, o2);
+        pair(blk, 3, [p[6][0], p[7][0]], e3, o3);
+    });
+}
+
+#[target_feature(enable = "neon")]
+fn q6_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
+    let (low, two, bias) = (vdupq_n_u8(15), vdupq_n_u8(3), vdupq_n_s8(32));
+    // 4·(q - 32) with the multiplier of each 16-weight half.
+    let put = |out: &mut [i8; RUN], c0: uint8x16_t, c1: uint8x16_t, m: [i16; 2]| {
+        let x = |c| vsubq_s8(vreinterpretq_s8_u8(c), bias);
+        store_run(
+            out,
+            rescale16::<2>(x(c0), m[0]),
+            rescale16::<2>(x(c1), m[1]),
+        );
+    };
+    // The four runs of 128-weight half `h` of a super-block: low (runs 0, 1) and high (2, 3)
+    // nibbles of ql[64h..][..32], ql[64h + 32..][..32], and bits 2t, 2t + 1 of qh[32h..][..32].
+    let half = |blk: &[u8; 210], h: usize, m: [[i16; 2]; 4], out: [&mut [i8; RUN]; 4]| {
+        let (ql, qh) = (64 * h, 128 + 32 * h);
+        let [o0, o1, o2, o3] = out;
+        let (ql0, ql1) = (
+            [load16(&blk[ql..]), load16(&blk[ql + 16..])],
+            [load16(&blk[ql + 32..]), load16(&blk[ql + 48..])],
+        );
+        let qh = [load16(&blk[qh..]), load16(&blk[qh + 16..])];
+        let high2 = |bits: uint8x16_t| vshlq_n_u8(vandq_u8(bits, two), 4);
+        let c = |i: usize| {
+            [
+                vorrq_u8(vandq_u8(ql0[i], low), high2(qh[i])),
+                vorrq_u8(vandq_u8(ql1[i], low), high2(vshrq_n_u8(qh[i], 2))),
+                vorrq_u8(vshrq_n_u8(ql0[i], 4), high2(vshrq_n_u8(qh[i], 4))),
+                vorrq_u8(vshrq_n_u8(ql1[i], 4), high2(vshrq_n_u8(qh[i], 6))),
+            ]
+        };
+        let (first, second) = (c(0), c(1));
+        put(o0, first[0], second[0], m[0]);
+        put(o1, first[1], second[1], m[1]);
+        put(o2, first[2], second[2], m[2]);
+        put(o3, first[3], second[3], m[3]);
+    };
+    let m = params.m.as_chunks::<2>().0;
+    for_each_block_group::<8, 1, 210, _>(rows, m, tile, 0..runs, |_, [blk], m, out| {
+        let [[o0], [o1], [o2], [o3], [o4], [o5], [o6], [o7]] = out;
+        half(
+            blk,
+            0,
+            [m[0][0], m[1][0], m[2][0], m[3][0]],
+            [o0, o1, o2, o3],
+        );
+        half(
+            blk,
+            1,
+            [m[4][0], m[5][0], m[6][0], m[7][0]],
+            [o4, o5, o6, o7],
+        );
+    });
 }

@@ -5,7 +5,7 @@ use super::cache::Expert;
 use super::engine::Plan;
 use super::quantize::RowScale;
 use super::route::{Group, Routing};
-use super::stats::StageClock;
+use super::stats::{ExpertRun, StageClock};
 use super::{Error, ErrorKind};
 use crate::npu::Buffer;
 use crate::sync::lock;
@@ -148,6 +148,8 @@ pub(super) struct Call {
     failure: Mutex<Option<Error>>,
     pub clock: StageClock,
     pub pipe: Pipe,
+    /// The used experts as prepared, with their group index (the engine's order).
+    pub runs: Mutex<Vec<(usize, ExpertRun)>>,
 }
 
 impl Call {
@@ -169,6 +171,7 @@ impl Call {
             failure: Mutex::new(None),
             clock: StageClock::default(),
             pipe: Pipe::default(),
+            runs: Mutex::new(Vec::new()),
         }
     }
 

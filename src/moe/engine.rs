@@ -12,7 +12,7 @@ use super::quantize::quantize_row_scaled;
 use super::route::{Group, Routing, Row};
 use super::scatter::{publish, scale_row, Row as ScatterRow, QUAD};
 use super::spares::Spares;
-use super::stats::{bump, load, Counters, Stage, Stages, Stats};
+use super::stats::{bump, load, Counters, ExpertRun, Stage, Stages, Stats};
 use super::{Config, Error, ErrorKind, MtMode, SmallBatch};
 use crate::inflate::ExpertWeights;
 use crate::isa::Isa;
@@ -219,11 +219,19 @@ impl Engine {
 
     /// Runs a planned call on the crate's pool.
     pub fn run(&self, plan: Plan, io: &Inputs) -> Result<Stages, Error> {
+        self.run_traced(plan, io).map(|(stages, _)| stages)
+    }
+
+    /// [`Engine::run`], also returning the call's used experts in the order phase 2 took them
+    /// (rows, cache hit or not): the board timeline model's input.
+    pub fn run_traced(&self, plan: Plan, io: &Inputs) -> Result<(Stages, Vec<ExpertRun>), Error> {
         let call = self.start(plan, ([0; 4], 1), 1, self.threads());
         self.run_on_pool(&call, io);
         let r = self.end(&call);
+        let mut runs = std::mem::take(&mut *lock(&call.runs));
+        runs.sort_by_key(|&(group, _)| group);
         self.recycle(call);
-        r
+        r.map(|stages| (stages, runs.into_iter().map(|(_, run)| run).collect()))
     }
 
     /// Both phases of `call` on the crate's pool, `call.nth` threads.
@@ -603,6 +611,19 @@ impl Engine {
             bump(&self.counters.experts_inflated, 1);
             bump(&self.counters.bytes_inflated, bytes);
         }
+        let group = call
+            .routing()
+            .groups
+            .iter()
+            .position(|x| x.expert == g.expert);
+        lock(&call.runs).push((
+            group.unwrap_or(usize::MAX),
+            ExpertRun {
+                expert: g.expert,
+                rows: g.len,
+                hit: matches!(source, Source::Cache),
+            },
+        ));
         call.clock.add(Stage::Inflate, t);
         let t = Instant::now();
         let kp = self.tiles.pad(p.k);
@@ -857,6 +878,7 @@ impl Engine {
             submits_chain: dev.submits[1],
             submits_stream: dev.submits[2],
             cpu_gemms: load(&c.cpu_gemms),
+            contexts_created: dev.contexts_created,
             modelled_npu_us: dev.modelled_us,
             backend: Some(self.device.backend()),
         }

@@ -29,7 +29,7 @@ mod stats;
 
 pub use config::{Config, MtMode, SmallBatch};
 pub use engine::{Engine, Inputs, PairInputs, Plan};
-pub use stats::{Stages, Stats};
+pub use stats::{ExpertRun, Stages, Stats};
 
 /// Why a call was not done. The C boundary maps each kind to its result code.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

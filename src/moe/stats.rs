@@ -48,6 +48,17 @@ impl StageClock {
     }
 }
 
+/// One used expert of a call, as phase 2 handled it: what a model of the call's schedule (the
+/// board timeline model, `npu::board`) needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExpertRun {
+    pub expert: usize,
+    /// Rows routed to it.
+    pub rows: usize,
+    /// Found in the cache (not inflated by this call).
+    pub hit: bool,
+}
+
 /// Counters since the engine was created (the C `ork_stats`).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Stats {
@@ -66,6 +77,8 @@ pub struct Stats {
     pub submits_stream: u64,
     pub submits_chain: u64,
     pub cpu_gemms: u64,
+    /// Matmul contexts the runtime created (rknn; 0 elsewhere).
+    pub contexts_created: u64,
     /// Modelled NPU time (emulator cost model), never a measurement.
     pub modelled_npu_us: f64,
     pub backend: Option<BackendKind>,

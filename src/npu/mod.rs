@@ -45,7 +45,6 @@ pub use exec::HostExec;
 use crate::layout::Tiles;
 use std::any::Any;
 use std::fmt;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Once;
 
@@ -384,6 +383,8 @@ pub struct Report {
     pub macs: u64,
     /// Modelled RK3588 time of the submit in µs (emu only; never a measurement).
     pub modelled_us: Option<f64>,
+    /// Runtime matmul contexts the submit had to create (rknn only: each is costly on the board).
+    pub contexts_created: u64,
 }
 
 /// Backend side of a prepared submit.
@@ -413,6 +414,10 @@ pub trait Backend: Send + Sync {
     fn prepare<'a>(&'a self, submit: Submit<'a>) -> Result<Box<dyn Job + 'a>>;
     /// Pool threads a submit should use (never more than it has independent work units for).
     fn threads(&self) -> usize;
+    /// The vendor runtime's version string, where there is one.
+    fn runtime_version(&self) -> Option<String> {
+        None
+    }
 }
 
 /// A prepared submit: run its shares on the caller's threads, then finish it.
@@ -460,6 +465,8 @@ pub struct Stats {
     pub macs: u64,
     /// Sum of the modelled RK3588 submit times (emu only): modelled, never measured.
     pub modelled_us: f64,
+    /// Runtime matmul contexts created by submits (rknn only).
+    pub contexts_created: u64,
 }
 
 #[derive(Default)]
@@ -469,6 +476,7 @@ struct Counters {
     bytes: AtomicU64,
     macs: AtomicU64,
     modelled_ns: AtomicU64,
+    contexts_created: AtomicU64,
 }
 
 impl Counters {
@@ -483,6 +491,8 @@ impl Counters {
             (r.modelled_us.unwrap_or(0.0) * 1e3) as u64,
             Ordering::Relaxed,
         );
+        self.contexts_created
+            .fetch_add(r.contexts_created, Ordering::Relaxed);
     }
 }
 
@@ -519,8 +529,8 @@ impl BackendChoice {
 #[derive(Clone, Debug, PartialEq)]
 pub struct DeviceConfig {
     pub backend: BackendChoice,
-    /// The vendor runtime (`ORK_RKNN_LIB`); `None`: the default library names.
-    pub rknn_lib: Option<PathBuf>,
+    /// The vendor runtime's settings (`ORK_RKNN_LIB`, `ORK_RKNN_DYNAMIC_M`).
+    pub rknn: rknn::Config,
     /// Cores of `run_i8` and `run_stream_i8`.
     pub core_mask: CoreMask,
     /// Kernel path and pool threads of the CPU-executed backends (emu, cpu).
@@ -532,7 +542,7 @@ impl Default for DeviceConfig {
     fn default() -> DeviceConfig {
         DeviceConfig {
             backend: BackendChoice::Auto,
-            rknn_lib: None,
+            rknn: rknn::Config::default(),
             core_mask: CoreMask::ALL,
             host: HostExec::default(),
             emu: emu::Config::default(),
@@ -584,16 +594,20 @@ impl Device {
         rknn::open(path).map(Device::with_backend)
     }
 
+    /// The vendor runtime with explicit settings.
+    pub fn rknn_with(config: &rknn::Config) -> Result<Device> {
+        rknn::open_with(config).map(Device::with_backend)
+    }
+
     /// Opens the backend `cfg` names; `Auto` tries `rknn` and falls back to `emu`. The device's
     /// core mask starts as `cfg.core_mask`.
     pub fn open(cfg: &DeviceConfig) -> Result<Device> {
-        let lib = cfg.rknn_lib.as_ref().map(|p| p.to_string_lossy());
         let emu = || emu::Emu::new(cfg.emu.clone(), cfg.host);
         let backend: Box<dyn Backend> = match cfg.backend {
             BackendChoice::Emu => Box::new(emu()),
             BackendChoice::Cpu => Box::new(cpu::Cpu::new(cfg.host)),
-            BackendChoice::Rknn => rknn::open(lib.as_deref())?,
-            BackendChoice::Auto => rknn::open(lib.as_deref()).unwrap_or_else(|e| {
+            BackendChoice::Rknn => rknn::open_with(&cfg.rknn)?,
+            BackendChoice::Auto => rknn::open_with(&cfg.rknn).unwrap_or_else(|e| {
                 log::debug!("rknn backend unavailable ({e}); using the emulator");
                 Box::new(emu())
             }),
@@ -601,8 +615,14 @@ impl Device {
         let dev = Device::with_backend(backend);
         dev.set_core_mask(cfg.core_mask);
         LOG_CHOICE.call_once(|| {
+            let profile = match (&cfg.emu.profile, dev.backend()) {
+                (Some(p), BackendKind::Emu) => {
+                    format!("; cost model from board profile {}", p.display())
+                }
+                _ => String::new(),
+            };
             log::info!(
-                "NPU backend: {} (ORK_BACKEND={:?})",
+                "NPU backend: {} (ORK_BACKEND={:?}){profile}",
                 dev.backend().name(),
                 cfg.backend
             )
@@ -612,6 +632,12 @@ impl Device {
 
     pub fn backend(&self) -> BackendKind {
         self.backend.kind()
+    }
+
+    /// The vendor runtime's version string (`rknn`; `None` elsewhere or where the library holds
+    /// none).
+    pub fn runtime_version(&self) -> Option<String> {
+        self.backend.runtime_version()
     }
 
     /// Tile sizes of the native layouts the backend expects (from the runtime on `rknn`).
@@ -739,6 +765,7 @@ impl Device {
             bytes: load(&c.bytes),
             macs: load(&c.macs),
             modelled_us: load(&c.modelled_ns) as f64 / 1e3,
+            contexts_created: load(&c.contexts_created),
         }
     }
 

@@ -2,6 +2,7 @@
 //! a stack of named segments on a linear axis. Like `svg.rs`, a few hundred elements that do not
 //! need a plotting crate.
 
+use crate::svg::{escape, start};
 use std::fmt::Write;
 
 pub struct Bar {
@@ -25,12 +26,6 @@ const MARGIN_R: f64 = 12.0;
 const MARGIN_T: f64 = 30.0;
 const MARGIN_B: f64 = 34.0;
 
-fn escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-}
-
 /// A round axis step giving about five ticks up to `max`.
 fn step(max: f64) -> f64 {
     let raw = (max / 5.0).max(f64::MIN_POSITIVE);
@@ -47,18 +42,7 @@ fn step(max: f64) -> f64 {
 pub fn render(title: &str, x_label: &str, y_label: &str, panels: &[Panel], width: f64) -> String {
     let legend_h = 40.0;
     let h = 40.0 + PANEL_H * panels.len() as f64 + legend_h;
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{h}" viewBox="0 0 {width} {h}" font-family="sans-serif" font-size="11">"#
-    );
-    let _ = writeln!(s, r#"<rect width="100%" height="100%" fill="white"/>"#);
-    let _ = writeln!(
-        s,
-        r#"<text x="{}" y="22" text-anchor="middle" font-size="14">{}</text>"#,
-        width / 2.0,
-        escape(title)
-    );
+    let mut s = start(width, h, title);
     let mut names: Vec<&str> = Vec::new();
     for p in panels {
         for b in p.groups.iter().flatten() {

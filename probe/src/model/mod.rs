@@ -211,7 +211,7 @@ const ENGINES: usize = 3;
 
 fn engines() -> [EngineModel; ENGINES] {
     [
-        EngineModel::today(),
+        EngineModel::engine(),
         EngineModel::pipelined(),
         EngineModel::pipelined_fused(),
     ]
@@ -223,30 +223,6 @@ fn add_stages(a: &mut Stages, b: Stages) {
     a.inflate += b.inflate;
     a.gemm += b.gemm;
     a.scatter += b.scatter;
-}
-
-/// The used experts of a call in the engine's order (most rows first, ties by id), with the
-/// call's misses on the first of them: the engine does not say which experts hit (only how
-/// many), and the model needs only the count.
-fn experts_of(ids: &[i32], n_expert: usize, misses: u64) -> Vec<ExpertCall> {
-    let mut rows = vec![0u32; n_expert];
-    for &e in ids {
-        rows[e as usize] += 1;
-    }
-    let mut used: Vec<(u32, usize)> = rows
-        .iter()
-        .enumerate()
-        .filter(|(_, &r)| r > 0)
-        .map(|(e, &r)| (r, e))
-        .collect();
-    used.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-    used.iter()
-        .enumerate()
-        .map(|(i, &(rows, _))| ExpertCall {
-            rows,
-            hit: i as u64 >= misses,
-        })
-        .collect()
 }
 
 fn delta(after: &Stats, before: &Stats, m: &mut Measured) {
@@ -316,11 +292,10 @@ fn run_case(
                     dst: &dst[..n * nu * tokens],
                     pair: None,
                 };
-                let stages = engine.run(plan, &io).map_err(|e| e.to_string())?;
+                let (stages, runs) = engine.run_traced(plan, &io).map_err(|e| e.to_string())?;
                 m.wall_us += start.elapsed().as_secs_f64() * 1e6;
                 add_stages(&mut m.stages, stages);
                 let after = engine.stats();
-                let misses = after.cache_misses - before.cache_misses;
                 delta(&after, &before, &mut m);
                 calls.push(CallWork {
                     layer: layer as u32,
@@ -330,7 +305,13 @@ fn run_case(
                     ty: wty,
                     act_rows: (tokens * b_rows) as u64,
                     n_expert: ne,
-                    experts: experts_of(&ids, ne, misses),
+                    experts: runs
+                        .iter()
+                        .map(|r| ExpertCall {
+                            rows: r.rows as u32,
+                            hit: r.hit,
+                        })
+                        .collect(),
                 });
             }
         }
@@ -474,6 +455,15 @@ pub fn run(args: &[String]) -> Result<ExitCode, String> {
         cfg.device.backend = b;
     }
     ork_moe::ffi::log_install(cfg.log_level);
+    if let Some(info) = &o.settings.profile {
+        // `ork-probe board` off a board (emulator, stand-in runtime) measures this machine.
+        if info.backend != "rknn" || info.runtime_version.contains("stand-in") {
+            eprintln!(
+                "model: warning: {} was written on backend {} ({}): its NPU figures are not a board's",
+                info.path, info.backend, info.runtime_version
+            );
+        }
+    }
     for shape in &o.configs {
         o.routing.check(shape.n_expert, shape.n_used)?;
         let full_bytes = full_expert_bytes(shape);
@@ -883,26 +873,6 @@ fn svg(cases: &[Case]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn experts_come_in_the_engines_order_with_the_misses_first() {
-        let ids = [3, 1, 3, 0, 3, 1];
-        let e = experts_of(&ids, 4, 2);
-        assert_eq!(
-            e,
-            vec![
-                ExpertCall {
-                    rows: 3,
-                    hit: false
-                },
-                ExpertCall {
-                    rows: 2,
-                    hit: false
-                },
-                ExpertCall { rows: 1, hit: true },
-            ]
-        );
-    }
 
     #[test]
     fn options_parse_and_reject() {

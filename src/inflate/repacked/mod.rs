@@ -228,8 +228,8 @@ pub fn inflate_expert_in_with(
         {
             untangle(&groups, groups.group(w, first / groups.rows + g), out);
         }
-        let rows: Vec<&[u8]> = plain.chunks_exact(shape.row_bytes).collect();
-        inflater.tile(&rows, first, tile_out, chan_scales)?;
+        let mut rows: Vec<&[u8]> = plain.chunks_exact(shape.row_bytes).collect();
+        inflater.tile(&mut rows, first, tile_out, chan_scales)?;
     }
     chan_scales[w.n..shape.np].fill(0.0);
     Ok(())
@@ -537,6 +537,33 @@ fn q4k_pack(scales: [u8; 8], mins: [u8; 8]) -> [u8; K_SCALE_SIZE] {
         o.copy_from_slice(&w.to_le_bytes());
     }
     out
+}
+
+/// [`halves`] for the SIMD paths, with the bounds checked once: the scalar reference's per-store checks cost as much as the copies.
+#[inline(always)]
+fn halves_checked_once<const R: usize>(src: &[u8], out: &mut [u8], span: &Span) {
+    let (src_end, out_end) = span.ends(R);
+    assert!(
+        src.len() >= src_end && out.len() >= out_end,
+        "the span lies inside the group"
+    );
+    for x in 0..span.blocks {
+        let from = x * span.packed_block + span.packed;
+        let to = x * span.block_bytes + span.plain;
+        for j in 0..R {
+            // SAFETY: `from + 2j + 2 <= src_end` and `to + j·row_bytes + 2 <= out_end`, both
+            // inside their slices (asserted above); unaligned 2-byte accesses.
+            unsafe {
+                let half = src
+                    .as_ptr()
+                    .add(from + 2 * j)
+                    .cast::<u16>()
+                    .read_unaligned();
+                let dst = out.as_mut_ptr().add(to + j * span.row_bytes).cast::<u16>();
+                dst.write_unaligned(half);
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 //! step loads `R` vectors of 16 bytes and stores 16 bytes of each of the `R` rows. Unpack
 //! instructions only move bytes, so the result is [`super::Scalar`]'s exactly.
 
-use super::{Chunks, Scalar, Span};
+use super::{halves_checked_once, Chunks, Scalar, Span};
 use std::arch::x86_64::*;
 
 pub(super) struct Sse2;
@@ -15,37 +15,9 @@ impl Chunks for Sse2 {
             // lets the transpose use the intrinsics.
             unsafe { transpose::<R, C>(src, out, span) };
         } else if (C, span.len, span.flip) == (2, 2, 0) {
-            halves::<R>(src, out, span);
+            halves_checked_once::<R>(src, out, span);
         } else {
             Scalar::untangle::<R, C>(src, out, span);
-        }
-    }
-}
-
-/// [`Chunks::untangle`] of an fp16 array (one 2-byte chunk per row, never flipped), with the
-/// bounds checked once: the scalar reference's per-store checks cost as much as the copies.
-#[inline(always)]
-fn halves<const R: usize>(src: &[u8], out: &mut [u8], span: &Span) {
-    let (src_end, out_end) = span.ends(R);
-    assert!(
-        src.len() >= src_end && out.len() >= out_end,
-        "the span lies inside the group"
-    );
-    for x in 0..span.blocks {
-        let from = x * span.packed_block + span.packed;
-        let to = x * span.block_bytes + span.plain;
-        for j in 0..R {
-            // SAFETY: `from + 2j + 2 <= src_end` and `to + j·row_bytes + 2 <= out_end`, both
-            // inside their slices (asserted above); unaligned 2-byte accesses.
-            unsafe {
-                let half = src
-                    .as_ptr()
-                    .add(from + 2 * j)
-                    .cast::<u16>()
-                    .read_unaligned();
-                let dst = out.as_mut_ptr().add(to + j * span.row_bytes).cast::<u16>();
-                dst.write_unaligned(half);
-            }
         }
     }
 }

@@ -303,6 +303,9 @@ pub struct EngineModel {
     pub fuse_gate_up: bool,
     /// Rows of a run rounded up to a multiple of this (1: exact M), so contexts are per bucket.
     pub m_bucket: u32,
+    /// Row counts one matmul context covers (the runtime's dynamic shapes, `ORK_RKNN_DYNAMIC_M`;
+    /// 1: a context per distinct M).
+    pub context_rows: u32,
     /// Inflate every expert of a call ahead of its routing (at prefill sizes every expert is
     /// used), bounded by `window_bytes` of resident inflated experts; otherwise an expert is
     /// inflated when its item runs.
@@ -313,16 +316,39 @@ pub struct EngineModel {
 }
 
 impl EngineModel {
-    /// The engine as it is: what `Engine::run_mt` does with ggml's threads on the rknn backend.
-    pub fn today() -> EngineModel {
+    /// The engine as it is: ggml's threads prepare experts (inflate, gather) and scatter while one
+    /// submitter thread per NPU core runs each expert's GEMM on that core (`ORK_SUBMITTERS`); B
+    /// buffers are recycled; gate and up are one pair call (the patch fuses them); contexts are
+    /// the runtime's dynamic shapes, one per 64 row counts. Ops still run one after another and
+    /// nothing is inflated before its call.
+    pub fn engine() -> EngineModel {
         EngineModel {
-            name: "today",
+            name: "engine",
+            ops_in_sequence: true,
+            blocking_submits: false,
+            fresh_b_per_miss: false,
+            rknn_placement: false,
+            fuse_gate_up: true,
+            m_bucket: 1,
+            context_rows: 64,
+            prefetch: false,
+            inflate_on: Unit::Big,
+        }
+    }
+
+    /// The engine of the M0 note's era (before submitter threads, recycled B buffers, pair calls
+    /// and dynamic-shape contexts): what `Engine::run_mt` did with ggml's threads on the rknn
+    /// backend.
+    pub fn before() -> EngineModel {
+        EngineModel {
+            name: "before",
             ops_in_sequence: true,
             blocking_submits: true,
             fresh_b_per_miss: true,
             rknn_placement: true,
             fuse_gate_up: false,
             m_bucket: 1,
+            context_rows: 1,
             prefetch: false,
             inflate_on: Unit::Big,
         }
@@ -340,6 +366,7 @@ impl EngineModel {
             rknn_placement: true,
             fuse_gate_up: false,
             m_bucket: 1,
+            context_rows: 1,
             prefetch: true,
             inflate_on: Unit::AnyCpu,
         }
@@ -717,6 +744,8 @@ impl Builder<'_> {
     fn runs(&mut self, c: &CallWork, rows: u32, kp: usize, np: usize) -> Vec<RunPlan> {
         let e = self.engine;
         let m = rows.div_ceil(e.m_bucket) * e.m_bucket;
+        // Contexts are keyed by the range of row counts one of them covers.
+        let ctx_m = m.div_ceil(e.context_rows.max(1));
         let stream = in_stream_envelope(c.k);
         let primitive = if stream {
             Primitive::StreamI8
@@ -736,10 +765,13 @@ impl Builder<'_> {
             .map(|(core, n0, n1)| {
                 let n = (n1 - n0) as u32;
                 let (unit, new_context) = if e.rknn_placement && e.blocking_submits {
-                    let key = (m, kp as u32, n, core as u8);
+                    let key = (ctx_m, kp as u32, n, core as u8);
                     (Unit::Npu(core as u8), self.contexts.get(key, CONTEXT_CACHE))
                 } else {
-                    (Unit::AnyNpu, self.any_core_context(m, kp as u32, n, cores))
+                    (
+                        Unit::AnyNpu,
+                        self.any_core_context(ctx_m, kp as u32, n, cores),
+                    )
                 };
                 RunPlan {
                     primitive,

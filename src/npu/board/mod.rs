@@ -147,7 +147,7 @@ mod tests {
             ..ProfileInfo::default()
         };
         let loaded = Settings::from_profile(&p.to_profile(&info), "board.json").unwrap();
-        for engine in [EngineModel::today(), EngineModel::pipelined()] {
+        for engine in [EngineModel::before(), EngineModel::pipelined()] {
             let direct = model_ubatch(&ub, &engine, &p, 1 << 30, &mut ContextCache::default());
             let profiled = model_ubatch(
                 &ub,
@@ -167,7 +167,8 @@ mod tests {
         let ub = even(&s, 4, 512, &p);
         let mut results = Vec::new();
         for engine in [
-            EngineModel::today(),
+            EngineModel::before(),
+            EngineModel::engine(),
             EngineModel::pipelined(),
             EngineModel::pipelined_fused(),
         ] {
@@ -184,8 +185,12 @@ mod tests {
             assert!(m.whole.scheduled_us >= e.scheduled_us);
             results.push(m);
         }
-        let (today, piped, fused) = (&results[0], &results[1], &results[2]);
+        let (today, engine) = (&results[0], &results[1]);
+        let (piped, fused) = (&results[2], &results[3]);
         assert!(piped.experts.scheduled_us < today.experts.scheduled_us);
+        // The engine as it is (submitters, recycled B, pairs) beats the one before it.
+        assert!(engine.experts.scheduled_us < today.experts.scheduled_us);
+        assert_eq!(engine.experts.buffers_created, 0);
         assert!(fused.experts.runs < piped.experts.runs);
         assert_eq!(today.experts.runs, piped.experts.runs);
         // Today: one fresh buffer per miss; the pipelined ring allocates none.
@@ -215,11 +220,11 @@ mod tests {
         let s = ModelShape::QWEN3_30B_A3B;
         let ub = even(&s, 2, 512, &p);
         let mut ctx = ContextCache::default();
-        let g = build(&ub, &EngineModel::today(), &p, 1 << 30, &mut ctx, false);
+        let g = build(&ub, &EngineModel::before(), &p, 1 << 30, &mut ctx, false);
         let first = timeline(&g, &p).unwrap();
         // One M (32 rows per expert): gate/up on core 0 share one context, down has 3 slices.
         assert_eq!(first.contexts_created, 1 + 3);
-        let g = build(&ub, &EngineModel::today(), &p, 1 << 30, &mut ctx, false);
+        let g = build(&ub, &EngineModel::before(), &p, 1 << 30, &mut ctx, false);
         assert_eq!(timeline(&g, &p).unwrap().contexts_created, 0);
         assert_eq!(ctx.created, 4);
     }

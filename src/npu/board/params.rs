@@ -155,8 +155,11 @@ params! {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Origin {
     Default,
-    /// A board profile (its path).
+    /// A board profile (its path) that measured it.
     Profile(String),
+    /// A board profile (its path) whose check could not measure it: the model's value when the
+    /// profile was written.
+    ProfileKept(String),
     /// Given on the command line.
     Override,
 }
@@ -168,6 +171,9 @@ pub struct ProfileInfo {
     pub backend: String,
     pub runtime_version: String,
     pub all_bit_exact: Option<bool>,
+    /// The parameters the board check measured (the profile's `measured` list); the others carry
+    /// the model's values. `None`: the profile does not say, every parameter counts as measured.
+    pub measured: Option<Vec<String>>,
 }
 
 /// Parameters with the origin of each value.
@@ -229,6 +235,12 @@ impl Params {
     /// Writes these parameters as a board profile: a flat JSON object of every parameter plus
     /// `info`'s fields.
     pub fn to_profile(&self, info: &ProfileInfo) -> String {
+        Value::Obj(self.profile_fields(info)).to_string()
+    }
+
+    /// The fields of [`Params::to_profile`], for a writer that adds fields of its own (the board
+    /// check's per-shape rows and timings).
+    pub fn profile_fields(&self, info: &ProfileInfo) -> Vec<(String, Value)> {
         let mut fields = vec![
             ("backend".to_string(), Value::Str(info.backend.clone())),
             (
@@ -240,22 +252,38 @@ impl Params {
                 info.all_bit_exact.map_or(Value::Null, Value::Bool),
             ),
         ];
+        if let Some(names) = &info.measured {
+            let names = names.iter().map(|n| Value::Str(n.clone())).collect();
+            fields.push(("measured".to_string(), Value::Arr(names)));
+        }
         for s in SPECS {
             let v = self.get(s.name).expect("every spec has a field");
             fields.push((s.name.to_string(), Value::Num(v)));
         }
-        Value::Obj(fields).to_string()
+        fields
     }
 }
 
 impl Settings {
     /// Defaults overridden by the parameters a board profile carries. Keys that are not
     /// parameters (the board check's per-shape rows, timings of its own) are ignored; a
-    /// parameter with a value that is not a usable number is an error.
+    /// parameter with a value that is not a usable number is an error. A parameter the profile's
+    /// `measured` list leaves out keeps the profile's value, marked [`Origin::ProfileKept`].
     pub fn from_profile(text: &str, path: &str) -> Result<Settings, String> {
         let v = json::parse(text).map_err(|e| format!("{path}: {e}"))?;
         let Value::Obj(fields) = &v else {
             return Err(format!("{path}: a board profile is a JSON object"));
+        };
+        let measured = match v.get("measured") {
+            None | Some(Value::Null) => None,
+            Some(Value::Arr(names)) => Some(
+                names
+                    .iter()
+                    .map(|n| n.as_str().map(String::from))
+                    .collect::<Option<Vec<_>>>()
+                    .ok_or_else(|| format!("{path}: measured is not a list of names"))?,
+            ),
+            Some(_) => return Err(format!("{path}: measured is not a list of names")),
         };
         let mut s = Settings::default();
         for (key, value) in fields {
@@ -264,7 +292,12 @@ impl Settings {
                 .as_f64()
                 .ok_or_else(|| format!("{path}: {key} is not a number"))?;
             s.params.set(key, x).map_err(|e| format!("{path}: {e}"))?;
-            s.origins[i] = Origin::Profile(path.to_string());
+            s.origins[i] = match &measured {
+                Some(names) if !names.iter().any(|n| n == key) => {
+                    Origin::ProfileKept(path.to_string())
+                }
+                _ => Origin::Profile(path.to_string()),
+            };
         }
         let text_of = |k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_string();
         s.profile = Some(ProfileInfo {
@@ -272,6 +305,7 @@ impl Settings {
             backend: text_of("backend"),
             runtime_version: text_of("runtime_version"),
             all_bit_exact: v.get("all_bit_exact").and_then(Value::as_bool),
+            measured,
         });
         Ok(s)
     }
@@ -301,6 +335,9 @@ impl Settings {
                 let from = match o {
                     Origin::Default => s.source.to_string(),
                     Origin::Profile(p) => format!("board profile {p}"),
+                    Origin::ProfileKept(p) => {
+                        format!("board profile {p}, not measured there: the model's value")
+                    }
                     Origin::Override => "set on the command line".to_string(),
                 };
                 format!(
@@ -399,9 +436,41 @@ mod tests {
             backend: "emu".into(),
             runtime_version: "n/a".into(),
             all_bit_exact: Some(true),
+            measured: None,
         };
         let s = Settings::from_profile(&p.to_profile(&info), "x.json").unwrap();
         assert_eq!(s.params, p);
         assert_eq!(s.profile.unwrap().backend, "emu");
+        assert!(s
+            .origins
+            .iter()
+            .all(|o| *o == Origin::Profile("x.json".into())));
+    }
+
+    #[test]
+    fn parameters_a_profile_did_not_measure_are_marked_kept() {
+        let info = ProfileInfo {
+            measured: Some(vec!["run_us_floor".into(), "core_tops".into()]),
+            ..ProfileInfo::default()
+        };
+        let mut p = Params::default();
+        p.set("run_us_floor", 70.0).unwrap();
+        let s = Settings::from_profile(&p.to_profile(&info), "b.json").unwrap();
+        assert_eq!(s.params, p);
+        assert_eq!(s.profile.as_ref().unwrap().measured, info.measured);
+        for (spec, origin) in SPECS.iter().zip(&s.origins) {
+            let measured = ["run_us_floor", "core_tops"].contains(&spec.name);
+            let want = if measured {
+                Origin::Profile("b.json".into())
+            } else {
+                Origin::ProfileKept("b.json".into())
+            };
+            assert_eq!(*origin, want, "{}", spec.name);
+        }
+        let i = index("task_us").unwrap();
+        assert!(s.describe()[i].contains("not measured there"));
+        for bad in [r#"{"measured": "all"}"#, r#"{"measured": [1]}"#] {
+            assert!(Settings::from_profile(bad, "p").is_err(), "{bad}");
+        }
     }
 }

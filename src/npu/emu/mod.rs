@@ -59,6 +59,8 @@ pub const TASK_MAX_N: usize = 8192;
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
     pub cost: CostModel,
+    /// The board profile `cost` was read from (`ORK_EMU_PROFILE`), if any.
+    pub profile: Option<PathBuf>,
     /// Stale (CPU-written, unsynced) input is an error rather than a warning.
     pub strict: bool,
     /// Folder to dump each submit's buffers into.
@@ -76,6 +78,7 @@ impl Default for Config {
     fn default() -> Config {
         Config {
             cost: CostModel::default(),
+            profile: None,
             strict: false,
             dump: None,
             domain_bytes: DOMAIN_BYTES,

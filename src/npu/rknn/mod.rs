@@ -1,35 +1,58 @@
 //! The real backend: the vendor runtime `librknnrt.so`, opened with `dlopen` (no link-time
 //! dependency), driven through its matmul API with every operand in the native layout.
 //!
-//! - Memory: `rknn_create_mem2` on a small per-domain matmul context (memory belongs to a
+//! Where the runtime's documentation stops, the backend does what is known to work (the vendor's
+//! demo, rk-llama.cpp) and nothing else:
+//! - **Opening** ([`open_with`]): the library must be of SDK 2.0 or newer; its version string is read
+//!   from the file (the matmul API has no version query) and logged, and an older one, or one without
+//!   `rknn_create_mem2` / `rknn_mem_sync`, is refused with a message naming both. A first matmul
+//!   context must be creatable and report its tile sizes; when the runtime returns -1 there (no NPU),
+//!   the error names the library and what this machine shows of the rknpu driver and its device node.
+//!   Each core is then tried with `rknn_matmul_set_core_mask`: on a single-core chip (RK3566/RK3568,
+//!   where the call returns -1) every GEMM runs on the one core with no mask, decided here, once.
+//! - **Memory**: `rknn_create_mem2` on a small per-domain allocation context (memory belongs to a
 //!   context, and a context to an IOMMU domain); driver flag CACHEABLE maps to the runtime's
 //!   cacheable allocation, anything else to non-cacheable. Syncs are `rknn_mem_sync`.
-//! - Operands at an offset inside a buffer are handed over as `rknn_create_mem_from_fd` views of
-//!   the buffer's dma-buf.
-//! - `run_i8`: the N-tiles are split over the enabled cores, one matmul context per core
-//!   (`rknn_matmul_set_core_mask` with a single core: some runtimes refuse multi-core masks), run
-//!   concurrently by the submit's shares. Chain: the GEMMs one after another on one core. Stream:
-//!   the GEMMs spread over the cores. Chain and stream keep the NPU envelope of the emulator, so
-//!   the engine behaves the same on every backend.
-//! - Contexts are cached per (M, K, N, core, domain).
+//! - **Operands at an offset** ([`mem`]): A and B at an offset are bound through views
+//!   (`rknn_create_mem_from_fd`) made once per (buffer, offset) and destroyed just before their
+//!   buffer, never earlier, so imports do not grow with the number of runs. C at an offset (the
+//!   slices of a GEMM split over cores, whose offsets change with M) goes through a spare staging
+//!   buffer instead, copied into C when the submit finishes. Offsets the C API's `int32_t` cannot
+//!   hold (2 GiB and beyond) are staged too, never wrapped.
+//! - **Contexts** ([`ctx`]): one per (K, N, core, domain) and M range: with the dynamic-shape API
+//!   (`rknn_matmul_create_dynamic_shape`, or 2.0's `_dyn_shape`) a context serves
+//!   [`Config::dynamic_m`] consecutive M values, so prefill's many row counts reuse a handful of
+//!   contexts; without it (or with `dynamic_m = 0`), one context per M. Each context's reported
+//!   tensor dims, sizes and types are checked against the layout the packer writes. Contexts created
+//!   are counted in [`crate::npu::Report::contexts_created`].
+//! - **Threads**: `rknn_matmul_set_io_mem` (and `set_dynamic_shape`) is not documented as
+//!   thread-safe, so all binding in the process happens under one lock; only `rknn_matmul_run`
+//!   overlaps across contexts, as in rk-llama.cpp. Each context is driven by one thread at a time.
+//! - `run_i8`: the N-tiles are split over the enabled cores, one context per core, run concurrently
+//!   by the submit's shares. Chain: the GEMMs one after another on one core. Stream: the GEMMs
+//!   spread over the cores. Chain and stream keep the NPU envelope of the emulator, so the engine
+//!   behaves the same on every backend.
 //!
-//! `unsafe` lives here (and in [`sys`]) only, each block with its reason.
+//! `unsafe` lives here (and in [`sys`], [`ctx`], [`mem`]) only, each block with its reason.
 
+mod ctx;
+mod diag;
+mod mem;
 mod sys;
 
 use super::exec;
 use super::{
-    storage_as, Backend, BackendKind, Buffer, CoreMask, Error, Job, Primitive, Report, Result,
-    Storage, Submit,
+    storage_as, Backend, BackendKind, Buffer, CoreMask, Elem, Error, Job, Primitive, Report,
+    Result, Storage, Submit,
 };
 use crate::layout::Tiles;
 use crate::sync::lock;
-use std::any::Any;
+use ctx::{CreateError, MatmulCtx};
+use mem::{Mem, RknnStorage, Spares};
 use std::collections::HashMap;
-use std::ptr::NonNull;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use sys::{Api, Context, IoAttr, MatmulInfo, TensorAttr, TensorMem};
+use sys::{Api, TensorMem};
 
 /// Largest K of one `run_i8` here. The runtime takes up to 10240, but above 8192 it wants B split
 /// into K-segments of its own layout; deeper GEMMs get [`Error::Envelope`], and the engine sums
@@ -39,211 +62,172 @@ const MAX_K: usize = 8192;
 /// with the same rule).
 pub(crate) const CONTEXT_CACHE: usize = 256;
 
+/// Settings of the rknn backend.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// The runtime library; `None`: `librknnrt.so`, then `/usr/lib`, `/usr/lib64`.
+    pub lib: Option<String>,
+    /// M values one dynamic-shape context covers (1..=W, W+1..=2W, ...), at most 512; 0: one context
+    /// per M (also what a runtime without the dynamic-shape API gets).
+    pub dynamic_m: usize,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            lib: None,
+            dynamic_m: DEFAULT_DYNAMIC_M,
+        }
+    }
+}
+
+/// Default of [`Config::dynamic_m`]: prefill's rows per expert mostly fall in the first bucket or
+/// two, and a context declares only this many shapes up front.
+pub const DEFAULT_DYNAMIC_M: usize = 64;
+
+/// What this machine shows of the rknpu driver's device nodes (`rknpu device nodes:
+/// /dev/dri/renderD129 opens`, or which DRM nodes exist and their drivers), for the board check
+/// and error messages.
+pub fn device_nodes() -> String {
+    diag::device_nodes(
+        std::path::Path::new("/sys/class/drm"),
+        std::path::Path::new("/dev"),
+    )
+}
+
 /// A runtime error code as an [`Error`].
 fn check(what: &str, code: i32) -> Result<()> {
     if code == sys::SUCC {
         Ok(())
     } else {
-        Err(Error::Device(format!("{what} failed with {code}")))
+        Err(Error::Device(format!(
+            "{what} failed with {code} ({})",
+            diag::code_name(code)
+        )))
     }
 }
 
-/// One matmul context and the tensor attributes the runtime gave it.
-struct MatmulCtx {
-    api: Arc<Api>,
-    ctx: Context,
-    io: Box<IoAttr>,
-}
-
-// SAFETY: a context handle is an integer the runtime accepts from any thread; every use goes
-// through a Mutex, so one context is never driven by two threads at once.
-unsafe impl Send for MatmulCtx {}
-
-impl MatmulCtx {
-    fn create(
-        api: &Arc<Api>,
-        m: usize,
-        k: usize,
-        n: usize,
-        domain: u32,
-        core: Option<usize>,
-    ) -> Result<MatmulCtx> {
-        let mut info = MatmulInfo::int8_native(m, k, n, domain);
-        let mut io = Box::new(IoAttr::zeroed());
-        let mut ctx: Context = 0;
-        // SAFETY: all three pointers are valid and writable for their C types (layouts checked in sys).
-        check("rknn_matmul_create", unsafe {
-            (api.matmul_create)(&mut ctx, &mut info, &mut *io)
-        })?;
-        let made = MatmulCtx {
-            api: Arc::clone(api),
-            ctx,
-            io,
-        };
-        let types = (made.io.a.ty, made.io.b.ty, made.io.c.ty);
-        if types != (sys::TENSOR_INT8, sys::TENSOR_INT8, sys::TENSOR_INT32) {
-            return Err(Error::Device(format!(
-                "int8 matmul reports tensor types {types:?}"
-            )));
-        }
-        if let Some(core) = core {
-            // SAFETY: ctx was just created by this runtime.
-            check("rknn_matmul_set_core_mask", unsafe {
-                (api.matmul_set_core_mask)(ctx, 1 << core)
-            })?;
-        }
-        Ok(made)
-    }
-
-    /// Tile sizes from the attributes: B native `(N/bn, K/bk, bn, bk)`, A `(K/ak, M, ak)`,
-    /// C `(N/cn, M, cn)`.
-    fn tiles(&self) -> Result<Tiles> {
-        let dim = |t: &TensorAttr, i: usize| {
-            (t.n_dims as usize > i && t.dims[i] > 0).then_some(t.dims[i] as usize)
-        };
-        let io = &self.io;
-        let (b_n, b_k) = dim(&io.b, 2)
-            .zip(dim(&io.b, 3))
-            .ok_or_else(|| Error::Device("the runtime reported no native B tile sizes".into()))?;
-        let d = Tiles::RK3588;
-        Ok(Tiles {
-            a_k: dim(&io.a, 2).unwrap_or(d.a_k),
-            b_n,
-            b_k,
-            c_n: dim(&io.c, 2).unwrap_or(d.c_n),
-            align: d.align.max(b_n).max(b_k),
-        })
-    }
-}
-
-impl Drop for MatmulCtx {
-    fn drop(&mut self) {
-        // SAFETY: ctx is live and owned by this value; nothing uses it after the drop.
-        let code = unsafe { (self.api.matmul_destroy)(self.ctx) };
-        if code != sys::SUCC {
-            log::warn!("rknn_matmul_destroy failed with {code}");
-        }
-    }
-}
-
-type CtxKey = (usize, usize, usize, usize, u32);
-
-/// What buffers and submits share: the runtime and the per-domain allocation contexts.
+/// What buffers and submits share: the runtime, the per-domain allocation contexts and the lock
+/// every binding takes.
 struct Shared {
     api: Arc<Api>,
     alloc_ctx: Mutex<HashMap<u32, Arc<Mutex<MatmulCtx>>>>,
+    bind: Mutex<()>,
 }
 
 impl Shared {
-    fn alloc_ctx(&self, domain: u32) -> Result<Arc<Mutex<MatmulCtx>>> {
+    fn alloc_ctx(&self, domain: u32) -> std::result::Result<Arc<Mutex<MatmulCtx>>, CreateError> {
         let mut map = lock(&self.alloc_ctx);
         if let Some(c) = map.get(&domain) {
             return Ok(Arc::clone(c));
         }
         let c = Arc::new(Mutex::new(MatmulCtx::create(
-            &self.api, 1, 32, 32, domain, None,
+            &self.api,
+            1..=1,
+            false,
+            32,
+            32,
+            domain,
+            None,
         )?));
         map.insert(domain, Arc::clone(&c));
         Ok(c)
     }
-}
 
-/// A runtime buffer (`rknn_tensor_mem`) seen as `len` elements of `T`.
-pub struct RknnStorage<T> {
-    api: Arc<Api>,
-    ctx: Arc<Mutex<MatmulCtx>>,
-    mem: NonNull<TensorMem>,
-    len: usize,
-    cacheable: bool,
-    _elem: std::marker::PhantomData<T>,
-}
-
-// SAFETY: the storage owns its rknn_tensor_mem exclusively; the CPU mapping is plain memory, and
-// shared access only reads it (&self) while writes need &mut self.
-unsafe impl<T: Send> Send for RknnStorage<T> {}
-// SAFETY: as above.
-unsafe impl<T: Sync> Sync for RknnStorage<T> {}
-
-impl<T> RknnStorage<T> {
-    fn mem(&self) -> &TensorMem {
-        // SAFETY: mem came from rknn_create_mem2 and lives until Drop.
-        unsafe { self.mem.as_ref() }
-    }
-
-    fn sync(&self, mode: i32) -> Result<()> {
-        if !self.cacheable {
-            return Ok(());
-        }
-        let ctx = lock(&self.ctx);
-        // SAFETY: ctx and mem are live objects of this runtime.
-        check("rknn_mem_sync", unsafe {
-            (self.api.mem_sync)(ctx.ctx, self.mem.as_ptr(), mode)
-        })
+    fn alloc(&self, bytes: usize, cacheable: bool, sram: bool, domain: u32) -> Result<Mem> {
+        let ctx = self.alloc_ctx(domain)?;
+        Mem::alloc(&self.api, ctx, bytes, cacheable, sram, domain)
     }
 }
 
-impl<T> Drop for RknnStorage<T> {
-    fn drop(&mut self) {
-        let ctx = lock(&self.ctx);
-        // SAFETY: mem was created on ctx and is not used after this.
-        let code = unsafe { (self.api.destroy_mem)(ctx.ctx, self.mem.as_ptr()) };
-        if code != sys::SUCC {
-            log::warn!("rknn_destroy_mem failed with {code}");
-        }
-    }
+/// Which M a context serves: exactly one, or the `b`-th range of `dynamic_m` values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Rows {
+    Exact(usize),
+    Bucket(usize),
 }
 
-impl<T: Send + Sync + 'static> Storage<T> for RknnStorage<T> {
-    fn cpu(&self) -> &[T] {
-        // SAFETY: the runtime maps at least len·size_of::<T>() bytes at virt_addr (checked at
-        // creation), page-aligned, until destroy_mem in Drop; &self keeps the mapping alive and
-        // no &mut exists meanwhile.
-        unsafe { std::slice::from_raw_parts(self.mem().virt_addr as *const T, self.len) }
-    }
-
-    fn cpu_mut(&mut self) -> &mut [T] {
-        // SAFETY: as in cpu(); &mut self makes this the only reference.
-        unsafe { std::slice::from_raw_parts_mut(self.mem().virt_addr as *mut T, self.len) }
-    }
-
-    fn sync_to_device(&mut self) -> Result<()> {
-        self.sync(sys::SYNC_TO_DEVICE)
-    }
-
-    fn sync_from_device(&mut self) -> Result<()> {
-        self.sync(sys::SYNC_FROM_DEVICE)
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-
-    fn as_any_mut(&mut self) -> &mut dyn Any {
-        self
-    }
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct CtxKey {
+    rows: Rows,
+    k: usize,
+    n: usize,
+    core: usize,
+    domain: u32,
 }
 
 /// The rknn backend.
 pub struct Rknn {
     shared: Arc<Shared>,
     tiles: Tiles,
+    /// The NPU cores contexts are pinned to; empty on a single-core chip (no core masks at all).
+    pinned: Vec<usize>,
+    /// [`Config::dynamic_m`] where the runtime has dynamic shapes, else 0.
+    dynamic_m: usize,
     contexts: Mutex<HashMap<CtxKey, Arc<Mutex<MatmulCtx>>>>,
+    spares: Spares,
 }
 
-/// Opens the runtime at `path` (or the default names) and checks that it answers: a matmul
-/// context must be creatable and report its tile sizes.
+/// [`open_with`] the default settings and the library at `path` (or the default names).
 pub fn open(path: Option<&str>) -> Result<Box<dyn Backend>> {
-    let api = Arc::new(Api::open(path).map_err(Error::Device)?);
+    open_with(&Config {
+        lib: path.map(String::from),
+        ..Config::default()
+    })
+}
+
+/// Opens the runtime and checks that it answers (see the module documentation).
+pub fn open_with(config: &Config) -> Result<Box<dyn Backend>> {
+    let api = Arc::new(Api::open(config.lib.as_deref()).map_err(Error::Device)?);
     let shared = Arc::new(Shared {
-        api,
+        api: Arc::clone(&api),
         alloc_ctx: Mutex::new(HashMap::new()),
+        bind: Mutex::new(()),
     });
-    let tiles = lock(&*shared.alloc_ctx(0)?).tiles()?;
-    log::debug!("rknn runtime {} answers; tiles {tiles:?}", shared.api.path);
+    let probe = shared.alloc_ctx(0).map_err(|e| match e {
+        CreateError::Refused { code, .. } => Error::Device(diag::no_device(&api.describe(), code)),
+        CreateError::Failed(e) => e,
+    })?;
+    let probe = lock(&probe);
+    let tiles = probe.tiles()?;
+    probe.check_layout(&tiles)?;
+    let pinned: Vec<usize> = (0..CoreMask::CORES)
+        .filter(|&c| {
+            // SAFETY: probe.ctx is a live context of this runtime.
+            unsafe { (api.matmul_set_core_mask)(probe.ctx, sys::CORE_0 << c) == sys::SUCC }
+        })
+        .collect();
+    drop(probe);
+    let dynamic_m = if api.dynamic.is_some() {
+        config.dynamic_m.min(sys::MAX_DYNAMIC_SHAPES)
+    } else {
+        0
+    };
+    log::info!(
+        "rknn: {} librknnrt {}; {}; {}; tiles {tiles:?}",
+        api.describe(),
+        api.version
+            .as_deref()
+            .unwrap_or("(version string not found)"),
+        match pinned.len() {
+            0 => "one NPU core (core masks refused: single-core chip)".to_string(),
+            n => format!("{n} NPU cores"),
+        },
+        if dynamic_m > 0 {
+            format!("dynamic-shape contexts of {dynamic_m} M values")
+        } else if api.dynamic.is_none() {
+            "no dynamic shapes in this runtime: one context per M".to_string()
+        } else {
+            "one context per M".to_string()
+        },
+    );
     Ok(Box::new(Rknn {
         shared,
         tiles,
+        pinned,
+        dynamic_m,
         contexts: Mutex::new(HashMap::new()),
+        spares: Spares::default(),
     }))
 }
 
@@ -261,41 +245,12 @@ impl Rknn {
                 Error::InvalidArgument(format!("rknn buffers hold 1 to 4 GiB, not {len} elements"))
             })?;
         let cacheable = flags & super::flags::CACHEABLE != 0;
-        let mut rk_flags = if cacheable {
-            sys::MEM_CACHEABLE
-        } else {
-            sys::MEM_NON_CACHEABLE
-        };
-        if flags & super::flags::TRY_ALLOC_SRAM != 0 {
-            rk_flags |= sys::MEM_TRY_ALLOC_SRAM;
-        }
-        let api = Arc::clone(&self.shared.api);
-        let ctx = self.shared.alloc_ctx(domain)?;
-        // SAFETY: ctx is a live context of this runtime.
-        let mem = unsafe { (api.create_mem2)(lock(&ctx).ctx, bytes as u64, rk_flags) };
-        let mem = NonNull::new(mem).ok_or(Error::OutOfMemory {
-            domain,
-            requested: bytes as u64,
-            available: 0,
-        })?;
-        let storage = RknnStorage {
-            api,
-            ctx,
-            mem,
-            len,
-            cacheable,
-            _elem: std::marker::PhantomData,
-        };
-        let m = storage.mem();
-        if m.virt_addr.is_null() || (m.size as usize) < bytes {
-            return Err(Error::Device(format!(
-                "rknn_create_mem2 returned {} bytes at {:?}",
-                m.size, m.virt_addr
-            )));
-        }
-        Ok(storage)
+        let sram = flags & super::flags::TRY_ALLOC_SRAM != 0;
+        let mem = self.shared.alloc(bytes, cacheable, sram, domain)?;
+        Ok(RknnStorage::new(mem, len))
     }
 
+    /// The context for `m` rows of a K×N GEMM on `core`, and whether it was created now.
     fn context(
         &self,
         m: usize,
@@ -303,125 +258,98 @@ impl Rknn {
         n: usize,
         core: usize,
         domain: u32,
-    ) -> Result<Arc<Mutex<MatmulCtx>>> {
-        let key = (m, k, n, core, domain);
+    ) -> Result<(Arc<Mutex<MatmulCtx>>, bool)> {
+        let w = self.dynamic_m;
+        let rows = (m - 1).checked_div(w).map_or(Rows::Exact(m), Rows::Bucket);
+        let key = CtxKey {
+            rows,
+            k,
+            n,
+            core,
+            domain,
+        };
         let mut map = lock(&self.contexts);
         if let Some(c) = map.get(&key) {
-            return Ok(Arc::clone(c));
+            return Ok((Arc::clone(c), false));
         }
         if map.len() >= CONTEXT_CACHE {
             map.retain(|_, c| Arc::strong_count(c) > 1);
         }
-        let c = Arc::new(Mutex::new(MatmulCtx::create(
-            &self.shared.api,
-            m,
-            k,
-            n,
-            domain,
-            Some(core),
-        )?));
+        let ms = match rows {
+            Rows::Bucket(b) => b * w + 1..=(b + 1) * w,
+            Rows::Exact(m) => m..=m,
+        };
+        let pin = (!self.pinned.is_empty()).then_some(core);
+        let c = MatmulCtx::create(&self.shared.api, ms, w > 0, k, n, domain, pin)?;
+        c.check_layout(&self.tiles)?;
+        let c = Arc::new(Mutex::new(c));
         map.insert(key, Arc::clone(&c));
-        Ok(c)
+        Ok((c, true))
+    }
+
+    /// The cores a submit may use: those asked for that the chip has (all it has if none).
+    fn cores(&self, asked: CoreMask) -> Vec<usize> {
+        if self.pinned.is_empty() {
+            return vec![0];
+        }
+        let both: Vec<usize> = asked
+            .cores()
+            .into_iter()
+            .filter(|c| self.pinned.contains(c))
+            .collect();
+        if both.is_empty() {
+            self.pinned.clone()
+        } else {
+            both
+        }
     }
 }
 
-/// An operand region: a buffer's `rknn_tensor_mem` and a byte range in it.
-#[derive(Clone, Copy, Debug)]
-struct Region {
-    mem: *mut TensorMem,
-    offset: usize,
-    bytes: usize,
-}
-
-impl Region {
-    fn of<T: super::Elem>(buf: &Buffer<T>, offset: usize, len: usize) -> Result<Region> {
-        let s = storage_as::<RknnStorage<T>, T>(buf.storage())?;
-        let size = std::mem::size_of::<T>();
-        Ok(Region {
-            mem: s.mem.as_ptr(),
-            offset: offset * size,
-            bytes: len * size,
-        })
-    }
-}
-
-/// One runtime matmul: its context (one core) and its three operand regions.
+/// One runtime matmul: its context (one core), its rows and its three operands (tensor_mem, bytes).
 struct RunTask {
     ctx: Arc<Mutex<MatmulCtx>>,
-    a: Region,
-    b: Region,
-    c: Region,
+    m: usize,
+    operands: [(*mut TensorMem, usize); 3],
+}
+
+/// Staging buffers a submit holds; back to the spares when it ends, however it ends.
+struct Staged<'a> {
+    spares: &'a Spares,
+    inputs: Vec<Mem>,
+    /// Output slices: the buffer the runtime writes and where its `len` elements go in C.
+    outputs: Vec<(Mem, usize, usize)>,
+}
+
+impl Drop for Staged<'_> {
+    fn drop(&mut self) {
+        for m in self.inputs.drain(..) {
+            self.spares.give(m);
+        }
+        for (m, _, _) in self.outputs.drain(..) {
+            self.spares.give(m);
+        }
+    }
 }
 
 struct RknnJob<'a> {
-    api: Arc<Api>,
+    bind: &'a Mutex<()>,
     /// Runs per share unit: a unit's runs go one after another on one core.
     units: Vec<Vec<RunTask>>,
     next: AtomicUsize,
     failure: Mutex<Option<Error>>,
     /// The submit's output, borrowed exclusively while the runs write it.
-    _c: &'a mut Buffer<i32>,
+    c: &'a mut Buffer<i32>,
+    staged: Staged<'a>,
     report: Report,
 }
 
 // SAFETY: the raw tensor_mem pointers refer to buffers borrowed for 'a (A and B shared, C
-// exclusively through `c`); the runtime only reads A/B and writes disjoint C regions, each
-// context is used under its Mutex.
+// exclusively through `c`), their views (which live as long as those buffers) or the staging
+// buffers the job owns; the runtime only reads A/B and writes disjoint C regions, each context is
+// used under its Mutex.
 unsafe impl Send for RknnJob<'_> {}
 // SAFETY: as above.
 unsafe impl Sync for RknnJob<'_> {}
-
-impl RknnJob<'_> {
-    fn run_one(&self, t: &RunTask) -> Result<()> {
-        let ctx = lock(&t.ctx);
-        let mut views = Vec::with_capacity(3);
-        let result = (|| {
-            for (region, attr) in [(t.a, &ctx.io.a), (t.b, &ctx.io.b), (t.c, &ctx.io.c)] {
-                if region.bytes < attr.size as usize {
-                    return Err(Error::Device(format!(
-                        "runtime wants {} bytes, operand has {}",
-                        attr.size, region.bytes
-                    )));
-                }
-                // SAFETY: region.mem is a live tensor_mem of a borrowed buffer.
-                let parent = unsafe { &*region.mem };
-                let mem = if region.offset == 0 {
-                    region.mem
-                } else {
-                    // SAFETY: a view of the parent's dma-buf at an offset inside it (validated
-                    // against the buffer length before planning); destroyed below.
-                    let v = unsafe {
-                        (self.api.create_mem_from_fd)(
-                            ctx.ctx,
-                            parent.fd,
-                            parent.virt_addr,
-                            region.bytes as u32,
-                            region.offset as i32,
-                        )
-                    };
-                    if v.is_null() {
-                        return Err(Error::Device("rknn_create_mem_from_fd failed".into()));
-                    }
-                    views.push(v);
-                    v
-                };
-                let attr = attr as *const TensorAttr as *mut TensorAttr;
-                // SAFETY: mem and attr are live; the runtime reads attr (it takes a non-const
-                // pointer but documents it as input) and records mem for the next run.
-                check("rknn_matmul_set_io_mem", unsafe {
-                    (self.api.matmul_set_io_mem)(ctx.ctx, mem, attr)
-                })?;
-            }
-            // SAFETY: ctx has all three operands set.
-            check("rknn_matmul_run", unsafe { (self.api.matmul_run)(ctx.ctx) })
-        })();
-        for v in views {
-            // SAFETY: created above on this ctx, no longer used.
-            unsafe { (self.api.destroy_mem)(ctx.ctx, v) };
-        }
-        result
-    }
-}
 
 impl Job for RknnJob<'_> {
     fn run_share(&self, _ith: usize, _nth: usize) {
@@ -431,7 +359,7 @@ impl Job for RknnJob<'_> {
                 return;
             };
             for t in unit {
-                if let Err(e) = self.run_one(t) {
+                if let Err(e) = lock(&t.ctx).run(self.bind, t.m, t.operands) {
                     lock(&self.failure).get_or_insert(e);
                     return;
                 }
@@ -440,10 +368,73 @@ impl Job for RknnJob<'_> {
     }
 
     fn finish(self: Box<Self>) -> Result<Report> {
-        match lock(&self.failure).take() {
-            Some(e) => Err(e),
-            None => Ok(self.report.clone()),
+        let RknnJob {
+            failure,
+            c,
+            staged,
+            report,
+            ..
+        } = *self;
+        if let Some(e) = failure.into_inner().unwrap_or_else(|e| e.into_inner()) {
+            return Err(e);
         }
+        if !staged.outputs.is_empty() {
+            // The CPU must see the device's writes to C before it adds the staged slices.
+            c.sync_from_device()?;
+            for (mem, at, len) in &staged.outputs {
+                mem.sync(sys::SYNC_FROM_DEVICE)?;
+                let dst = &mut c.as_mut_slice()[*at..at + len];
+                for (d, s) in dst.iter_mut().zip(mem.cpu_bytes().chunks_exact(4)) {
+                    *d = i32::from_ne_bytes(s.try_into().expect("4 bytes"));
+                }
+            }
+            // Clean what the CPU wrote, so that the caller's sync from the device keeps it.
+            c.sync_to_device()?;
+        }
+        Ok(report)
+    }
+}
+
+/// An operand: a buffer and an element range of it.
+struct Operand<'b, T: Elem> {
+    buf: &'b Buffer<T>,
+    offset: usize,
+    len: usize,
+}
+
+impl Rknn {
+    /// The tensor_mem to bind for an input: the buffer or its view, or a staged copy.
+    fn bind_input(&self, op: Operand<'_, i8>, staged: &mut Staged<'_>) -> Result<*mut TensorMem> {
+        let s = storage_as::<RknnStorage<i8>, i8>(op.buf.storage())?;
+        if let Some(mem) = s.mem.binding(op.offset)? {
+            return Ok(mem);
+        }
+        let mut copy = self.stage(op.len, op.buf.domain())?;
+        let src = &op.buf.as_slice()[op.offset..op.offset + op.len];
+        for (d, &s) in copy.cpu_bytes_mut().iter_mut().zip(src) {
+            *d = s as u8;
+        }
+        copy.sync(sys::SYNC_TO_DEVICE)?;
+        let mem = copy.tensor_ptr();
+        staged.inputs.push(copy);
+        Ok(mem)
+    }
+
+    /// The tensor_mem to bind for an output slice: C itself at its start, else a staging buffer.
+    fn bind_output(&self, op: Operand<'_, i32>, staged: &mut Staged<'_>) -> Result<*mut TensorMem> {
+        let s = storage_as::<RknnStorage<i32>, i32>(op.buf.storage())?;
+        if op.offset == 0 {
+            return Ok(s.mem.tensor_ptr());
+        }
+        let out = self.stage(4 * op.len, op.buf.domain())?;
+        let mem = out.tensor_ptr();
+        staged.outputs.push((out, op.offset, op.len));
+        Ok(mem)
+    }
+
+    fn stage(&self, bytes: usize, domain: u32) -> Result<Mem> {
+        self.spares
+            .take(bytes, domain, |b| self.shared.alloc(b, true, false, domain))
     }
 }
 
@@ -473,7 +464,11 @@ impl Backend for Rknn {
     }
 
     fn threads(&self) -> usize {
-        CoreMask::CORES
+        self.pinned.len().max(1)
+    }
+
+    fn runtime_version(&self) -> Option<String> {
+        self.shared.api.version.clone()
     }
 
     fn prepare<'a>(&'a self, submit: Submit<'a>) -> Result<Box<dyn Job + 'a>> {
@@ -485,9 +480,14 @@ impl Backend for Rknn {
             tiles,
         } = submit;
         let domain = c.domain();
-        let cores = cores.cores();
+        let cores = self.cores(cores);
         let mut units: Vec<Vec<RunTask>> = Vec::new();
         let mut report = Report::default();
+        let mut staged = Staged {
+            spares: &self.spares,
+            inputs: Vec::new(),
+            outputs: Vec::new(),
+        };
         for (gi, g) in gemms.into_iter().enumerate() {
             let envelope = match primitive {
                 Primitive::RunI8 => g.k <= MAX_K,
@@ -505,7 +505,15 @@ impl Backend for Rknn {
                     });
                 }
             }
-            let a = Region::of(g.a, g.a_offset, g.m * g.k)?;
+            let a_len = g.m * g.k;
+            let a = self.bind_input(
+                Operand {
+                    buf: g.a,
+                    offset: g.a_offset,
+                    len: a_len,
+                },
+                &mut staged,
+            )?;
             let splits = match primitive {
                 Primitive::RunI8 => exec::split_channels(&tiles, 0, g.n, &cores),
                 Primitive::ChainI8 => vec![(cores[0], 0, g.n)],
@@ -513,11 +521,27 @@ impl Backend for Rknn {
             };
             for (core, n0, n1) in splits {
                 let np = n1 - n0;
+                let (ctx, created) = self.context(g.m, g.k, np, core, domain)?;
+                report.contexts_created += u64::from(created);
+                let b = Operand {
+                    buf: g.b,
+                    offset: g.b_offset + n0 * g.k,
+                    len: g.k * np,
+                };
+                let c_op = Operand {
+                    buf: &*c,
+                    offset: g.c_offset + n0 * g.m,
+                    len: g.m * np,
+                };
+                let operands = [
+                    (a, a_len),
+                    (self.bind_input(b, &mut staged)?, g.k * np),
+                    (self.bind_output(c_op, &mut staged)?, 4 * g.m * np),
+                ];
                 let task = RunTask {
-                    ctx: self.context(g.m, g.k, np, core, domain)?,
-                    a,
-                    b: Region::of(g.b, g.b_offset + n0 * g.k, g.k * np)?,
-                    c: Region::of(&*c, g.c_offset + n0 * g.m, g.m * np)?,
+                    ctx,
+                    m: g.m,
+                    operands,
                 };
                 report.tasks_per_core[core] += 1;
                 report.bytes += (g.m * g.k + g.k * np + 4 * g.m * np) as u64;
@@ -530,11 +554,12 @@ impl Backend for Rknn {
             report.macs += g.macs();
         }
         Ok(Box::new(RknnJob {
-            api: Arc::clone(&self.shared.api),
+            bind: &self.shared.bind,
             units,
             next: AtomicUsize::new(0),
             failure: Mutex::new(None),
-            _c: c,
+            c,
+            staged,
             report,
         }))
     }

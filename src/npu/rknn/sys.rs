@@ -1,5 +1,9 @@
 //! The part of `rknn_api.h` / `rknn_matmul_api.h` (SDK 2.3.2) this backend uses, laid out as the
 //! C headers lay it out (checked at compile time), and the library opened with `dlopen`.
+//!
+//! Required symbols are those of SDK >= 2.0 (`rknn_create_mem2` is new there, and before 2.0
+//! `rknn_matmul_info` had another layout); the dynamic-shape pair is optional: 2.0 names the creator
+//! `rknn_matmul_create_dyn_shape`, 2.1 on `rknn_matmul_create_dynamic_shape` (same prototype).
 
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::mem::{offset_of, size_of};
@@ -31,6 +35,10 @@ pub(super) const SYNC_TO_DEVICE: c_int = 1;
 pub(super) const SYNC_FROM_DEVICE: c_int = 2;
 /// `RKNN_SUCC`.
 pub(super) const SUCC: c_int = 0;
+/// `RKNN_MAX_DYNAMIC_SHAPE_NUM`: shapes one dynamic-shape context may declare.
+pub(super) const MAX_DYNAMIC_SHAPES: usize = 512;
+/// `RKNN_NPU_CORE_0`; core `i` is `CORE_0 << i`.
+pub(super) const CORE_0: c_int = 1;
 
 /// `rknn_matmul_info`.
 #[repr(C)]
@@ -69,6 +77,15 @@ pub struct IoAttr {
     pub c: TensorAttr,
 }
 
+/// `rknn_matmul_shape`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MatmulShape {
+    pub m: i32,
+    pub k: i32,
+    pub n: i32,
+}
+
 /// `rknn_tensor_mem`.
 #[repr(C)]
 #[derive(Debug)]
@@ -97,6 +114,7 @@ const _: () = {
     assert!(offset_of!(TensorAttr, ty) == 328);
     assert!(size_of::<IoAttr>() == 3 * 332);
     assert!(offset_of!(IoAttr, c) == 664);
+    assert!(size_of::<MatmulShape>() == 12);
 };
 
 #[cfg(target_pointer_width = "64")]
@@ -151,10 +169,29 @@ type CreateMemFromFdFn =
     unsafe extern "C" fn(Context, i32, *mut c_void, u32, i32) -> *mut TensorMem;
 type DestroyMemFn = unsafe extern "C" fn(Context, *mut TensorMem) -> c_int;
 type MemSyncFn = unsafe extern "C" fn(Context, *mut TensorMem, c_int) -> c_int;
+type CreateDynamicFn = unsafe extern "C" fn(
+    *mut Context,
+    *mut MatmulInfo,
+    c_int,
+    *mut MatmulShape,
+    *mut IoAttr,
+) -> c_int;
+type SetDynamicShapeFn = unsafe extern "C" fn(Context, *mut MatmulShape) -> c_int;
+
+/// The dynamic-shape entry points (one context serving several M).
+pub struct Dynamic {
+    pub create: CreateDynamicFn,
+    pub set_shape: SetDynamicShapeFn,
+}
 
 /// The runtime's entry points.
 pub struct Api {
+    /// The name it was opened by.
     pub path: String,
+    /// The file the dynamic loader found, when it can tell.
+    pub file: Option<String>,
+    /// The version string compiled into the library (`librknnrt version: 2.3.2 (...)`), if found.
+    pub version: Option<String>,
     pub matmul_create: CreateFn,
     pub matmul_set_io_mem: SetIoMemFn,
     pub matmul_set_core_mask: SetCoreMaskFn,
@@ -164,7 +201,13 @@ pub struct Api {
     pub create_mem_from_fd: CreateMemFromFdFn,
     pub destroy_mem: DestroyMemFn,
     pub mem_sync: MemSyncFn,
+    pub dynamic: Option<Dynamic>,
 }
+
+/// What an older runtime is told.
+const SDK_NEEDED: &str = "ork-moe needs the NPU runtime of SDK 2.0 or newer (rknn_create_mem2, \
+     rknn_mem_sync, the 64-byte rknn_matmul_info); install librknnrt.so of SDK 2.3.2 from \
+     airockchip/rknn-toolkit2 (rknpu2/runtime/Linux/librknn_api/aarch64), see docs/BOARD.md";
 
 /// Library names tried when no path is given.
 pub(super) const DEFAULT_NAMES: [&str; 3] = [
@@ -211,45 +254,91 @@ impl Api {
     }
 
     fn resolve(handle: *mut c_void, path: &str) -> Result<Api, String> {
-        let sym = |name: &str| -> Result<*mut c_void, String> {
+        let sym = |name: &str| -> Option<*mut c_void> {
             let c = CString::new(name).expect("symbol names have no NUL");
             // SAFETY: handle is a live dlopen handle, c a valid C string.
             let p = unsafe { libc::dlsym(handle, c.as_ptr()) };
-            if p.is_null() {
-                Err(format!("{path}: missing symbol {name}"))
-            } else {
-                Ok(p)
+            (!p.is_null()).then_some(p)
+        };
+        let create = sym("rknn_matmul_create").ok_or_else(|| {
+            format!("{path} has no rknn_matmul_create: not the Rockchip NPU runtime")
+        })?;
+        let file = loaded_file(create);
+        let version = file.as_deref().and_then(super::diag::runtime_version);
+        let found = || {
+            let v = version.as_deref().unwrap_or("of unknown version");
+            match &file {
+                Some(f) if f != path => format!("{path} ({f}, librknnrt {v})"),
+                _ => format!("{path} (librknnrt {v})"),
             }
         };
+        if let Some(v) = version.as_deref().and_then(super::diag::version_number) {
+            if v < (2, 0) {
+                return Err(format!("{}: {SDK_NEEDED}", found()));
+            }
+        }
+        let need = |name: &str| {
+            sym(name).ok_or_else(|| format!("{}: missing symbol {name}; {SDK_NEEDED}", found()))
+        };
+        let set_shape = sym("rknn_matmul_set_dynamic_shape");
+        let create_dynamic =
+            sym("rknn_matmul_create_dynamic_shape").or_else(|| sym("rknn_matmul_create_dyn_shape"));
         // SAFETY: in every transmute below, the symbol is the runtime's function of that name, whose C
-        // prototype in rknn_api.h / rknn_matmul_api.h matches the function pointer type it becomes.
+        // prototype in rknn_api.h / rknn_matmul_api.h matches the function pointer type it becomes
+        // (the two dynamic-shape creators share one prototype).
         unsafe {
             Ok(Api {
                 path: path.to_string(),
-                matmul_create: std::mem::transmute::<*mut c_void, CreateFn>(sym(
-                    "rknn_matmul_create",
-                )?),
-                matmul_set_io_mem: std::mem::transmute::<*mut c_void, SetIoMemFn>(sym(
+                matmul_create: std::mem::transmute::<*mut c_void, CreateFn>(create),
+                matmul_set_io_mem: std::mem::transmute::<*mut c_void, SetIoMemFn>(need(
                     "rknn_matmul_set_io_mem",
                 )?),
-                matmul_set_core_mask: std::mem::transmute::<*mut c_void, SetCoreMaskFn>(sym(
+                matmul_set_core_mask: std::mem::transmute::<*mut c_void, SetCoreMaskFn>(need(
                     "rknn_matmul_set_core_mask",
                 )?),
-                matmul_run: std::mem::transmute::<*mut c_void, CtxFn>(sym("rknn_matmul_run")?),
-                matmul_destroy: std::mem::transmute::<*mut c_void, CtxFn>(sym(
+                matmul_run: std::mem::transmute::<*mut c_void, CtxFn>(need("rknn_matmul_run")?),
+                matmul_destroy: std::mem::transmute::<*mut c_void, CtxFn>(need(
                     "rknn_matmul_destroy",
                 )?),
-                create_mem2: std::mem::transmute::<*mut c_void, CreateMem2Fn>(sym(
+                create_mem2: std::mem::transmute::<*mut c_void, CreateMem2Fn>(need(
                     "rknn_create_mem2",
                 )?),
-                create_mem_from_fd: std::mem::transmute::<*mut c_void, CreateMemFromFdFn>(sym(
+                create_mem_from_fd: std::mem::transmute::<*mut c_void, CreateMemFromFdFn>(need(
                     "rknn_create_mem_from_fd",
                 )?),
-                destroy_mem: std::mem::transmute::<*mut c_void, DestroyMemFn>(sym(
+                destroy_mem: std::mem::transmute::<*mut c_void, DestroyMemFn>(need(
                     "rknn_destroy_mem",
                 )?),
-                mem_sync: std::mem::transmute::<*mut c_void, MemSyncFn>(sym("rknn_mem_sync")?),
+                mem_sync: std::mem::transmute::<*mut c_void, MemSyncFn>(need("rknn_mem_sync")?),
+                dynamic: create_dynamic.zip(set_shape).map(|(c, s)| Dynamic {
+                    create: std::mem::transmute::<*mut c_void, CreateDynamicFn>(c),
+                    set_shape: std::mem::transmute::<*mut c_void, SetDynamicShapeFn>(s),
+                }),
+                file,
+                version,
             })
         }
     }
+
+    /// How the library is named in messages: the name it was opened by and the file it is.
+    pub fn describe(&self) -> String {
+        match &self.file {
+            Some(f) if *f != self.path => format!("{} ({f})", self.path),
+            _ => self.path.clone(),
+        }
+    }
+}
+
+/// The file of the shared object that holds `addr` (what `dlopen` resolved a bare name to).
+fn loaded_file(addr: *mut c_void) -> Option<String> {
+    // SAFETY: Dl_info is plain data (pointers and an address), for which all zeros is a value.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: addr is a symbol of a loaded library; dladdr only writes info.
+    if unsafe { libc::dladdr(addr, &mut info) } == 0 || info.dli_fname.is_null() {
+        return None;
+    }
+    // SAFETY: dli_fname is a C string owned by the loader for as long as the library stays loaded
+    // (it is never unloaded); it is copied at once.
+    let name = unsafe { CStr::from_ptr(info.dli_fname) };
+    Some(name.to_string_lossy().into_owned())
 }

@@ -1,0 +1,92 @@
+# Sourced by build.sh, python.sh and e2e.sh: the pinned sdist and its download, the cmake flags that pick
+# the CPU's instruction sets, and the tiny test models. The caller defines die() and log().
+
+ork_cache=${ORK_CACHE:-$HOME/.cache/ork-moe}
+sdist_version=0.3.36
+sdist_name=llama_cpp_python-$sdist_version.tar.gz
+sdist_sha256=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
+ork_patch_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+
+# Instruction sets, one cmake flag per line. On x86-64, GGML_NATIVE=ON also turns on ggml's AMX matmul
+# wherever /proc/cpuinfo lists amx_tile/amx_int8, and on some such VMs that path dies of SIGILL (tileloadd in
+# ggml_backend_amx_mul_mat) although AMX programs of our own run there. So x86-64 builds name every
+# instruction set the CPU lists, AMX never; callers put the list in their cache keys, so a machine with
+# other flags gets its own build. aarch64 (the RK3588 board) has no AMX: -mcpu=native as usual.
+ork_isa_flags() {
+    if [[ $(uname -m) != x86_64 ]]; then
+        echo -DGGML_NATIVE=ON
+        return
+    fi
+    local f
+    f=" $(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2) "
+    has() { local x; for x; do [[ $f == *" $x "* ]] || return 1; done; }
+    echo -DGGML_NATIVE=OFF
+    echo -DGGML_AMX_TILE=OFF
+    echo -DGGML_AMX_INT8=OFF
+    echo -DGGML_AMX_BF16=OFF
+    has sse4_2 && echo -DGGML_SSE42=ON || echo -DGGML_SSE42=OFF
+    has avx && echo -DGGML_AVX=ON || echo -DGGML_AVX=OFF
+    has avx2 && echo -DGGML_AVX2=ON || echo -DGGML_AVX2=OFF
+    has fma && echo -DGGML_FMA=ON || echo -DGGML_FMA=OFF
+    has f16c && echo -DGGML_F16C=ON || echo -DGGML_F16C=OFF
+    has bmi2 && echo -DGGML_BMI2=ON || echo -DGGML_BMI2=OFF
+    has avx_vnni && echo -DGGML_AVX_VNNI=ON || echo -DGGML_AVX_VNNI=OFF
+    has avx512f avx512cd avx512vl avx512dq avx512bw && echo -DGGML_AVX512=ON || echo -DGGML_AVX512=OFF
+    has avx512vbmi && echo -DGGML_AVX512_VBMI=ON || echo -DGGML_AVX512_VBMI=OFF
+    has avx512_vnni && echo -DGGML_AVX512_VNNI=ON || echo -DGGML_AVX512_VNNI=OFF
+    has avx512_bf16 && echo -DGGML_AVX512_BF16=ON || echo -DGGML_AVX512_BF16=OFF
+}
+
+# The patch series, in order.
+ork_patches() {
+    local p
+    for p in "$ork_patch_dir"/*.patch; do [[ -f $p ]] && echo "$p"; done
+}
+
+# Makes sure the pinned sdist is in the cache (checksum verified) and prints its path.
+ork_fetch_sdist() {
+    local sdist=$ork_cache/sdist/$sdist_name
+    mkdir -p "$ork_cache/sdist"
+    if [[ ! -f $sdist ]] || ! echo "$sdist_sha256  $sdist" | sha256sum -c --status; then
+        log "downloading $sdist_name from PyPI"
+        rm -f "$sdist"
+        # The file's address from the simple index (what pip reads). `pip download --no-binary :all:` would
+        # also prepare the sdist's metadata, building cmake and ninja from source first where no wheel is at
+        # hand.
+        local index=${PIP_INDEX_URL:-https://pypi.org/simple} url
+        url=$(curl -fsSL "${index%/}/llama-cpp-python/" | grep -o "href=\"[^\"]*/$sdist_name[^\"]*\"" | head -1 |
+            sed 's/^href="//; s/"$//; s/&amp;/\&/g') || true
+        if [[ -n $url ]]; then
+            curl -fsSL -o "$sdist" "$url" || rm -f "$sdist"
+        fi
+        [[ -f $sdist ]] || python3 -m pip download --no-deps --no-binary :all: "llama-cpp-python==$sdist_version" \
+            -d "$ork_cache/sdist" >&2 || die "cannot download llama-cpp-python==$sdist_version from PyPI (network? index?)"
+        echo "$sdist_sha256  $sdist" | sha256sum -c --status || die "$sdist: sha256 mismatch"
+    fi
+    echo "$sdist"
+}
+
+# The tiny qwen3moe models (Q4_0 and Q4_K_M GGUFs, tools/make_tiny_qwen3moe.py quantized by llama-quantize),
+# cached by the generator's hash; prints their folder. $1 = a folder holding llama-quantize, or empty to
+# get it from build.sh (built only when the models are not cached yet).
+ork_tiny_models() {
+    local repo models bin=${1:-} q
+    repo=$(cd "$ork_patch_dir/.." && pwd)
+    models=$ork_cache/tiny-qwen3moe-$(sha256sum <"$repo/tools/make_tiny_qwen3moe.py" | cut -c1-12)
+    mkdir -p "$models"
+    (
+        flock 8
+        if [[ ! -f $models/done ]]; then
+            [[ -n $bin ]] || bin=$("$ork_patch_dir/build.sh" | tail -1)/bin
+            rm -f "$models"/*.gguf "$models"/*.log "$models/text.txt"
+            python3 "$repo/tools/make_tiny_qwen3moe.py" "$models/f16.gguf" --text-out "$models/text.txt" >&2
+            for q in Q4_0 Q4_K_M; do
+                "$bin/llama-quantize" "$models/f16.gguf" "$models/$q.gguf" "$q" >"$models/quantize-$q.log" 2>&1 ||
+                    { tail -20 "$models/quantize-$q.log" >&2; die "llama-quantize $q failed"; }
+            done
+            rm "$models/f16.gguf"
+            touch "$models/done"
+        fi
+    ) 8>"$models.lock" || exit 1
+    echo "$models"
+}

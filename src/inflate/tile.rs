@@ -1,0 +1,151 @@
+//! One N-tile of native B and the loop every kernel fills it with, in memory order and without
+//! bounds checks in the loop body (fixed-size groups carved out once per run).
+
+use super::RUN;
+
+/// One N-tile of native B: `b_n` rows (output channels) × the padded depth, run by run (run `r`
+/// of rows `0..b_n` is `b_n · 32` contiguous bytes).
+pub(super) struct Tile<'a> {
+    pub out: &'a mut [i8],
+    pub b_n: usize,
+}
+
+impl Tile<'_> {
+    /// Run `r` (weights `32r..32r+32`) of the tile's row `j`; consecutive `j` are adjacent.
+    #[inline(always)]
+    pub fn run(&mut self, r: usize, j: usize) -> &mut [i8; RUN] {
+        let at = (r * self.b_n + j) * RUN;
+        (&mut self.out[at..at + RUN])
+            .try_into()
+            .expect("a run is 32 bytes")
+    }
+
+    /// Zeroes what the rows did not fill: depth padding of `rows` rows, and padding rows.
+    pub fn zero_padding(&mut self, rows: usize, runs_filled: usize) {
+        let slab = self.b_n * RUN;
+        let (filled, depth_padding) = self
+            .out
+            .split_at_mut((runs_filled * slab).min(self.out.len()));
+        depth_padding.fill(0);
+        if rows < self.b_n {
+            for run in filled.chunks_exact_mut(slab) {
+                run[rows * RUN..].fill(0);
+            }
+        }
+    }
+}
+
+/// Calls `convert(r, rows, params, outs)` for every group of `R` consecutive tile rows and of
+/// `G` consecutive runs `r..r + G` (`r` a multiple of `G`), run group by run group so that the
+/// writes stream through memory. `rows` holds the tile's `b_n` rows, `params` one item per
+/// (run, row) in tile order (run `r` of row `j` at `r·b_n + j`); `params[g][i]` and `outs[g][i]`
+/// belong to run `r + g` of row `rows[i]`. `b_n` must be a multiple of `R`, `runs` of `G`.
+#[inline(always)]
+pub(super) fn for_each_group<const G: usize, const R: usize, P>(
+    rows: &[&[u8]],
+    params: &[P],
+    tile: &mut Tile,
+    runs: usize,
+    convert: impl FnMut(usize, &[&[u8]; R], [&[P; R]; G], [&mut [[i8; RUN]; R]; G]),
+) {
+    for_each_group_in::<G, R, P>(rows, params, tile, 0..runs, convert);
+}
+
+/// [`for_each_group`] over the runs `runs` only, handing `convert` each row's `GB` bytes that
+/// hold runs `r..r + G` (run `r` starts at byte `r / G · GB` of its row) as a fixed-size array,
+/// so that the kernel reads them without further bounds checks.
+#[inline(always)]
+pub(super) fn for_each_block_group<const G: usize, const R: usize, const GB: usize, P>(
+    rows: &[&[u8]],
+    params: &[P],
+    tile: &mut Tile,
+    runs: std::ops::Range<usize>,
+    mut convert: impl FnMut(usize, [&[u8; GB]; R], [&[P; R]; G], [&mut [[i8; RUN]; R]; G]),
+) {
+    for_each_group_in::<G, R, P>(rows, params, tile, runs, |r, rows, p, outs| {
+        convert(r, rows.map(|row| &row.as_chunks::<GB>().0[r / G]), p, outs)
+    });
+}
+
+/// Runs per step of [`for_each_block`].
+pub(super) const GROUP: usize = 4;
+
+/// For formats of one `BB`-byte block per run (`GB = GROUP·BB`): calls `step(blocks, params,
+/// outs)` for run `r` of every group of `R` tile rows (`blocks[i]`: block `r` of the group's
+/// row `i`), `r` in `0..runs`. Runs go [`GROUP`] at a time (one bounds check per row and
+/// group), the last `runs % GROUP` one at a time.
+#[inline(always)]
+pub(super) fn for_each_block<const R: usize, const BB: usize, const GB: usize, P>(
+    rows: &[&[u8]],
+    params: &[P],
+    tile: &mut Tile,
+    runs: usize,
+    mut step: impl FnMut([&[u8; BB]; R], &[P; R], &mut [[i8; RUN]; R]),
+) {
+    const { assert!(GB == GROUP * BB) };
+    let full = runs / GROUP * GROUP;
+    for_each_block_group::<GROUP, R, GB, P>(rows, params, tile, 0..full, |_, rows, p, out| {
+        let blocks = rows.map(|row| row.as_chunks::<BB>().0);
+        for g in 0..GROUP {
+            step(blocks.map(|b| &b[g]), p[g], &mut *out[g]);
+        }
+    });
+    for_each_block_group::<1, R, BB, P>(rows, params, tile, full..runs, |_, rows, [p], [out]| {
+        step(rows, p, out)
+    });
+}
+
+#[inline(always)]
+fn for_each_group_in<const G: usize, const R: usize, P>(
+    rows: &[&[u8]],
+    params: &[P],
+    tile: &mut Tile,
+    runs: std::ops::Range<usize>,
+    mut convert: impl FnMut(usize, &[&[u8]; R], [&[P; R]; G], [&mut [[i8; RUN]; R]; G]),
+) {
+    let b_n = tile.b_n;
+    assert!(
+        b_n.is_multiple_of(R)
+            && runs.start.is_multiple_of(G)
+            && runs.len().is_multiple_of(G)
+            && rows.len() == b_n,
+        "tile of {b_n} rows in groups of {R}, runs {runs:?} in groups of {G}"
+    );
+    let groups = b_n / R;
+    let rows = &rows.as_chunks::<R>().0[..groups];
+    let out = &mut tile.out.as_chunks_mut::<RUN>().0[runs.start * b_n..runs.end * b_n];
+    let out_slabs = out.chunks_exact_mut(G * b_n);
+    let param_slabs = params[runs.start * b_n..runs.end * b_n].chunks_exact(G * b_n);
+    for (n, (out, params)) in out_slabs.zip(param_slabs).enumerate() {
+        let mut outs = out
+            .chunks_exact_mut(b_n)
+            .map(|run| &mut run.as_chunks_mut::<R>().0[..groups]);
+        let mut outs: [_; G] = std::array::from_fn(|_| outs.next().expect("G runs"));
+        let mut ps = params
+            .chunks_exact(b_n)
+            .map(|run| &run.as_chunks::<R>().0[..groups]);
+        let ps: [_; G] = std::array::from_fn(|_| ps.next().expect("G runs"));
+        for (i, rows) in rows.iter().enumerate() {
+            convert(
+                runs.start + n * G,
+                rows,
+                ps.map(|p| &p[i]),
+                outs.each_mut().map(|o| &mut o[i]),
+            );
+        }
+    }
+}
+
+/// [`for_each_group`] one run of one row at a time: `convert(row, param, r, out)`.
+#[inline(always)]
+pub(super) fn for_each_run<P>(
+    rows: &[&[u8]],
+    params: &[P],
+    tile: &mut Tile,
+    runs: usize,
+    mut convert: impl FnMut(&[u8], &P, usize, &mut [i8; RUN]),
+) {
+    for_each_group::<1, 1, P>(rows, params, tile, runs, |r, [row], [[p]], [[out]]| {
+        convert(row, p, r, out)
+    });
+}

@@ -1,0 +1,223 @@
+//! AVX2 kernels: one tile row per step, a whole 32-byte run per 256-bit vector (lane 0: the
+//! run's weights 0..16, lane 1: 16..32), each row's blocks of a group of runs as one fixed-size
+//! array.
+
+use super::super::params::{scaled_codes, TileParams};
+use super::super::tile::{for_each_block, for_each_block_group, Tile};
+use super::super::RUN;
+use super::{load16, rescale_table};
+use crate::quant::GgmlType;
+use std::arch::x86_64::*;
+
+/// Binary32 codes 0..16 in the order that undoes `packs`' lane interleave in [`table32`].
+const ORDER: [f32; 16] = [
+    0.0, 1.0, 2.0, 3.0, 8.0, 9.0, 10.0, 11.0, 4.0, 5.0, 6.0, 7.0, 12.0, 13.0, 14.0, 15.0,
+];
+
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn load32(src: &[u8]) -> __m256i {
+    let src: &[u8; 32] = src[..32].try_into().expect("32 bytes");
+    // SAFETY: `src` is 32 readable bytes; unaligned load.
+    unsafe { _mm256_loadu_si256(src.as_ptr().cast()) }
+}
+
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn store32(dst: &mut [i8; RUN], v: __m256i) {
+    // SAFETY: `dst` is 32 writable bytes; unaligned store.
+    unsafe { _mm256_storeu_si256(dst.as_mut_ptr().cast(), v) }
+}
+
+/// `lut[q] = sat8(rne(fl(fl(q·f) + g)))` for the 16 codes, in both 128-bit lanes.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn table32(c: &[__m256; 2], [f, g]: [f32; 2]) -> __m256i {
+    let (vf, vg) = (_mm256_set1_ps(f), _mm256_set1_ps(g));
+    let step = |c: __m256| _mm256_cvtps_epi32(_mm256_add_ps(_mm256_mul_ps(c, vf), vg));
+    let p = _mm256_packs_epi32(step(c[0]), step(c[1]));
+    let t = _mm_packs_epi16(_mm256_castsi256_si128(p), _mm256_extracti128_si256::<1>(p));
+    _mm256_broadcastsi128_si256(t)
+}
+
+/// [`ORDER`] as two vectors.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn codes() -> [__m256; 2] {
+    // SAFETY: `ORDER` is 16 readable f32.
+    unsafe {
+        [
+            _mm256_loadu_ps(ORDER.as_ptr()),
+            _mm256_loadu_ps(ORDER[8..].as_ptr()),
+        ]
+    }
+}
+
+/// The 32 nibble indices of 16 quant bytes: low nibbles in lane 0, high nibbles in lane 1.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn nibbles(q: __m128i) -> __m256i {
+    _mm256_and_si256(
+        _mm256_set_m128i(_mm_srli_epi16::<4>(q), q),
+        _mm256_set1_epi8(15),
+    )
+}
+
+/// `sat8((y·m + 2¹⁴) >> 15)` for each of 32 signed bytes `x`, `y = x·2^(8 - SHIFT)`, `m` the
+/// multipliers of its lane. In-lane throughout, so bytes keep their places.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn rescale<const SHIFT: i32>(x: __m256i, m: __m256i) -> __m256i {
+    let z = _mm256_setzero_si256();
+    let lo = _mm256_srai_epi16::<SHIFT>(_mm256_unpacklo_epi8(z, x));
+    let hi = _mm256_srai_epi16::<SHIFT>(_mm256_unpackhi_epi8(z, x));
+    _mm256_packs_epi16(_mm256_mulhrs_epi16(lo, m), _mm256_mulhrs_epi16(hi, m))
+}
+
+/// `m0` in the 16-bit lanes of lane 0, `m1` in those of lane 1.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn lane_multipliers(m0: i16, m1: i16) -> __m256i {
+    _mm256_set_m128i(_mm_set1_epi16(m1), _mm_set1_epi16(m0))
+}
+
+#[target_feature(enable = "avx2,f16c")]
+pub(super) fn q4_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
+    let c: [i16; 16] = scaled_codes(GgmlType::Q4_0);
+    for_each_block::<1, 18, 72, _>(rows, &params.m, tile, runs, |[blk], &[m], [out]| {
+        let lut = _mm256_broadcastsi128_si256(rescale_table(&c, m));
+        store32(out, _mm256_shuffle_epi8(lut, nibbles(load16(&blk[2..]))));
+    });
+}
+
+#[target_feature(enable = "avx2,f16c")]
+pub(super) fn q4_1(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
+    let c = codes();
+    for_each_block::<1, 20, 80, _>(rows, &params.fg, tile, runs, |[blk], &[fg], [out]| {
+        store32(
+            out,
+            _mm256_shuffle_epi8(table32(&c, fg), nibbles(load16(&blk[4..]))),
+        );
+    });
+}
+
+#[target_feature(enable = "avx2,f16c")]
+pub(super) fn q5_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
+    let bits = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
+    let sixteen = _mm256_set1_epi8(16);
+    // Byte i of the vector (weight i of the run) takes byte i / 8 of qh.
+    #[rustfmt::skip]
+    let spread = _mm256_setr_epi8(
+        0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+        2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3,
+    );
+    for_each_block::<1, 22, 88, _>(rows, &params.m, tile, runs, |[blk], &[m], [out]| {
+        let qh = i32::from_le_bytes([blk[2], blk[3], blk[4], blk[5]]);
+        let qh = _mm256_shuffle_epi8(_mm256_set1_epi32(qh), spread);
+        let fifth = _mm256_cmpeq_epi8(_mm256_and_si256(qh, bits), bits);
+        // c = q - 16: the nibble, plus 16 where the fifth bit is set, less 16.
+        let q = _mm256_or_si256(nibbles(load16(&blk[6..])), _mm256_and_si256(fifth, sixteen));
+        let c = _mm256_sub_epi8(q, sixteen);
+        // 8·c = the scaled code.
+        store32(out, rescale::<5>(c, _mm256_set1_epi16(m)));
+    });
+}
+
+#[target_feature(enable = "avx2,f16c")]
+pub(super) fn q8_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
+    for_each_block::<1, 34, 136, _>(rows, &params.m, tile, runs, |[blk], &[m], [out]| {
+        store32(out, rescale::<8>(load32(&blk[2..]), _mm256_set1_epi16(m)));
+    });
+}
+
+#[target_feature(enable = "avx2,f16c")]
+pub(super) fn q4_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
+    let c = codes();
+    let low = _mm256_set1_epi8(15);
+    // Runs 2p, 2p + 1 of a super-block: the low and high nibbles of its quant bytes 32p..32p+32.
+    let pair = |blk: &[u8; 144],
+                p: usize,
+                fg: [[f32; 2]; 2],
+                even: &mut [i8; RUN],
+                odd: &mut [i8; RUN]| {
+        let q = load32(&blk[16 + 32 * p..]);
+        store32(
+            even,
+            _mm256_shuffle_epi8(table32(&c, fg[0]), _mm256_and_si256(q, low)),
+        );
+        let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q), low);
+        store32(odd, _mm256_shuffle_epi8(table32(&c, fg[1]), hi));
+    };
+    for_each_block_group::<8, 1, 144, _>(rows, &params.fg, tile, 0..runs, |_, [blk], p, out| {
+        let [[e0], [o0], [e1], [o1], [e2], [o2], [e3], [o3]] = out;
+        pair(blk, 0, [p[0][0], p[1][0]], e0, o0);
+        pair(blk, 1, [p[2][0], p[3][0]], e1, o1);
+        pair(blk, 2, [p[4][0], p[5][0]], e2, o2);
+        pair(blk, 3, [p[6][0], p[7][0]], e3, o3);
+    });
+}
+
+#[target_feature(enable = "avx2,f16c")]
+pub(super) fn q6_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
+    let (low, bits45, bias) = (
+        _mm256_set1_epi8(15),
+        _mm256_set1_epi8(0x30),
+        _mm256_set1_epi8(32),
+    );
+    // 4·(q - 32) with each 16-weight half's multiplier.
+    let put = |out: &mut [i8; RUN], code: __m256i, m: [i16; 2]| {
+        store32(
+            out,
+            rescale::<6>(_mm256_sub_epi8(code, bias), lane_multipliers(m[0], m[1])),
+        )
+    };
+    // The four runs of 128-weight half `h` of a super-block: low (runs 0, 1) and high (2, 3)
+    // nibbles of ql[64h..][..32], ql[64h + 32..][..32], and bits 2t, 2t + 1 of qh[32h..][..32].
+    let half = |blk: &[u8; 210], h: usize, m: [[i16; 2]; 4], out: [&mut [i8; RUN]; 4]| {
+        let (ql, qh) = (64 * h, 128 + 32 * h);
+        let (ql0, ql1, qh) = (
+            load32(&blk[ql..]),
+            load32(&blk[ql + 32..]),
+            load32(&blk[qh..]),
+        );
+        let and = _mm256_and_si256;
+        let [o0, o1, o2, o3] = out;
+        put(
+            o0,
+            _mm256_or_si256(and(ql0, low), and(_mm256_slli_epi16::<4>(qh), bits45)),
+            m[0],
+        );
+        put(
+            o1,
+            _mm256_or_si256(and(ql1, low), and(_mm256_slli_epi16::<2>(qh), bits45)),
+            m[1],
+        );
+        put(
+            o2,
+            _mm256_or_si256(and(_mm256_srli_epi16::<4>(ql0), low), and(qh, bits45)),
+            m[2],
+        );
+        let c3 = and(_mm256_srli_epi16::<2>(qh), bits45);
+        put(
+            o3,
+            _mm256_or_si256(and(_mm256_srli_epi16::<4>(ql1), low), c3),
+            m[3],
+        );
+    };
+    let m = params.m.as_chunks::<2>().0;
+    for_each_block_group::<8, 1, 210, _>(rows, m, tile, 0..runs, |_, [blk], m, out| {
+        let [[o0], [o1], [o2], [o3], [o4], [o5], [o6], [o7]] = out;
+        half(
+            blk,
+            0,
+            [m[0][0], m[1][0], m[2][0], m[3][0]],
+            [o0, o1, o2, o3],
+        );
+        half(
+            blk,
+            1,
+            [m[4][0], m[5][0], m[6][0], m[7][0]],
+            [o4, o5, o6, o7],
+        );
+    });
+}

@@ -1,0 +1,358 @@
+//! AVX-512 kernels: two adjacent tile rows per step, so that run `r` of both (64 contiguous
+//! bytes of native B) is one 512-bit store, with one table build or rescale for both. Lanes:
+//! the 128-bit lanes 0, 1 of a vector belong to the first row (its run's weights 0..16, 16..32),
+//! lanes 2, 3 to the second; in-lane operations (`pshufb`, `packs`, `unpack`) then never mix rows.
+
+use super::super::params::{scaled_codes, TileParams};
+use super::super::tile::{for_each_block, for_each_block_group, Tile, GROUP};
+use super::super::RUN;
+use crate::quant::GgmlType;
+use std::arch::x86_64::*;
+
+/// Rows per step.
+pub(super) const ROWS: usize = 2;
+
+/// 16 bytes at the start of each of `a` and `b`, as the two halves of a 256-bit vector.
+#[inline]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
+fn load16x2(a: &[u8], b: &[u8]) -> __m256i {
+    let (a, b): (&[u8; 16], &[u8; 16]) = (
+        a[..16].try_into().expect("16"),
+        b[..16].try_into().expect("16"),
+    );
+    // SAFETY: `a` and `b` are 16 readable bytes each; unaligned loads.
+    unsafe {
+        _mm256_inserti128_si256::<1>(
+            _mm256_castsi128_si256(_mm_loadu_si128(a.as_ptr().cast())),
+            _mm_loadu_si128(b.as_ptr().cast()),
+        )
+    }
+}
+
+/// 32 bytes at the start of each of `a` and `b`, as the two halves of a 512-bit vector.
+#[inline]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
+fn load32x2(a: &[u8], b: &[u8]) -> __m512i {
+    let (a, b): (&[u8; 32], &[u8; 32]) = (
+        a[..32].try_into().expect("32"),
+        b[..32].try_into().expect("32"),
+    );
+    // SAFETY: `a` and `b` are 32 readable bytes each; unaligned loads.
+    unsafe {
+        _mm512_inserti64x4::<1>(
+            _mm512_castsi256_si512(_mm256_loadu_si256(a.as_ptr().cast())),
+            _mm256_loadu_si256(b.as_ptr().cast()),
+        )
+    }
+}
+
+/// Run `r` of two adjacent rows: 64 contiguous bytes.
+#[inline]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
+fn store(out: &mut [[i8; RUN]; ROWS], v: __m512i) {
+    // SAFETY: `out` is 64 writable bytes; unaligned store.
+    unsafe { _mm512_storeu_si512(out.as_mut_ptr().cast(), v) }
+}
+
+/// `[m0, m0, m1, m1]`: each multiplier in all eight 16-bit lanes of two 128-bit lanes.
+#[inline]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
+fn lane_pairs(m: &[i16; 2]) -> __m512i {
+    let both = (m[0] as u16 as u32 | (m[1] as u16 as u32) << 16) as i32;
+    #[rustfmt::skip]
+    let spread = _mm512_set_epi32(
+        0x0302_0302, 0x0302_0302, 0x0302_0302, 0x0302_0302,
+        0x0302_0302, 0x0302_0302, 0x0302_0302, 0x0302_0302,
+        0x0100_0100, 0x0100_0100, 0x0100_0100, 0x0100_0100,
+        0x0100_0100, 0x0100_0100, 0x0100_0100, 0x0100_0100,
+    );
+    _mm512_shuffle_epi8(_mm512_set1_epi32(both), spread)
+}
+
+/// `[m0, m1, m2, m3]`: each of four multipliers in all eight 16-bit lanes of one 128-bit lane.
+#[inline]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
+fn lane_quads(m: &[[i16; 2]; 2]) -> __m512i {
+    let word = |i: usize| (m[i / 2][i % 2] as u16 as u64) << (16 * i);
+    let all = (word(0) | word(1) | word(2) | word(3)) as i64;
+    let spread = |l: i64| 0x0100_0100_0100_0100 + l * 0x0202_0202_0202_0202;
+    #[rustfmt::skip]
+    let spread = _mm512_set_epi64(
+        spread(3), spread(3), spread(2), spread(2), spread(1), spread(1), spread(0), spread(0),
+    );
+    _mm512_shuffle_epi8(_mm512_set1_epi64(all), spread)
+}
+
+/// The four nibble vectors of two 16-byte quant runs `[qa, qb]`: lanes `[qa & 15, qa >> 4, qb &
+/// 15, qb >> 4]`, i.e. weights 0..32 of each row's run in order (Q4_0, Q4_1, Q5_0).
+#[inline]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
+fn nibbles(q: __m256i) -> __m512i {
+    let q = _mm512_permutexvar_epi64(
+        _mm512_set_epi64(3, 2, 3, 2, 1, 0, 1, 0),
+        _mm512_castsi256_si512(q),
+    );
+    #[rustfmt::skip]
+    let shift = _mm512_set_epi64(4 * 0x0001_0001_0001_0001, 4 * 0x0001_0001_0001_0001, 0, 0,
+                                 4 * 0x0001_0001_0001_0001, 4 * 0x0001_0001_0001_0001, 0, 0);
+    _mm512_and_si512(_mm512_srlv_epi16(q, shift), _mm512_set1_epi8(15))
+}
+
+/// `sat8((y·m + 2¹⁴) >> 15)` for each of 64 signed bytes `x`, with `y = x·2^(8 - SHIFT)` and `m`
+/// the multiplier of its 128-bit lane. In-lane throughout, so bytes keep their places.
+#[inline]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
+fn rescale<const SHIFT: u32>(x: __m512i, m: __m512i) -> __m512i {
+    let z = _mm512_setzero_si512();
+    // Each byte as the high byte of a 16-bit lane (x·256), shifted down arithmetically.
+    let lo = _mm512_srai_epi16::<SHIFT>(_mm512_unpacklo_epi8(z, x));
+    let hi = _mm512_srai_epi16::<SHIFT>(_mm512_unpackhi_epi8(z, x));
+    _mm512_packs_epi16(_mm512_mulhrs_epi16(lo, m), _mm512_mulhrs_epi16(hi, m))
+}
+
+/// `c` (16 codes) as two vectors: codes 0..8 and 8..16, repeated in every 128-bit lane.
+#[inline]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
+fn code_halves(c: &[i16; 16]) -> (__m512i, __m512i) {
+    // SAFETY: `c` is 32 readable bytes; unaligned 16-byte loads.
+    unsafe {
+        (
+            _mm512_broadcast_i32x4(_mm_loadu_si128(c.as_ptr().cast())),
+            _mm512_broadcast_i32x4(_mm_loadu_si128(c[8..].as_ptr().cast())),
+        )
+    }
+}
+
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
+pub(super) fn q4_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
+    let (c_lo, c_hi) = code_halves(&scaled_codes(GgmlType::Q4_0));
+    for_each_block::<ROWS, 18, 72, _>(rows, &params.m, tile, runs, |[a, b], m, out| {
+        let m = lane_pairs(m);
+        // Lane l: the 16-entry table of its row (codes 0..8 from c_lo, 8..16 from c_hi).
+        let lut = _mm512_packs_epi16(_mm512_mulhrs_epi16(c_lo, m), _mm512_mulhrs_epi16(c_hi, m));
+        store(
+            out,
+            _mm512_shuffle_epi8(lut, nibbles(load16x2(&a[2..], &b[2..]))),
+        );
+    });
+}
+
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
+pub(super) fn q5_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
+    let sixteen = _mm512_set1_epi8(16);
+    for_each_block::<ROWS, 22, 88, _>(rows, &params.m, tile, runs, |[a, b], m, out| {
+        let qh = |blk: &[u8; 22]| u32::from_le_bytes([blk[2], blk[3], blk[4], blk[5]]) as u64;
+        // Byte i of the vector is weight i % 32 of its row: bit i of the pair's qh.
+        let fifth: __mmask64 = qh(a) | qh(b) << 32;
+        let q = nibbles(load16x2(&a[6..], &b[6..]));
+        // c = q - 16: the nibble, less 16 where the fifth bit is clear.
+        let c = _mm512_mask_sub_epi8(q, !fifth, q, sixteen);
+        // 8·c = the scaled code.
+        store(out, rescale::<5>(c, lane_pairs(m)));
+    });
+}
+
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
+pub(super) fn q8_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
+    for_each_block::<ROWS, 34, 136, _>(rows, &params.m, tile, runs, |[a, b], m, out| {
+        store(out, rescale::<8>(load32x2(&a[2..], &b[2..]), lane_pairs(m)));
+    });
+}
+
+/// `[f0, f0, f1, f1]` and `[g0, g0, g1, g1]`, each in all four lanes of a 128-bit lane, from
+/// the two rows' `[f, g]`.
+#[inline]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
+fn lane_fg(fg: &[[f32; 2]; 2]) -> (__m512, __m512) {
+    // SAFETY: `fg` is 16 readable bytes; unaligned load.
+    let v = _mm512_castps128_ps512(unsafe { _mm_loadu_ps(fg.as_ptr().cast()) });
+    (
+        _mm512_permutexvar_ps(
+            _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0),
+            v,
+        ),
+        _mm512_permutexvar_ps(
+            _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1),
+            v,
+        ),
+    )
+}
+
+/// Lane `l` of the result: `sat8(rne(fl(fl(q·f) + g)))` for the 16 codes `q`, with lane `l`'s
+/// `f`, `g`. `codes[s]` holds codes `4s..4s+4` in every lane: the packs gather lane `l`'s 16
+/// entries into lane `l`, in order.
+#[inline]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
+fn lane_tables(codes: &[__m512; 4], f: __m512, g: __m512) -> __m512i {
+    let step = |c: __m512| _mm512_cvtps_epi32(_mm512_add_ps(_mm512_mul_ps(c, f), g));
+    _mm512_packs_epi16(
+        _mm512_packs_epi32(step(codes[0]), step(codes[1])),
+        _mm512_packs_epi32(step(codes[2]), step(codes[3])),
+    )
+}
+
+/// The `codes` of [`lane_tables`].
+#[inline]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
+fn lane_codes() -> [__m512; 4] {
+    std::array::from_fn(|s| {
+        let c = 4.0 * s as f32;
+        let v = _mm_castps_si128(_mm_setr_ps(c, c + 1.0, c + 2.0, c + 3.0));
+        _mm512_castsi512_ps(_mm512_broadcast_i32x4(v))
+    })
+}
+
+/// The tables of runs `r` and `r + 1` of two rows (their `[f, g]` in `p0`, `p1`): lanes `[a
+/// run r, a run r, b run r, b run r]` and the same for run `r + 1`, ready for `pshufb`.
+#[inline]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
+fn run_pair_tables(codes: &[__m512; 4], p0: &[[f32; 2]; 2], p1: &[[f32; 2]; 2]) -> [__m512i; 2] {
+    // [fa, ga, fb, gb] of runs r and r + 1.
+    // SAFETY: `p0`, `p1` are 16 readable bytes each; unaligned loads.
+    let fg = unsafe {
+        _mm512_insertf32x4::<1>(
+            _mm512_castps128_ps512(_mm_loadu_ps(p0.as_ptr().cast())),
+            _mm_loadu_ps(p1.as_ptr().cast()),
+        )
+    };
+    // Lanes: row a run r, row a run r + 1, row b run r, row b run r + 1.
+    let f = _mm512_permutexvar_ps(
+        _mm512_set_epi32(6, 6, 6, 6, 2, 2, 2, 2, 4, 4, 4, 4, 0, 0, 0, 0),
+        fg,
+    );
+    let g = _mm512_permutexvar_ps(
+        _mm512_set_epi32(7, 7, 7, 7, 3, 3, 3, 3, 5, 5, 5, 5, 1, 1, 1, 1),
+        fg,
+    );
+    let luts = lane_tables(codes, f, g);
+    [
+        _mm512_shuffle_i32x4::<0b10_10_00_00>(luts, luts),
+        _mm512_shuffle_i32x4::<0b11_11_01_01>(luts, luts),
+    ]
+}
+
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
+pub(super) fn q4_1(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
+    let codes = lane_codes();
+    let full = runs / GROUP * GROUP;
+    let fg = &params.fg;
+    for_each_block_group::<GROUP, ROWS, 80, _>(rows, fg, tile, 0..full, |_, [a, b], p, out| {
+        let (a, b) = (a.as_chunks::<20>().0, b.as_chunks::<20>().0);
+        let [o0, o1, o2, o3] = out;
+        for (i, (even, odd)) in [(o0, o1), (o2, o3)].into_iter().enumerate() {
+            let [lut0, lut1] = run_pair_tables(&codes, p[2 * i], p[2 * i + 1]);
+            let (r0, r1) = (2 * i, 2 * i + 1);
+            store(
+                even,
+                _mm512_shuffle_epi8(lut0, nibbles(load16x2(&a[r0][4..], &b[r0][4..]))),
+            );
+            store(
+                odd,
+                _mm512_shuffle_epi8(lut1, nibbles(load16x2(&a[r1][4..], &b[r1][4..]))),
+            );
+        }
+    });
+    for_each_block_group::<1, ROWS, 20, _>(rows, fg, tile, full..runs, |_, [a, b], [fg], [out]| {
+        let (f, g) = lane_fg(fg);
+        let lut = lane_tables(&codes, f, g);
+        store(
+            out,
+            _mm512_shuffle_epi8(lut, nibbles(load16x2(&a[4..], &b[4..]))),
+        );
+    });
+}
+
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
+pub(super) fn q4_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
+    let codes = lane_codes();
+    let low = _mm512_set1_epi8(15);
+    // Runs 2p, 2p + 1 of a super-block: the low and high nibbles of its quant bytes 32p..32p+32.
+    let pair = |a: &[u8; 144],
+                b: &[u8; 144],
+                p: usize,
+                p0: &[[f32; 2]; 2],
+                p1: &[[f32; 2]; 2],
+                even: &mut [[i8; RUN]; ROWS],
+                odd: &mut [[i8; RUN]; ROWS]| {
+        let [lut0, lut1] = run_pair_tables(&codes, p0, p1);
+        let at = 16 + 32 * p;
+        let q = load32x2(&a[at..], &b[at..]);
+        store(even, _mm512_shuffle_epi8(lut0, _mm512_and_si512(q, low)));
+        store(
+            odd,
+            _mm512_shuffle_epi8(lut1, _mm512_and_si512(_mm512_srli_epi16::<4>(q), low)),
+        );
+    };
+    for_each_block_group::<8, ROWS, 144, _>(
+        rows,
+        &params.fg,
+        tile,
+        0..runs,
+        |_, [a, b], p, out| {
+            let [e0, o0, e1, o1, e2, o2, e3, o3] = out;
+            pair(a, b, 0, p[0], p[1], e0, o0);
+            pair(a, b, 1, p[2], p[3], e1, o1);
+            pair(a, b, 2, p[4], p[5], e2, o2);
+            pair(a, b, 3, p[6], p[7], e3, o3);
+        },
+    );
+}
+
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
+pub(super) fn q6_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
+    let (low, bits45, bias) = (
+        _mm512_set1_epi8(15),
+        _mm512_set1_epi8(0x30),
+        _mm512_set1_epi8(32),
+    );
+    // 4·(q - 32) with each 16-weight half's multiplier.
+    let put = |out: &mut [[i8; RUN]; ROWS], code: __m512i, m: &[[i16; 2]; 2]| {
+        store(
+            out,
+            rescale::<6>(_mm512_sub_epi8(code, bias), lane_quads(m)),
+        )
+    };
+    // The four runs of 128-weight half `h` of a super-block: low (runs 0, 1) and high (2, 3)
+    // nibbles of ql[64h..][..32], ql[64h + 32..][..32], and bits 2t, 2t + 1 of qh[32h..][..32].
+    let half = |a: &[u8; 210],
+                b: &[u8; 210],
+                h: usize,
+                m: [&[[i16; 2]; 2]; 4],
+                out: [&mut [[i8; RUN]; ROWS]; 4]| {
+        let (ql, qh) = (64 * h, 128 + 32 * h);
+        let (ql0, ql1) = (
+            load32x2(&a[ql..], &b[ql..]),
+            load32x2(&a[ql + 32..], &b[ql + 32..]),
+        );
+        let qh = load32x2(&a[qh..], &b[qh..]);
+        let and = _mm512_and_si512;
+        let [o0, o1, o2, o3] = out;
+        put(
+            o0,
+            _mm512_or_si512(and(ql0, low), and(_mm512_slli_epi16::<4>(qh), bits45)),
+            m[0],
+        );
+        put(
+            o1,
+            _mm512_or_si512(and(ql1, low), and(_mm512_slli_epi16::<2>(qh), bits45)),
+            m[1],
+        );
+        put(
+            o2,
+            _mm512_or_si512(and(_mm512_srli_epi16::<4>(ql0), low), and(qh, bits45)),
+            m[2],
+        );
+        let c3 = and(_mm512_srli_epi16::<2>(qh), bits45);
+        put(
+            o3,
+            _mm512_or_si512(and(_mm512_srli_epi16::<4>(ql1), low), c3),
+            m[3],
+        );
+    };
+    let m = params.m.as_chunks::<2>().0;
+    for_each_block_group::<8, ROWS, 210, _>(rows, m, tile, 0..runs, |_, [a, b], m, out| {
+        let [o0, o1, o2, o3, o4, o5, o6, o7] = out;
+        half(a, b, 0, [m[0], m[1], m[2], m[3]], [o0, o1, o2, o3]);
+        half(a, b, 1, [m[4], m[5], m[6], m[7]], [o4, o5, o6, o7]);
+    });
+}
