@@ -8,7 +8,7 @@
 # shapes, 8 of 128 used, every layer routing to all of them), quantized by the pinned llama-quantize, cached
 # outside the clone in ${ORK_CACHE:-~/.cache/ork-moe}/realscale-<hash of the generator and its arguments>/
 # (first run: about 6 minutes and 4.9 GB of temporary F16 on this 2-core machine; then 1.4-1.5 GB per
-# type). With the model cached the whole script takes about 80 s on a quiet machine. Its int8 experts
+# type). With the model cached the whole script takes about 2 minutes on a quiet machine. Its int8 experts
 # are 4 × 128 × 3 × 1.5 MiB = 2.3 GiB; llama.cpp runs the last layer's FFN on the output token only, so a
 # pp512 ubatch inflates 3 layers' experts (1.7 GiB) through the 1 GiB cache: the default `pin` policy keeps
 # what fits, the rest streams, every ubatch.
@@ -26,16 +26,15 @@
 # experts did not stream). Logs: ggml-patch/work/realscale/ (git-ignored).
 #
 # Env: ORK_CACHE, ORK_LLAMA_BUILD (a llama.cpp build dir instead of build.sh's), ORK_REALSCALE_THREADS
-# (default nproc), ORK_REALSCALE_ROUNDS (2), ORK_REALSCALE_REPS (3), ORK_REALSCALE_TYPES ("Q4_0 Q4_K_M"),
+# (default nproc), ORK_REALSCALE_ROUNDS (3), ORK_REALSCALE_REPS (3), ORK_REALSCALE_TYPES ("Q4_0 Q4_K_M"),
 # ORK_REALSCALE_MODES ("plain norepack library stream"), ORK_REALSCALE_STREAM_MB (64).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/.." && pwd)
-cache=${ORK_CACHE:-$HOME/.cache/ork-moe}
 lib=${1:-${ORK_MOE_LIB:-$repo/target/release/libork_moe.so}}
 threads=${ORK_REALSCALE_THREADS:-$(nproc)}
-rounds=${ORK_REALSCALE_ROUNDS:-2}
+rounds=${ORK_REALSCALE_ROUNDS:-3}
 reps=${ORK_REALSCALE_REPS:-3}
 types=${ORK_REALSCALE_TYPES:-Q4_0 Q4_K_M}
 modes=${ORK_REALSCALE_MODES:-plain norepack library stream}
@@ -46,6 +45,9 @@ out=$here/work/realscale
 start=$SECONDS
 
 die() { echo "realscale.sh: error: $*" >&2; exit 1; }
+log() { echo "realscale.sh: $*" >&2; }
+# shellcheck source=common.sh
+source "$here/common.sh"
 step() { echo; echo "== $* ($((SECONDS - start)) s)"; }
 load() { cut -d' ' -f1-3 /proc/loadavg; }
 
@@ -61,27 +63,7 @@ bin=$build/bin
 echo "build dir: $build"
 
 step "real-scale qwen3moe (${gen_args[*]})"
-key=$( (cat "$repo/tools/make_tiny_qwen3moe.py"; echo "${gen_args[*]}") | sha256sum | cut -c1-12)
-models=$cache/realscale-$key
-mkdir -p "$cache"
-exec 9>"$models.lock"
-flock 9
-if [[ ! -f $models/done ]]; then
-    rm -rf "$models"
-    mkdir -p "$models"
-    t0=$SECONDS
-    python3 "$repo/tools/make_tiny_qwen3moe.py" "$models/f16.gguf" "${gen_args[@]}"
-    echo "generated F16 ($(du -h "$models/f16.gguf" | cut -f1)) in $((SECONDS - t0)) s"
-    for q in Q4_0 Q4_K_M; do
-        t0=$SECONDS
-        "$bin/llama-quantize" "$models/f16.gguf" "$models/$q.gguf" "$q" >"$models/quantize-$q.log" 2>&1 ||
-            { tail -20 "$models/quantize-$q.log"; die "llama-quantize $q failed"; }
-        echo "quantized $q in $((SECONDS - t0)) s"
-    done
-    rm "$models/f16.gguf"
-    touch "$models/done"
-fi
-exec 9>&-
+models=$(ork_qwen3moe_models "$bin" realscale "${gen_args[@]}")
 ls -l "$models"/*.gguf
 
 # One llama-bench run: $1 = mode, $2 = type, $3 = round. JSON to <name>.json, stderr to <name>.log.
