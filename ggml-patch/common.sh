@@ -66,27 +66,39 @@ ork_fetch_sdist() {
     echo "$sdist"
 }
 
-# The tiny qwen3moe models (Q4_0 and Q4_K_M GGUFs, tools/make_tiny_qwen3moe.py quantized by llama-quantize),
-# cached by the generator's hash; prints their folder. $1 = a folder holding llama-quantize, or empty to
-# get it from build.sh (built only when the models are not cached yet).
-ork_tiny_models() {
-    local repo models bin=${1:-} q
+# Synthetic qwen3moe models (Q4_0 and Q4_K_M GGUFs, tools/make_tiny_qwen3moe.py quantized by llama-quantize,
+# plus the generator's text for llama-perplexity), cached by the hash of the generator and its arguments;
+# prints their folder. $1 = a folder holding llama-quantize, or empty to get it from build.sh (built only
+# when the models are not cached yet); $2 = the cache folder's name; the rest: the generator's arguments.
+ork_qwen3moe_models() {
+    local repo models bin=${1:-} name=$2 q t0
+    shift 2
     repo=$(cd "$ork_patch_dir/.." && pwd)
-    models=$ork_cache/tiny-qwen3moe-$(sha256sum <"$repo/tools/make_tiny_qwen3moe.py" | cut -c1-12)
+    # No arguments: the generator's hash alone (the tiny models' key since before there were arguments)
+    models=$ork_cache/$name-$( (cat "$repo/tools/make_tiny_qwen3moe.py"; if (($#)); then echo "$*"; fi) | sha256sum | cut -c1-12)
     mkdir -p "$models"
     (
         flock 8
         if [[ ! -f $models/done ]]; then
             [[ -n $bin ]] || bin=$("$ork_patch_dir/build.sh" | tail -1)/bin
             rm -f "$models"/*.gguf "$models"/*.log "$models/text.txt"
-            python3 "$repo/tools/make_tiny_qwen3moe.py" "$models/f16.gguf" --text-out "$models/text.txt" >&2
+            t0=$SECONDS
+            python3 "$repo/tools/make_tiny_qwen3moe.py" "$models/f16.gguf" --text-out "$models/text.txt" "$@" >&2
+            log "$name: F16 generated ($(du -h "$models/f16.gguf" | cut -f1)) in $((SECONDS - t0)) s"
             for q in Q4_0 Q4_K_M; do
+                t0=$SECONDS
                 "$bin/llama-quantize" "$models/f16.gguf" "$models/$q.gguf" "$q" >"$models/quantize-$q.log" 2>&1 ||
                     { tail -20 "$models/quantize-$q.log" >&2; die "llama-quantize $q failed"; }
+                log "$name: $q quantized in $((SECONDS - t0)) s"
             done
             rm "$models/f16.gguf"
             touch "$models/done"
         fi
     ) 8>"$models.lock" || exit 1
     echo "$models"
+}
+
+# The tiny qwen3moe models (2 layers, 16 experts) of e2e.sh.
+ork_tiny_models() {
+    ork_qwen3moe_models "${1:-}" tiny-qwen3moe
 }

@@ -17,6 +17,12 @@ Quantize the result with llama.cpp's llama-quantize (Q4_0, Q4_K_M). Needs PyPI g
 - heavy-tailed weights: every matrix is drawn from Student's t with 4 degrees of freedom (scaled to the same
   variance as the Gaussian default), so blocks with a few large weights are common.
 The default model (no flag) is unchanged, byte for byte.
+
+Real scale (ggml-patch/realscale.sh): --layers 4 --experts 128 --embd-std 1 writes 4.9 GB of F16, tensor by
+tensor (peak RSS ~2.8 GB). --embd-std 1 keeps the tokens distinct through the layers so that every layer
+routes a 512-token ubatch to all 128 experts, as a trained (load-balanced) router roughly does; with the
+default 0.05 the random attention's output, much the same for every token, soon dominates the residual
+stream and the deeper layers route to ever fewer experts (125, 93, 62 of 128 in layers 0-2).
 """
 
 import argparse
@@ -104,6 +110,8 @@ def main():
     ap.add_argument("--merges", type=int, default=400)
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--text-out", help="also write the embedded text (repeated) here, e.g. for llama-perplexity")
+    ap.add_argument("--embd-std", type=float, default=0.05,
+                    help="token embedding standard deviation (see above; 1.0 for ggml-patch/realscale.sh)")
     ap.add_argument("--outliers", action="store_true", help="massive FFN-input channels and heavy-tailed weights (see above)")
     args = ap.parse_args()
     if args.experts < 16 or args.experts_used > args.experts:
@@ -175,27 +183,47 @@ def main():
     def norm(n):
         return (1.0 + 0.1 * rng.standard_normal(n, dtype=np.float32)).astype(np.float32)
 
+    # Tensors are generated and written one at a time (a real-scale model's experts are GBs): first every
+    # tensor's name, shape and dtype for the header, then the data, drawn from rng in the same order.
+    tensors = []
+
+    def add(name, shape, dtype, make):
+        tensors.append((name, shape, np.dtype(dtype), make))
+
+    def add_weight(name, *shape, fan_in):
+        add(name, shape, np.float16, lambda: weight(*shape, fan_in=fan_in))
+
+    def add_norm(name, n):
+        add(name, (n,), np.float32, lambda: norm(n))
+
     # tied output: logits = normed hidden (norm ~sqrt(h)) . embedding rows; keep their spread a few units
-    w.add_tensor("token_embd.weight", (0.05 * rng.standard_normal((n_vocab, h), dtype=np.float32)).astype(np.float16))
-    w.add_tensor("output_norm.weight", norm(h))
+    add("token_embd.weight", (n_vocab, h), np.float16,
+        lambda: (args.embd_std * rng.standard_normal((n_vocab, h), dtype=np.float32)).astype(np.float16))
+    add_norm("output_norm.weight", h)
     for i in range(args.layers):
         p = f"blk.{i}."
-        w.add_tensor(p + "attn_norm.weight", norm(h))
-        w.add_tensor(p + "attn_q.weight", weight(args.heads * hd, h, fan_in=h))
-        w.add_tensor(p + "attn_k.weight", weight(args.heads_kv * hd, h, fan_in=h))
-        w.add_tensor(p + "attn_v.weight", weight(args.heads_kv * hd, h, fan_in=h))
-        w.add_tensor(p + "attn_output.weight", weight(h, args.heads * hd, fan_in=args.heads * hd))
-        w.add_tensor(p + "attn_q_norm.weight", norm(hd))
-        w.add_tensor(p + "attn_k_norm.weight", norm(hd))
-        w.add_tensor(p + "ffn_norm.weight", ffn_norm())
-        w.add_tensor(p + "ffn_gate_inp.weight", router())
-        w.add_tensor(p + "ffn_gate_exps.weight", weight(e, f, h, fan_in=h))
-        w.add_tensor(p + "ffn_up_exps.weight", weight(e, f, h, fan_in=h))
-        w.add_tensor(p + "ffn_down_exps.weight", weight(e, h, f, fan_in=f))
+        add_norm(p + "attn_norm.weight", h)
+        add_weight(p + "attn_q.weight", args.heads * hd, h, fan_in=h)
+        add_weight(p + "attn_k.weight", args.heads_kv * hd, h, fan_in=h)
+        add_weight(p + "attn_v.weight", args.heads_kv * hd, h, fan_in=h)
+        add_weight(p + "attn_output.weight", h, args.heads * hd, fan_in=args.heads * hd)
+        add_norm(p + "attn_q_norm.weight", hd)
+        add_norm(p + "attn_k_norm.weight", hd)
+        add(p + "ffn_norm.weight", (h,), np.float32, ffn_norm)
+        add(p + "ffn_gate_inp.weight", (e, h), np.float32, router)
+        add_weight(p + "ffn_gate_exps.weight", e, f, h, fan_in=h)
+        add_weight(p + "ffn_up_exps.weight", e, f, h, fan_in=h)
+        add_weight(p + "ffn_down_exps.weight", e, h, f, fan_in=f)
 
+    for name, shape, dtype, _ in tensors:
+        w.add_tensor_info(name, shape, dtype, int(np.prod(shape)) * dtype.itemsize)
     w.write_header_to_file()
     w.write_kv_data_to_file()
-    w.write_tensors_to_file()
+    w.write_ti_data_to_file()
+    for name, shape, dtype, make in tensors:
+        data = make()
+        assert data.shape == shape and data.dtype == dtype, name
+        w.write_tensor_data(data)
     w.close()
 
     if args.text_out:

@@ -313,7 +313,79 @@ impl ExpertWeights<'_> {
         }
         Ok(())
     }
+    /// Columns `columns` (input channels, each `< k`) of the dequantized weights:
+    /// `out[i·n + r]` = weight `(r, columns[i])`, the values of [`Self::dequantize_column`].
+    /// Row by row, each row's bytes read once and in order, rather than a column at a time with
+    /// every weight in another cache line: at real scale (~55 outlier channels per expert,
+    /// `docs/PERFORMANCE.md`) this decode is the library's largest CPU cost after the GEMM.
+    pub fn dequantize_columns(
+        &self,
+        columns: &[usize],
+        out: &mut [f32],
+    ) -> Result<(), InflateError> {
+        let row_bytes = self
+            .ty
+            .row_bytes(self.k)
+            .filter(|_| GgmlType::QUANTIZED.contains(&self.ty))
+            .filter(|_| columns.iter().all(|&c| c < self.k))
+            .ok_or(InflateError::Quant(QuantError::RowNotWholeBlocks {
+                ty: self.ty,
+                k: self.k,
+            }))?;
+        let needed = self
+            .n
+            .checked_sub(1)
+            .map_or(0, |r| r * self.row_stride + row_bytes);
+        if self.data.len() < needed {
+            return Err(InflateError::SourceTooShort {
+                needed,
+                got: self.data.len(),
+            });
+        }
+        let Some(out) = out.get_mut(..columns.len() * self.n) else {
+            return Err(InflateError::OutputTooShort {
+                buffer: "columns",
+                needed: columns.len() * self.n,
+                got: out.len(),
+            });
+        };
+        // One loop per type: the type's decode inlined, no dispatch per weight.
+        match self.ty {
+            GgmlType::Q4_0 => self.columns_of(GgmlType::Q4_0, row_bytes, columns, out),
+            GgmlType::Q4_1 => self.columns_of(GgmlType::Q4_1, row_bytes, columns, out),
+            GgmlType::Q5_0 => self.columns_of(GgmlType::Q5_0, row_bytes, columns, out),
+            GgmlType::Q8_0 => self.columns_of(GgmlType::Q8_0, row_bytes, columns, out),
+            GgmlType::Q4_K => self.columns_of(GgmlType::Q4_K, row_bytes, columns, out),
+            ty => self.columns_of(ty, row_bytes, columns, out),
+        }
+        Ok(())
+    }
+
+    #[inline(always)]
+    fn columns_of(&self, ty: GgmlType, row_bytes: usize, columns: &[usize], out: &mut [f32]) {
+        let (be, bb) = (ty.block_elems(), ty.block_bytes());
+        let mut block = vec![0f32; COLUMN_ROWS * columns.len()];
+        for n0 in (0..self.n).step_by(COLUMN_ROWS) {
+            let rows = COLUMN_ROWS.min(self.n - n0);
+            for r in 0..rows {
+                let row = self.row(n0 + r, row_bytes);
+                for (i, &c) in columns.iter().enumerate() {
+                    let (blk, e) = (c / be, c % be);
+                    block[i * COLUMN_ROWS + r] =
+                        crate::quant::dequantize_element(ty, &row[blk * bb..(blk + 1) * bb], e);
+                }
+            }
+            for (i, col) in block.chunks_exact(COLUMN_ROWS).enumerate() {
+                out[i * self.n + n0..i * self.n + n0 + rows].copy_from_slice(&col[..rows]);
+            }
+        }
+    }
 }
+
+/// Rows decoded into a transposed block before their columns are stored: the columns are
+/// `n` floats apart (a power of two, often), so storing one row's weights straight into them
+/// would put every store in the same cache set; 16 rows fill one cache line per column.
+const COLUMN_ROWS: usize = 16;
 
 /// Weights per contiguous run of native B (the B tile depth the kernels require).
 const RUN: usize = 32;

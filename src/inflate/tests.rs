@@ -153,3 +153,36 @@ fn dequantize_column_is_the_column_of_dequantize_row() {
         assert!(short.dequantize_column(0, &mut col).is_err());
     }
 }
+
+#[test]
+fn dequantize_columns_are_the_single_columns() {
+    // 37 rows: not whole blocks of 16 rows; a row stride beyond the row's bytes.
+    let (k, n) = (512, 37);
+    let channels = [0usize, 5, 31, 32, 300, 301, 511];
+    for ty in GgmlType::QUANTIZED {
+        let rb = ty.row_bytes(k).unwrap();
+        let stride = rb + ty.block_bytes();
+        let data = crate::testutil::Rng::new(11).blocks(ty, n * stride / ty.block_bytes(), 0.05);
+        let w = ExpertWeights {
+            ty,
+            data: &data,
+            row_stride: stride,
+            n,
+            k,
+        };
+        let mut cols = vec![0f32; channels.len() * n];
+        w.dequantize_columns(&channels, &mut cols).unwrap();
+        let mut col = vec![0f32; n];
+        for (i, &c) in channels.iter().enumerate() {
+            w.dequantize_column(c, &mut col).unwrap();
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&cols[i * n..(i + 1) * n]), bits(&col), "{ty:?} {c}");
+        }
+        assert!(w.dequantize_columns(&[k], &mut cols).is_err());
+        let short = ExpertWeights {
+            data: &data[..(n - 1) * stride + rb - 1],
+            ..w
+        };
+        assert!(short.dequantize_columns(&channels, &mut cols).is_err());
+    }
+}

@@ -187,6 +187,21 @@ pub struct CacheStats {
     pub bytes: u64,
 }
 
+/// The running totals as a log line shows them (`ggml-patch/realscale.sh` reads them back).
+impl std::fmt::Display for CacheStats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "cache hits {} misses {} evictions {} bypassed {} held {} MiB",
+            self.hits,
+            self.misses,
+            self.evictions,
+            self.bypassed,
+            self.bytes >> 20
+        )
+    }
+}
+
 struct Inner {
     map: HashMap<Key, Slot>,
     tick: u64,

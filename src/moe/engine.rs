@@ -356,21 +356,17 @@ impl Engine {
             Ok(_) => {
                 bump(&self.counters.handled, 1);
                 log::debug!(
-                    "handled {} K={} N={}: {} tokens x {} slots on {}",
+                    "handled {} K={} N={}: {} tokens x {} slots on {}; {}",
                     p.layout.name(p.wtype),
                     p.k,
                     p.n,
                     p.n_tokens,
                     p.n_used,
-                    self.device.backend().name()
+                    self.device.backend().name(),
+                    self.experts.stats()
                 );
             }
-            Err(e) => log::debug!(
-                "failed {} K={} N={}: {e}",
-                p.layout.name(p.wtype),
-                p.k,
-                p.n
-            ),
+            Err(e) => log::debug!("failed {} K={} N={}: {e}", p.layout.name(p.wtype), p.k, p.n),
         }
         r
     }

@@ -5,8 +5,8 @@
 //! first) are the row's outliers `O`. The int8 row is `x` with `O` zeroed (so its scale comes
 //! from the rest), and the device sees a plain int8 GEMM of those rows: NPU and CPU results stay
 //! equal bit for bit. The output is `C · (row_scale · chan_scale) + Σ_{c ∈ O} x_c · w[n][c]`. The
-//! weight column `w[·][c]` is either ggml's f32 weight (`ExpertWeights::dequantize_column`: one
-//! block dequantized per output channel) or, cheaper, the inflated expert's own int8 weight
+//! weight column `w[·][c]` is either ggml's f32 weight
+//! ([`crate::inflate::dequantize_columns_in`]: one weight decoded per output channel) or, cheaper, the inflated expert's own int8 weight
 //! times its channel scale ([`native_column`]: N bytes read from the cached native B, no
 //! dequantization). Cost: `|O| · N` CPU multiply-adds per row, plus the columns.
 

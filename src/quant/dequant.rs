@@ -42,6 +42,7 @@ pub fn dequantize_row(ty: GgmlType, bytes: &[u8], out: &mut [f32]) -> Result<(),
 /// Weight `i` of one block of `ty` (`block` at least one block long, `i < ty.block_elems()`),
 /// with the same operations as [`dequantize_row`], so the same bits: one weight without
 /// dequantizing the whole block (a few operations instead of 32 or 256).
+#[inline]
 pub fn dequantize_element(ty: GgmlType, block: &[u8], i: usize) -> f32 {
     let half = |at: usize| super::fp16::f16_to_f32(u16::from_le_bytes([block[at], block[at + 1]]));
     match ty {

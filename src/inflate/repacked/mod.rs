@@ -248,10 +248,7 @@ pub fn dequantize_columns_in(
     out: &mut [f32],
 ) -> Result<(), InflateError> {
     let (Some(groups), Layout::Repacked { chunk, .. }) = (Groups::new(layout, w)?, layout) else {
-        for (&c, col) in columns.iter().zip(out.chunks_exact_mut(w.n.max(1))) {
-            w.dequantize_column(c, col)?;
-        }
-        return Ok(());
+        return w.dequantize_columns(columns, out);
     };
     if !isa.is_available() {
         return Err(InflateError::IsaUnavailable(isa));
