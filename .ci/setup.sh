@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the checks need on a fresh Debian 12 x86_64 machine (idempotent; fast when present):
 # the aarch64 cross toolchain and qemu for the NEON runs, cmake/ninja for llama.cpp, GNU time for its
-# memory check, gguf+numpy.
+# memory check, jq for the benches' JSON, gguf+numpy.
 set -euo pipefail
 
 need_apt=()
@@ -10,7 +10,7 @@ dpkg --print-foreign-architectures | grep -qx arm64 || { dpkg --add-architecture
 # -L /usr/aarch64-linux-gnu, the C harness hung at its first library call under qemu 7.2).
 for pkg in rustc-web cargo-web libstd-rust-web-dev:arm64 libc6:arm64 gcc-aarch64-linux-gnu g++-aarch64-linux-gnu \
            libc6-dev-arm64-cross \
-           qemu-user-static cmake ninja-build time; do
+           qemu-user-static cmake ninja-build time jq; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
 if [ "${#need_apt[@]}" -gt 0 ] || [ -n "${need_update:-}" ]; then

@@ -202,19 +202,23 @@ if [[ ${ORK_E2E_BENCH:-1} != 0 ]]; then
             grep -E '^\| .*(pp512|tg128)' "$out/bench-$q-$mode.log" || true
         done
     done
-    step "llama-bench decode: -p 0 -n 128 -r 5, plain and plugin interleaved, two rounds"
-    tg() { sed -n 's/^|.* tg128 | *\([0-9.]*\) ± .*/\1/p' "$1"; }
-    for round in 1 2; do
-        for q in Q4_0 Q4_K_M; do
+    step "llama-bench decode: -p 0 -n 128 -r 5, plain and plugin interleaved, four rounds (tokens/s: medians of the 5)"
+    # The median of the repetitions: on a shared 2-core machine one disturbed repetition moves a mean far.
+    tg() { jq -r '.[] | select(.n_gen > 0) | (.samples_ts | sort) as $s | $s[($s | length) / 2 | floor]' "$1"; }
+    for q in Q4_0 Q4_K_M; do
+        ratios=()
+        for round in 1 2 3 4; do
             for mode in plain plugin; do
                 [[ $mode == plain ]] && run=("${without_plugin[@]}") || run=("${with_plugin[@]}")
-                "${run[@]}" "$bin/llama-bench" -m "$models/$q.gguf" -p 0 -n 128 -t "$threads" -r 5 -o md \
-                    >"$out/decode-$q-$mode-$round.log" 2>&1 || fail "llama-bench decode $q $mode"
+                "${run[@]}" "$bin/llama-bench" -m "$models/$q.gguf" -p 0 -n 128 -t "$threads" -r 5 -o json \
+                    >"$out/decode-$q-$mode-$round.json" 2>"$out/decode-$q-$mode-$round.log" || fail "llama-bench decode $q $mode"
             done
-            p=$(tg "$out/decode-$q-plain-$round.log") l=$(tg "$out/decode-$q-plugin-$round.log")
-            echo "round $round $q tg128: plain $p, plugin $l t/s, plugin/plain $(awk -v p="$p" -v l="$l" \
-                'BEGIN { if (p > 0) printf "%.3f", l / p; else print "?" }')"
+            p=$(tg "$out/decode-$q-plain-$round.json") l=$(tg "$out/decode-$q-plugin-$round.json")
+            ratios+=("$(awk -v p="$p" -v l="$l" 'BEGIN { if (p > 0) printf "%.3f", l / p; else print "?" }')")
+            printf 'round %s %-6s tg128: plain %7.1f, plugin %7.1f t/s, plugin/plain %s\n' "$round" "$q" "$p" "$l" "${ratios[-1]}"
         done
+        echo "$q tg128 plugin/plain, median of the rounds: $(printf '%s\n' "${ratios[@]}" | sort -n |
+            awk '{ r[NR] = $1 } END { printf "%.3f", (NR % 2) ? r[(NR + 1) / 2] : (r[NR / 2] + r[NR / 2 + 1]) / 2 }')"
     done
 fi
 
