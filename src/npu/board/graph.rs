@@ -23,6 +23,7 @@ pub enum Stage {
     Sync,
     ContextCreate,
     Npu,
+    Outliers,
     Scatter,
     Dense,
     Join,
@@ -30,7 +31,7 @@ pub enum Stage {
 
 impl Stage {
     /// Every stage but `Join` (which takes no time), in report order.
-    pub const REPORTED: [Stage; 11] = [
+    pub const REPORTED: [Stage; 12] = [
         Stage::Route,
         Stage::Quant,
         Stage::Gather,
@@ -40,6 +41,7 @@ impl Stage {
         Stage::Sync,
         Stage::ContextCreate,
         Stage::Npu,
+        Stage::Outliers,
         Stage::Scatter,
         Stage::Dense,
     ];
@@ -55,6 +57,7 @@ impl Stage {
             Stage::Sync => "sync",
             Stage::ContextCreate => "context_create",
             Stage::Npu => "npu",
+            Stage::Outliers => "outliers",
             Stage::Scatter => "scatter",
             Stage::Dense => "dense",
             Stage::Join => "join",
@@ -120,6 +123,13 @@ pub enum Work {
         k: u32,
         n: u32,
     },
+    /// The outlier split of one expert (`ORK_OUTLIERS`): `weights` f32 weight-column values
+    /// decoded from `q_bytes` of `ty` (each row read once) and their products added.
+    Outliers {
+        ty: GgmlType,
+        weights: u64,
+        q_bytes: u64,
+    },
     /// int32 C read, scaled f32 written to dst.
     Scatter {
         c_bytes: u64,
@@ -149,6 +159,7 @@ impl Work {
             Work::Sync { .. } => Stage::Sync,
             Work::ContextCreate => Stage::ContextCreate,
             Work::Run { .. } => Stage::Npu,
+            Work::Outliers { .. } => Stage::Outliers,
             Work::Scatter { .. } => Stage::Scatter,
             Work::Elementwise { .. } | Work::Dense { .. } => Stage::Dense,
         }
@@ -313,6 +324,9 @@ pub struct EngineModel {
     /// Where inflates run: ggml's threads (`Big`), any core, or the A55s only (leaving the A76s
     /// to the dense part and the items' CPU stages).
     pub inflate_on: Unit,
+    /// The outlier split runs (the default since issue 13): per expert, the f32 weight columns
+    /// of its rows' outlier channels (`outlier_columns_*` parameters), on the CPU.
+    pub outliers: bool,
 }
 
 impl EngineModel {
@@ -333,11 +347,12 @@ impl EngineModel {
             context_rows: 64,
             prefetch: false,
             inflate_on: Unit::Big,
+            outliers: true,
         }
     }
 
-    /// The engine of the M0 note's era (before submitter threads, recycled B buffers, pair calls
-    /// and dynamic-shape contexts): what `Engine::run_mt` did with ggml's threads on the rknn
+    /// The engine of the M0 note's era (before submitter threads, recycled B buffers, pair calls,
+    /// dynamic-shape contexts and the outlier split): what `Engine::run_mt` did with ggml's threads on the rknn
     /// backend.
     pub fn before() -> EngineModel {
         EngineModel {
@@ -351,6 +366,7 @@ impl EngineModel {
             context_rows: 1,
             prefetch: false,
             inflate_on: Unit::Big,
+            outliers: false,
         }
     }
 
@@ -369,6 +385,7 @@ impl EngineModel {
             context_rows: 1,
             prefetch: true,
             inflate_on: Unit::AnyCpu,
+            outliers: true,
         }
     }
 
@@ -675,7 +692,19 @@ impl Builder<'_> {
                 c_bytes,
                 dst_bytes: m * c.n as u64 * 4,
             };
-            scatters.push(self.g.push_on(scatter, cpu, sync_c, &[], layer));
+            // The columns need the rows' outlier channels (phase 1) and the quantized weights;
+            // the correction is added where the rows are scattered.
+            let columns = self.outlier_columns(c);
+            let mut scatter_deps = Vec::new();
+            if columns > 0 {
+                let work = Work::Outliers {
+                    ty: c.ty,
+                    weights: columns * c.n as u64,
+                    q_bytes: c.q_bytes(),
+                };
+                scatter_deps.push(self.g.push(work, cpu, &[phase1], layer));
+            }
+            scatters.push(self.g.push_on(scatter, cpu, sync_c, &scatter_deps, layer));
         }
         if e.prefetch {
             // Prefetching inflates every expert of the call, the unused ones too.
@@ -685,6 +714,18 @@ impl Builder<'_> {
             }
         }
         self.g.join(&scatters, layer)
+    }
+
+    /// Outlier channels of one expert of call `c` (at most K), 0 when the engine does not split.
+    fn outlier_columns(&self, c: &CallWork) -> u64 {
+        if !self.engine.outliers {
+            return 0;
+        }
+        let per_expert = match c.proj {
+            Proj::Down => self.params.outlier_columns_down,
+            Proj::Gate | Proj::Up | Proj::GateUp => self.params.outlier_columns_gate_up,
+        };
+        (per_expert.max(0.0).round() as u64).min(c.k as u64)
     }
 
     /// The tasks that make one expert's B ready, the last of them returned: a fresh device

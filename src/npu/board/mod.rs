@@ -201,6 +201,31 @@ mod tests {
     }
 
     #[test]
+    fn the_outlier_split_costs_the_down_experts_their_columns() {
+        // 55 columns of 2048 weights per down expert, 128 experts, 2 layers, Q4_0 at 0.26 G/s.
+        let mut p = Params::default();
+        let s = ModelShape::QWEN3_30B_A3B;
+        let ub = even(&s, 2, 512, &p);
+        let at = Stage::REPORTED
+            .iter()
+            .position(|&x| x == Stage::Outliers)
+            .unwrap();
+        let model = |p: &Params, engine: &EngineModel| {
+            model_ubatch(&ub, engine, p, 1 << 30, &mut ContextCache::default()).unwrap()
+        };
+        let with = model(&p, &EngineModel::engine());
+        let want = (2 * 128 * 55 * 2048) as f64 / (p.outlier_gweights_big_core * 1e3);
+        let got = with.experts.stage_us[at];
+        assert!((got - want).abs() < 1e-6 * want, "{got} vs {want}");
+        assert_eq!(model(&p, &EngineModel::before()).experts.stage_us[at], 0.0);
+        p.set("outlier_columns_down", 0.0).unwrap();
+        let without = model(&p, &EngineModel::engine());
+        assert_eq!(without.experts.stage_us[at], 0.0);
+        assert!(without.experts.serial_us < with.experts.serial_us);
+        assert!(without.experts.scheduled_us <= with.experts.scheduled_us);
+    }
+
+    #[test]
     fn inflated_experts_never_overfill_the_ring() {
         // A domain of 64 MiB holds 42 experts of 1.5 MiB: the ring binds within a call.
         let mut p = Params::default();

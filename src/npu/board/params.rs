@@ -128,6 +128,19 @@ params! {
     scatter_gbps_big_core: "GB/s" = 4.7;
         "assumption: int32 C to scaled f32 dst, dst bytes per second on one A76 = this x86's \
          ~6.3 GB/s x 0.75";
+    outlier_columns_down: "columns" = 55.0;
+        "assumption: distinct outlier channels (ORK_OUTLIERS=6:8) per down-projection expert and \
+         ubatch, as measured on the real-scale synthetic model (ggml-patch/realscale.sh: ~55 of \
+         K=768, 2.3 per row, docs/PERFORMANCE.md); real Qwen3 activations may differ; 0 for \
+         ORK_OUTLIERS=off";
+    outlier_columns_gate_up: "columns" = 0.0;
+        "assumption: the same for the gate/up input (none on the real-scale synthetic model)";
+    outlier_gweights_big_core: "Gweight/s" = 0.26;
+        "assumption: outlier-split weight columns (decode and correction) per second on one A76, \
+         Q4_0/Q4_1/Q5_0/Q8_0 = this x86's ~2.9 ns per weight (126 ms per 43 M weights of a \
+         real-scale pp512 ubatch, perf, docs/PERFORMANCE.md) x 0.75";
+    outlier_gweights_big_core_kquant: "Gweight/s" = 0.15;
+        "assumption: the same for Q4_K/Q6_K: this x86's ~5.1 ns per weight (221 ms) x 0.75";
     route_mrows_big_core: "Mrows/s" = 140.0;
         "assumption: routing (count + group the (token, slot) rows) on one A76 = this x86's \
          ~190 Mrows/s x 0.75";
@@ -210,6 +223,9 @@ impl Params {
             "little_cores" => value >= 0.0 && value.fract() == 0.0,
             "task_us" | "sync_us" | "lookup_us" | "context_create_us" | "buffer_create_us"
             | "run_us_floor" => value >= 0.0,
+            "outlier_columns_down" | "outlier_columns_gate_up" => {
+                value >= 0.0 && value.fract() == 0.0
+            }
             _ => value > 0.0,
         };
         let slot = self

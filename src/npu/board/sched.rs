@@ -66,6 +66,17 @@ fn price(w: &Work, core: Core, p: &Params) -> (f64, u64) {
             );
             (parts.total_us(&p.npu_cost()), parts.bytes)
         }
+        Work::Outliers {
+            ty,
+            weights,
+            q_bytes,
+        } => {
+            let gweights = match ty {
+                GgmlType::Q4_K | GgmlType::Q6_K => p.outlier_gweights_big_core_kquant,
+                _ => p.outlier_gweights_big_core,
+            };
+            (weights as f64 / (gweights * 1e3 * speed), q_bytes)
+        }
         Work::Scatter { c_bytes, dst_bytes } => {
             (at(dst_bytes, p.scatter_gbps_big_core), c_bytes + dst_bytes)
         }
