@@ -119,13 +119,7 @@ fn calls_only(isa: Isa, tiles: &Tiles, opts: &Options, calls: usize) -> Result<E
             .filter(|t| k % t.block_elems() == 0)
         {
             let data = expert_blocks(ty, k, n);
-            let w = ExpertWeights {
-                ty,
-                data: &data,
-                row_stride: ty.row_bytes(k).ok_or("k not whole blocks")?,
-                n,
-                k,
-            };
+            let w = ExpertWeights::contiguous(ty, &data, k, n).map_err(|e| e.to_string())?;
             let mut b = vec![0i8; tiles.b_len(tiles.pad(k), tiles.pad(n))];
             let mut scales = vec![0f32; tiles.pad(n)];
             for _ in 0..calls {
@@ -146,13 +140,7 @@ fn calls_only(isa: Isa, tiles: &Tiles, opts: &Options, calls: usize) -> Result<E
 
 fn measure(isa: Isa, tiles: &Tiles, ty: GgmlType, k: usize, n: usize) -> Result<Row, String> {
     let data = expert_blocks(ty, k, n);
-    let w = ExpertWeights {
-        ty,
-        data: &data,
-        row_stride: ty.row_bytes(k).ok_or("k not whole blocks")?,
-        n,
-        k,
-    };
+    let w = ExpertWeights::contiguous(ty, &data, k, n).map_err(|e| e.to_string())?;
     let out_len = tiles.b_len(tiles.pad(k), tiles.pad(n));
     let mut b = vec![0i8; out_len];
     let mut scales = vec![0f32; tiles.pad(n)];

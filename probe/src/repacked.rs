@@ -12,7 +12,6 @@ use ork_moe::isa::Isa;
 use ork_moe::layout::Tiles;
 use ork_moe::moe::Config;
 use ork_moe::quant::GgmlType;
-use ork_moe::testutil::Rng;
 use std::hint::black_box;
 use std::process::ExitCode;
 
@@ -112,14 +111,8 @@ fn measure(
     n: usize,
 ) -> Result<Row, String> {
     let fail = |e: ork_moe::inflate::InflateError| format!("{} k={k} n={n}: {e}", layout.name(ty));
-    let plain = Rng::new((k * 31 + n) as u64).blocks(ty, n * k / ty.block_elems(), 0.05);
-    let w = ExpertWeights {
-        ty,
-        data: &plain,
-        row_stride: ty.row_bytes(k).ok_or("k not whole blocks")?,
-        n,
-        k,
-    };
+    let plain = crate::inflate::expert_blocks(ty, k, n);
+    let w = ExpertWeights::contiguous(ty, &plain, k, n).map_err(fail)?;
     let mut packed = vec![0u8; plain.len()];
     from_plain(layout, &w, &mut packed).map_err(fail)?;
     let wp = ExpertWeights { data: &packed, ..w };

@@ -48,14 +48,8 @@ pub fn run(opts: &Options, cfg: &Config) -> Result<ExitCode, String> {
     let total = jobs.len() * ms.len();
     let mut rows = Vec::with_capacity(total);
     for (k, n, ty) in jobs {
-        let data = Rng::new((k * 31 + n) as u64).blocks(ty, n * k / ty.block_elems(), 0.05);
-        let w = ExpertWeights {
-            ty,
-            data: &data,
-            row_stride: ty.row_bytes(k).ok_or("k is not whole blocks")?,
-            n,
-            k,
-        };
+        let data = crate::inflate::expert_blocks(ty, k, n);
+        let w = ExpertWeights::contiguous(ty, &data, k, n).map_err(|e| e.to_string())?;
         let mut b = vec![0i8; tiles.b_len(tiles.pad(k), tiles.pad(n))];
         let mut scales = vec![0f32; tiles.pad(n)];
         let fail = |e: ork_moe::inflate::InflateError| format!("{} {k}x{n}: {e}", ty.name());

@@ -277,7 +277,26 @@ impl TileInflater {
     }
 }
 
-impl ExpertWeights<'_> {
+impl<'a> ExpertWeights<'a> {
+    /// `n` rows of `k` weights of `ty` back to back in `data` (the row stride is one row).
+    pub fn contiguous(
+        ty: GgmlType,
+        data: &'a [u8],
+        k: usize,
+        n: usize,
+    ) -> Result<ExpertWeights<'a>, InflateError> {
+        let row_stride = ty
+            .row_bytes(k)
+            .ok_or(InflateError::Quant(QuantError::RowNotWholeBlocks { ty, k }))?;
+        Ok(ExpertWeights {
+            ty,
+            data,
+            row_stride,
+            n,
+            k,
+        })
+    }
+
     fn row(&self, row: usize, row_bytes: usize) -> &[u8] {
         &self.data[row * self.row_stride..row * self.row_stride + row_bytes]
     }

@@ -52,13 +52,7 @@ fn inflate_rates(isa: Isa, effort: Effort) -> Result<Vec<f64>, String> {
         .iter()
         .map(|&ty| {
             let data = crate::inflate::expert_blocks(ty, K, N);
-            let w = ExpertWeights {
-                ty,
-                data: &data,
-                row_stride: ty.row_bytes(K).ok_or("K is not whole blocks")?,
-                n: N,
-                k: K,
-            };
+            let w = ExpertWeights::contiguous(ty, &data, K, N).map_err(|e| e.to_string())?;
             let t = time(effort.pick(1, 3), effort.pick(3, 15), || {
                 inflate_expert_with(isa, black_box(&w), &tiles, &mut b, &mut scales)
                     .expect("inflated once before");
@@ -77,13 +71,7 @@ fn inflate_exact(isa: Isa) -> Result<Vec<bool>, String> {
         .iter()
         .map(|&ty| {
             let data = crate::inflate::expert_blocks(ty, K, N);
-            let w = ExpertWeights {
-                ty,
-                data: &data,
-                row_stride: ty.row_bytes(K).ok_or("K is not whole blocks")?,
-                n: N,
-                k: K,
-            };
+            let w = ExpertWeights::contiguous(ty, &data, K, N).map_err(|e| e.to_string())?;
             let mut out = [
                 (vec![0i8; out_len], vec![0f32; tiles.pad(N)]),
                 Default::default(),
