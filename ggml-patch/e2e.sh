@@ -41,6 +41,7 @@ log() { echo "e2e.sh: $*" >&2; }
 source "$here/common.sh"
 
 [[ -f $lib ]] || die "plugin library not found: $lib (cargo build --release, or pass its path)"
+[[ ${ORK_E2E_BENCH:-1} == 0 ]] || command -v jq >/dev/null || die "jq is required for the benches (apt-get install jq; or ORK_E2E_BENCH=0)"
 lib=$(cd "$(dirname "$lib")" && pwd)/$(basename "$lib")
 rm -rf "$out"
 mkdir -p "$out"

@@ -611,6 +611,7 @@ impl Builder<'_> {
         let t = Tiles::RK3588;
         let (kp, np) = (t.pad(c.k), t.pad(c.n));
         let mut scatters = Vec::new();
+        let columns = self.outlier_columns(c);
         for x in &c.experts {
             // Today an item's thread starts after phase 1 and keeps going through the item:
             // `chain` is its last task so far. The weights are ready at `weights`.
@@ -694,7 +695,6 @@ impl Builder<'_> {
             };
             // The columns need the rows' outlier channels (phase 1) and the quantized weights;
             // the correction is added where the rows are scattered.
-            let columns = self.outlier_columns(c);
             let mut scatter_deps = Vec::new();
             if columns > 0 {
                 let work = Work::Outliers {
