@@ -161,7 +161,7 @@ typedef struct ork_config {
   uint32_t simd;
   // `ORK_LOG_*`: the most verbose level delivered (process-wide: the last context created sets it).
   uint32_t log_level;
-  // Non-zero: a cacheable input the CPU wrote but did not sync is an emulator error.
+  // Non-zero (the default): a cacheable input the CPU wrote but did not sync is an emulator error.
   uint32_t emu_strict;
   // Non-zero: the emulator runs every planned hardware task on its own (slower, same bits).
   uint32_t emu_per_task;

@@ -229,8 +229,8 @@ pub const VARS: &[Var] = &[
     },
     Var {
         name: "ORK_EMU_STRICT",
-        default: "0",
-        meaning: "`1`: a cacheable input the CPU wrote but did not sync is an error, not a warning",
+        default: "1",
+        meaning: "`0`: a cacheable input the CPU wrote but did not sync is read stale with a warning, as the board would, not an error (and every rewritten buffer's old contents are kept for it)",
         apply: |c, v| {
             c.device.emu.strict = flag(v)?;
             Ok(())
@@ -400,7 +400,7 @@ mod tests {
             ("ORK_SIMD", "scalar"),
             ("ORK_LOG", "debug"),
             ("ORK_EMU_CORE_TOPS", "1.5"),
-            ("ORK_EMU_STRICT", "1"),
+            ("ORK_EMU_STRICT", "0"),
             ("ORK_EMU_DUMP", "/tmp/d"),
             ("ORK_MIN_ROWS", " "),
             ("ORK_OUTLIERS", "4:16"),
@@ -414,7 +414,7 @@ mod tests {
         assert_eq!(c.device.host.isa, Isa::Scalar);
         assert_eq!(c.log_level, log::LevelFilter::Debug);
         assert_eq!(c.device.emu.cost.core_tops, 1.5);
-        assert!(c.device.emu.strict);
+        assert!(!c.device.emu.strict);
         assert_eq!(c.device.emu.dump, Some(PathBuf::from("/tmp/d")));
         assert_eq!(c.min_rows, Config::default().min_rows, "blank is unset");
         assert_eq!(

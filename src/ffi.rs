@@ -196,7 +196,7 @@ pub struct ork_config {
     pub simd: u32,
     /// `ORK_LOG_*`: the most verbose level delivered (process-wide: the last context created sets it).
     pub log_level: u32,
-    /// Non-zero: a cacheable input the CPU wrote but did not sync is an emulator error.
+    /// Non-zero (the default): a cacheable input the CPU wrote but did not sync is an emulator error.
     pub emu_strict: u32,
     /// Non-zero: the emulator runs every planned hardware task on its own (slower, same bits).
     pub emu_per_task: u32,

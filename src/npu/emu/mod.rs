@@ -8,8 +8,8 @@
 //!   rejected (the board faults and soft-resets the NPU);
 //! - CACHEABLE buffers have a CPU view and a device view: a submit reads the device view, so CPU
 //!   writes not synced to the device are read stale, and results stay invisible to the CPU until
-//!   synced from the device. With `strict` a stale input is an error ([`Error::NotSynced`]),
-//!   otherwise a warning;
+//!   synced from the device. With `strict` (the default) a stale input is an error
+//!   ([`Error::NotSynced`]), otherwise a warning and the stale bytes are read;
 //! - 3 cores: the submit is planned first as data (tasks: N-tile range, row range, core; rows per
 //!   task capped by the CBUF rule), then executed on the CPU int8 GEMM, exact int32;
 //! - a cost model of the board ([`CostModel`]) gives each submit a *modelled* time.
@@ -61,7 +61,8 @@ pub struct Config {
     pub cost: CostModel,
     /// The board profile `cost` was read from (`ORK_EMU_PROFILE`), if any.
     pub profile: Option<PathBuf>,
-    /// Stale (CPU-written, unsynced) input is an error rather than a warning.
+    /// Stale (CPU-written, unsynced) input is an error rather than a warning. Strict buffers keep
+    /// no copy of what the CPU overwrites, since no submit may read it (see [`EmuStorage`]).
     pub strict: bool,
     /// Folder to dump each submit's buffers into.
     pub dump: Option<PathBuf>,
@@ -79,7 +80,7 @@ impl Default for Config {
         Config {
             cost: CostModel::default(),
             profile: None,
-            strict: false,
+            strict: true,
             dump: None,
             domain_bytes: DOMAIN_BYTES,
             per_task: false,
@@ -88,10 +89,16 @@ impl Default for Config {
     }
 }
 
-/// Bytes in use per IOMMU domain.
+/// Bytes in use per IOMMU domain, and the most ever in use.
 struct Domains {
-    used: Mutex<[u64; DOMAINS as usize]>,
+    used: Mutex<Usage>,
     capacity: u64,
+}
+
+#[derive(Default)]
+struct Usage {
+    now: [u64; DOMAINS as usize],
+    peak: [u64; DOMAINS as usize],
 }
 
 /// What the emulator and its buffers share: the domain accounting and the fault counters.
@@ -107,12 +114,12 @@ pub struct Monitor(Arc<Shared>);
 impl Monitor {
     /// Bytes (whole pages) in use per IOMMU domain.
     pub fn domain_used(&self) -> [u64; DOMAINS as usize] {
-        *self
-            .0
-            .domains
-            .used
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+        lock(&self.0.domains.used).now
+    }
+
+    /// The most bytes (whole pages) ever in use at once, per IOMMU domain.
+    pub fn domain_peak(&self) -> [u64; DOMAINS as usize] {
+        lock(&self.0.domains.used).peak
     }
 
     /// Allocations, submits and syncs so far, and how many were made to fail.
@@ -130,7 +137,7 @@ impl Domains {
         }
         let pages = bytes.div_ceil(PAGE).max(1) * PAGE;
         let mut used = lock(&self.used);
-        let free = self.capacity - used[domain as usize];
+        let free = self.capacity - used.now[domain as usize];
         if pages > free {
             return Err(Error::OutOfMemory {
                 domain,
@@ -138,12 +145,14 @@ impl Domains {
                 available: free,
             });
         }
-        used[domain as usize] += pages;
+        let d = domain as usize;
+        used.now[d] += pages;
+        used.peak[d] = used.peak[d].max(used.now[d]);
         Ok(pages)
     }
 
     fn release(&self, domain: u32, pages: u64) {
-        lock(&self.used)[domain as usize] -= pages;
+        lock(&self.used).now[domain as usize] -= pages;
     }
 }
 
@@ -154,11 +163,18 @@ impl Domains {
 /// first set the old contents aside as the device view, a sync to the device drops it, a submit
 /// writing the buffer gets its own view, and a sync from the device makes that view the CPU's.
 /// So a synced weight buffer costs its size once, and syncs move no bytes.
+///
+/// A strict buffer does not set the old contents aside when the CPU writes: a submit refuses
+/// its unflushed input, so nothing reads them. A submit writing it, or a sync from the device,
+/// before the CPU's writes are flushed takes the CPU's contents for the device memory's old ones
+/// (the board would show those; only the bytes the submit did not write differ). Rewriting a
+/// recycled weight buffer then costs no copy of its old weights.
 pub struct EmuStorage<T> {
     cpu: Vec<T>,
     /// What the NPU sees when it differs from `cpu` (always None when non-cacheable).
     dev: Option<Vec<T>>,
     cacheable: bool,
+    strict: bool,
     /// Neither side has written since allocation: both views are zero.
     fresh: bool,
     /// The CPU wrote since the last sync to the device.
@@ -218,7 +234,11 @@ impl<T: Copy + Default + Send + Sync + 'static> Storage<T> for EmuStorage<T> {
     }
 
     fn cpu_mut(&mut self) -> &mut [T] {
-        self.split_views();
+        if self.strict {
+            self.fresh = false;
+        } else {
+            self.split_views();
+        }
         self.cpu_dirty = self.cacheable;
         &mut self.cpu
     }
@@ -270,7 +290,7 @@ impl Emu {
     pub fn new(config: Config, host: HostExec) -> Emu {
         let shared = Arc::new(Shared {
             domains: Domains {
-                used: Mutex::new([0; DOMAINS as usize]),
+                used: Mutex::new(Usage::default()),
                 capacity: config.domain_bytes,
             },
             faults: faults::Faults::new(config.faults.clone()),
@@ -304,6 +324,7 @@ impl Emu {
             cpu: vec![T::default(); len],
             dev: None,
             cacheable,
+            strict: self.config.strict,
             fresh: true,
             cpu_dirty: false,
             dev_newer: false,
@@ -573,4 +594,43 @@ fn dump(
         std::fs::write(dir.join(format!("submit-{seq}-g{g}-c.bin")), c)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn written_and_rewritten(strict: bool) -> EmuStorage<i8> {
+        let emu = Emu::new(
+            Config {
+                strict,
+                ..Config::default()
+            },
+            HostExec::default(),
+        );
+        let mut s = emu
+            .alloc::<i8>(4096, super::super::flags::CPU_FILLED, 0)
+            .unwrap();
+        s.cpu_mut().fill(1);
+        s.sync_to_device().unwrap();
+        s.cpu_mut().fill(2);
+        s
+    }
+
+    #[test]
+    fn only_a_lenient_buffer_keeps_what_the_cpu_overwrote() {
+        let lenient = written_and_rewritten(false);
+        assert!(
+            lenient.device_view().iter().all(|&x| x == 1),
+            "stale view kept"
+        );
+        let mut strict = written_and_rewritten(true);
+        assert!(strict.dev.is_none(), "no copy of the old contents");
+        assert!(
+            strict.cpu_dirty,
+            "a submit still refuses the unflushed input"
+        );
+        strict.sync_to_device().unwrap();
+        assert!(strict.device_view().iter().all(|&x| x == 2));
+    }
 }
