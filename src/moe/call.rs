@@ -81,7 +81,72 @@ impl Corrections {
     }
 }
 
-pub(super) type PreparedSlot = OnceLock<Result<Prepared, Error>>;
+/// A group's prepared expert: made by the first thread to need it, shared by its items' threads,
+/// and handed back by the thread that scatters its last item, so that a call streaming 128
+/// experts holds the buffers of those in flight, not of all 128 until its end.
+pub(super) struct PreparedSlot {
+    made: OnceLock<Result<Mutex<Option<Arc<Prepared>>>, Error>>,
+    /// Items of the group not scattered yet.
+    left: AtomicUsize,
+}
+
+impl PreparedSlot {
+    pub fn new(items: usize) -> PreparedSlot {
+        PreparedSlot {
+            made: OnceLock::new(),
+            left: AtomicUsize::new(items),
+        }
+    }
+
+    /// The prepared expert, made by `make` unless another thread did.
+    pub fn get_or_make(
+        &self,
+        make: impl FnOnce() -> Result<Prepared, Error>,
+    ) -> Result<Arc<Prepared>, Error> {
+        match self
+            .made
+            .get_or_init(|| make().map(|p| Mutex::new(Some(Arc::new(p)))))
+        {
+            Ok(held) => lock(held).clone().ok_or_else(Self::gone),
+            Err(e) => Err(e.clone()),
+        }
+    }
+
+    /// The prepared expert, made before.
+    pub fn get(&self) -> Result<Arc<Prepared>, Error> {
+        match self.made.get() {
+            Some(Ok(held)) => lock(held).clone().ok_or_else(Self::gone),
+            Some(Err(e)) => Err(e.clone()),
+            None => Err(Error::new(
+                ErrorKind::Internal,
+                "an item was queued before its expert was prepared",
+            )),
+        }
+    }
+
+    /// One of the group's items is scattered, its thread holding no `Arc` of the expert any
+    /// more: after the last one, the prepared expert, unshared.
+    pub fn scattered(&self) -> Option<Prepared> {
+        if self.left.fetch_sub(1, Ordering::AcqRel) != 1 {
+            return None;
+        }
+        self.take()
+    }
+
+    fn take(&self) -> Option<Prepared> {
+        match self.made.get() {
+            Some(Ok(held)) => lock(held).take().and_then(Arc::into_inner),
+            _ => None,
+        }
+    }
+
+    fn gone() -> Error {
+        Error::new(
+            ErrorKind::Internal,
+            "an expert's buffers were handed back before its last item",
+        )
+    }
+}
 
 /// A phase-2 work item: padded channels `n0..n1` of group `group`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -203,12 +268,11 @@ impl Call {
         }
     }
 
-    /// The prepared experts of a finished call, for their buffers' reuse.
+    /// The prepared experts a finished call still holds (a failed call's), for their buffers'
+    /// reuse.
     pub fn into_prepared(self) -> impl Iterator<Item = Prepared> {
         let slots = self.items.into_inner().map(|(_, p)| p).unwrap_or_default();
-        slots
-            .into_iter()
-            .filter_map(|slot| slot.into_inner().and_then(Result::ok))
+        slots.into_iter().filter_map(|slot| slot.take())
     }
 }
 

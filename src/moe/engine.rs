@@ -21,7 +21,7 @@ use crate::npu::{in_stream_envelope, BackendKind, Buffer, CoreMask, Device, MatM
 use crate::sync::lock;
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// Views of one call's tensors, built by the caller from a [`Problem`]'s extents. `dst` is atomic
@@ -371,14 +371,27 @@ impl Engine {
         r
     }
 
-    /// Returns a finished call's A buffers to the spares, and the B buffers of its experts that
-    /// nothing holds any more (not kept by the cache, or evicted since).
+    /// Returns what a finished call still holds to the spares.
     fn recycle(&self, call: Call) {
         for p in call.into_prepared() {
-            self.spare_a.give(p.a);
-            if let Ok(expert) = Arc::try_unwrap(p.expert) {
-                self.spare_b.give(expert.b);
-            }
+            self.recycle_prepared(p);
+        }
+    }
+
+    /// Returns a prepared expert's A buffer to the spares, and its B buffer if nothing holds it
+    /// any more (not kept by the cache, or evicted since).
+    fn recycle_prepared(&self, p: Prepared) {
+        self.spare_a.give(p.a);
+        if let Ok(expert) = Arc::try_unwrap(p.expert) {
+            self.spare_b.give(expert.b);
+        }
+    }
+
+    /// `item` is scattered: after its group's last item, the group's buffers go back to the
+    /// spares.
+    fn scattered(&self, call: &Call, item: &Item) {
+        if let Some(p) = self.items(call).1[item.group].scattered() {
+            self.recycle_prepared(p);
         }
     }
 
@@ -452,21 +465,21 @@ impl Engine {
                 call.nth
             };
             let items = plan_items(&routing.groups, np, self.tiles.b_n, split);
-            let slots = routing.groups.iter().map(|_| OnceLock::new()).collect();
+            let mut per_group = vec![0; routing.groups.len()];
+            for item in &items {
+                per_group[item.group] += 1;
+            }
+            let slots = per_group.into_iter().map(PreparedSlot::new).collect();
             (items, slots)
         })
     }
 
-    /// The prepared expert of `item`, made now by this thread if no other did.
-    fn prepared<'c>(
-        &self,
-        call: &'c Call,
-        io: &Inputs,
-        item: &Item,
-    ) -> &'c Result<Prepared, Error> {
+    /// The prepared expert of `item`, made now by this thread if no other did. Drop it before
+    /// the item counts as scattered.
+    fn prepared(&self, call: &Call, io: &Inputs, item: &Item) -> Result<Arc<Prepared>, Error> {
         let (_, prepared) = self.items(call);
         let group = &call.routing().groups[item.group];
-        prepared[item.group].get_or_init(|| self.prepare_group(call, io, group))
+        prepared[item.group].get_or_make(|| self.prepare_group(call, io, group))
     }
 
     /// Phase 2 on one of the caller's threads: take items until none is left, and with submitter
@@ -482,14 +495,13 @@ impl Engine {
         while !call.failed.load(Ordering::Relaxed) {
             let i = call.next.fetch_add(1, Ordering::Relaxed);
             let Some(item) = items.get(i) else { break };
-            let done = match self.prepared(call, io, item) {
-                Ok(prep) => self
-                    .product(call, prep, item, None)
-                    .and_then(|product| self.scatter_item(call, io, prep, item, product)),
-                Err(e) => Err(e.clone()),
-            };
-            if let Err(e) = done {
-                call.fail(e);
+            let done = self.prepared(call, io, item).and_then(|prep| {
+                let product = self.product(call, &prep, item, None)?;
+                self.scatter_item(call, io, &prep, item, product)
+            });
+            match done {
+                Ok(()) => self.scattered(call, item),
+                Err(e) => call.fail(e),
             }
         }
     }
@@ -522,12 +534,12 @@ impl Engine {
             match next {
                 Some((i, product)) => {
                     let item = &items[i];
-                    let done = match self.prepared(call, io, item) {
-                        Ok(prep) => self.scatter_item(call, io, prep, item, product),
-                        Err(e) => Err(e.clone()),
-                    };
-                    if let Err(e) = done {
-                        call.fail(e);
+                    let done = self
+                        .prepared(call, io, item)
+                        .and_then(|prep| self.scatter_item(call, io, &prep, item, product));
+                    match done {
+                        Ok(()) => self.scattered(call, item),
+                        Err(e) => call.fail(e),
                     }
                     lock(&pipe.state).scattered += 1;
                     pipe.moved.notify_all();
@@ -536,7 +548,7 @@ impl Engine {
                     let i = call.next.fetch_add(1, Ordering::Relaxed);
                     let Some(item) = items.get(i) else { continue };
                     if let Err(e) = self.prepared(call, io, item) {
-                        call.fail(e.clone());
+                        call.fail(e);
                         continue;
                     }
                     let mut st = lock(&pipe.state);
@@ -568,10 +580,11 @@ impl Engine {
             };
             drop(st);
             let item = &items[i];
-            let Some(Ok(prep)) = prepared[item.group].get() else {
-                unreachable!("items are queued once their expert is prepared")
-            };
-            match self.product(call, prep, item, Some(core)) {
+            // The expert's `Arc` is dropped before the product is handed on.
+            let product = prepared[item.group]
+                .get()
+                .and_then(|prep| self.product(call, &prep, item, Some(core)));
+            match product {
                 Ok(product) => {
                     lock(&pipe.state).done.push_back((i, product));
                     pipe.moved.notify_all();
