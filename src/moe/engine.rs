@@ -891,6 +891,7 @@ impl Engine {
             submits_stream: dev.submits[2],
             cpu_gemms: load(&c.cpu_gemms),
             contexts_created: dev.contexts_created,
+            buffers_created: dev.buffers_created,
             modelled_npu_us: dev.modelled_us,
             backend: Some(self.device.backend()),
         }

@@ -79,6 +79,9 @@ pub struct Stats {
     pub cpu_gemms: u64,
     /// Matmul contexts the runtime created (rknn; 0 elsewhere).
     pub contexts_created: u64,
+    /// Device buffers created (spares missed; the cache's own included). Not in `ork_stats`,
+    /// whose layout ABI v1 fixes.
+    pub buffers_created: u64,
     /// Modelled NPU time (emulator cost model), never a measurement.
     pub modelled_npu_us: f64,
     pub backend: Option<BackendKind>,

@@ -467,6 +467,8 @@ pub struct Stats {
     pub modelled_us: f64,
     /// Runtime matmul contexts created by submits (rknn only).
     pub contexts_created: u64,
+    /// Buffers created (on the board each is a driver allocation and an IOMMU mapping).
+    pub buffers_created: u64,
 }
 
 #[derive(Default)]
@@ -477,6 +479,7 @@ struct Counters {
     macs: AtomicU64,
     modelled_ns: AtomicU64,
     contexts_created: AtomicU64,
+    buffers_created: AtomicU64,
 }
 
 impl Counters {
@@ -668,6 +671,9 @@ impl Device {
             )));
         }
         let storage = T::alloc(&*self.backend, len, flags, domain)?;
+        self.counters
+            .buffers_created
+            .fetch_add(1, Ordering::Relaxed);
         Ok(Buffer {
             device: self.id,
             flags,
@@ -766,6 +772,7 @@ impl Device {
             macs: load(&c.macs),
             modelled_us: load(&c.modelled_ns) as f64 / 1e3,
             contexts_created: load(&c.contexts_created),
+            buffers_created: load(&c.buffers_created),
         }
     }
 

@@ -188,6 +188,8 @@ struct Measured {
     evictions: u64,
     bytes_inflated: u64,
     submits: u64,
+    /// Device buffers the engine created (the board model takes them as recycled).
+    buffers: u64,
 }
 
 /// One ubatch: measured here, and modelled under each engine model.
@@ -232,6 +234,7 @@ fn delta(after: &Stats, before: &Stats, m: &mut Measured) {
     m.bytes_inflated += after.bytes_inflated - before.bytes_inflated;
     m.submits += (after.submits_run_i8 + after.submits_stream + after.submits_chain)
         - (before.submits_run_i8 + before.submits_stream + before.submits_chain);
+    m.buffers += after.buffers_created - before.buffers_created;
 }
 
 fn run_case(
@@ -536,9 +539,9 @@ fn print_tables(o: &Options, cfg: &Config, cases: &[Case]) {
     println!();
     println!("measured here, per ubatch, the layers run here (quant includes the gather into native A; ms):");
     println!(
-        "{:<18} {:<5} {:>5} {:>2} {:>7} {:>8} {:>8} {:>8} {:>8} {:>8} {:>6} {:>6} {:>6} {:>7} {:>7} {:>10}",
+        "{:<18} {:<5} {:>5} {:>2} {:>7} {:>8} {:>8} {:>8} {:>8} {:>8} {:>6} {:>6} {:>6} {:>7} {:>7} {:>5} {:>10}",
         "config", "type", "ub", "#", "route", "quant", "inflate", "gemm", "scatter", "wall", "hits",
-        "misses", "evict", "GB infl", "submits", "tok/s(all)"
+        "misses", "evict", "GB infl", "submits", "bufs", "tok/s(all)"
     );
     for c in cases {
         for u in &c.ubatches {
@@ -546,7 +549,7 @@ fn print_tables(o: &Options, cfg: &Config, cases: &[Case]) {
             let s = m.stages;
             let scale = c.shape.layers as f64 / o.layers as f64;
             println!(
-                "{:<18} {:<5} {:>5} {:>2} {:>7.1} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>6} {:>6} {:>6} {:>7.2} {:>7} {:>10.1}",
+                "{:<18} {:<5} {:>5} {:>2} {:>7.1} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>6} {:>6} {:>6} {:>7.2} {:>7} {:>5} {:>10.1}",
                 c.shape.name,
                 c.ty.name(),
                 c.tokens,
@@ -562,6 +565,7 @@ fn print_tables(o: &Options, cfg: &Config, cases: &[Case]) {
                 m.evictions,
                 m.bytes_inflated as f64 / 1e9,
                 m.submits,
+                m.buffers,
                 c.tokens as f64 * 1e6 / (m.wall_us * scale),
             );
         }
@@ -728,6 +732,7 @@ fn print_json(o: &Options, cfg: &Config, cases: &[Case]) {
             ),
             ("measured_cache_evictions".into(), num(m.evictions as f64)),
             ("measured_bytes_inflated".into(), num(m.bytes_inflated as f64)),
+            ("measured_buffers_created".into(), num(m.buffers as f64)),
             ("submits".into(), num(m.submits as f64 * scale)),
             ("npu_runs".into(), num(t.experts.runs as f64)),
             ("contexts_created".into(), num(t.experts.contexts_created as f64)),
