@@ -1,6 +1,6 @@
 //! AVX2 (+F16C) column decoders, eight rows per 256-bit vector (one f32 lane per row): the
-//! scalar reference's operations lane by lane. A row's byte of a column comes from a `vpgatherdd`
-//! in plain blocks, and in a repacked multi-block from the rows' pieces side by side: one load of
+//! scalar reference's operations lane by lane. A row's byte of a column comes from eight loads
+//! in plain blocks (rows `row_stride` apart), and in a repacked multi-block from the rows' pieces side by side: one load of
 //! 32 (4-byte pieces) or 64 bytes (8-byte pieces: 64-bit shifts, then the low dwords), for
 //! groups of four rows two loads. fp16 scales convert with `vcvtph2ps`, exact for every finite
 //! half; a NaN comes out quiet, as every weight's product makes it anyway. The AVX-512 path runs
@@ -30,8 +30,7 @@ macro_rules! unsafe_call {
 /// The AVX2 decoder of `src`'s type and layout, if `isa` is an AVX2 path. Callers must have
 /// checked `isa.is_available()`: the returned safe functions rely on it.
 pub(super) fn kernel(isa: Isa, src: &Source) -> Option<Kernel> {
-    // The gathers' row offsets are 32-bit.
-    if !matches!(isa, Isa::Avx2 | Isa::Avx512) || src.row_step > i32::MAX as usize / LANES {
+    if !matches!(isa, Isa::Avx2 | Isa::Avx512) {
         return None;
     }
     let k: Kernel = match (src.ty, src.rows, src.chunk) {
@@ -55,34 +54,26 @@ pub(super) fn kernel(isa: Isa, src: &Source) -> Option<Kernel> {
     Some(k)
 }
 
-/// What the kernels of one call share: the source and the gathers' row offsets.
+/// The source as the vectors read it.
 #[derive(Clone, Copy)]
 struct Rows<'a> {
     src: &'a Source<'a>,
-    /// `j·row_step` in lane `j` (plain blocks).
-    index: __m256i,
 }
 
 impl<'a> Rows<'a> {
-    #[inline]
-    #[target_feature(enable = "avx2,f16c")]
     fn new(src: &'a Source<'a>) -> Rows<'a> {
-        let index = _mm256_mullo_epi32(
-            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
-            _mm256_set1_epi32(src.row_step as i32),
-        );
-        Rows { src, index }
+        Rows { src }
     }
 
     /// Lane `j`: the four bytes at offset `at` of row `r + j`'s block `x`, plain blocks (`at + 4`
     /// inside the block).
     #[inline]
     #[target_feature(enable = "avx2,f16c")]
-    fn gather(self, r: usize, x: usize, at: usize) -> __m256i {
+    fn words(self, r: usize, x: usize, at: usize) -> __m256i {
         let first = r * self.src.row_step + x * self.src.block_step + at;
         let window = &self.src.data[first..first + (LANES - 1) * self.src.row_step + 4];
         // SAFETY: lane `j` reads the 4 bytes at `j·row_step` of `window`, all inside it.
-        unsafe { _mm256_i32gather_epi32::<1>(window.as_ptr().cast(), self.index) }
+        unsafe { words(window.as_ptr(), self.src.row_step) }
     }
 
     /// Byte `p` of the rows of vectors `0..units` (rows `r0 + 8u..`) of block `x` (`loc`, its
@@ -124,7 +115,7 @@ impl<'a> Rows<'a> {
             step,
             second: if R == 4 { src.row_step } else { 32 },
             count: count((8 * skip) as u32 + shift),
-            index: self.index,
+            row_step: src.row_step,
             units,
         }
     }
@@ -137,7 +128,7 @@ impl<'a> Rows<'a> {
         let h = match R {
             1 => {
                 let at = loc.at.min(src.ty.block_bytes() - 4);
-                let v = self.gather(r, x, at);
+                let v = self.words(r, x, at);
                 let v = _mm256_and_si256(
                     _mm256_srl_epi32(v, count(8 * (loc.at - at) as u32)),
                     _mm256_set1_epi32(0xffff),
@@ -172,8 +163,8 @@ struct Lanes<'a> {
     /// Bytes from a vector's first load to its second (two loads: 8-byte pieces, or two groups).
     second: usize,
     count: __m128i,
-    /// The gathers' row offsets (plain blocks).
-    index: __m256i,
+    /// Bytes from row to row (plain blocks).
+    row_step: usize,
     units: usize,
 }
 
@@ -185,17 +176,14 @@ impl Lanes<'_> {
     fn get<const R: usize, const C: usize>(&self, u: usize) -> __m256i {
         assert!(u < self.units, "a vector of the strip");
         // SAFETY: vector `u < units` reads bytes `u·step..u·step + span` of `window`, which
-        // `Rows::lanes` made `(units - 1)·step + span` long: the gather's lanes at `j·row_step`
+        // `Rows::lanes` made `(units - 1)·step + span` long: the plain rows' words at `j·row_step`
         // (`j < 8`, 4 bytes each; `span = 7·row_step + 4`), one load of 32 (8 rows of 4-byte
         // pieces, `span = 32`) or the loads at 0 and `second` (16 bytes each for 4-byte pieces
         // in groups of four, 32 for 8-byte pieces: `span = second + 16` or `second + 32`).
         unsafe {
             let at = self.window.as_ptr().add(u * self.step);
             match (R, C) {
-                (1, _) => _mm256_srl_epi32(
-                    _mm256_i32gather_epi32::<1>(at.cast(), self.index),
-                    self.count,
-                ),
+                (1, _) => _mm256_srl_epi32(words(at, self.row_step), self.count),
                 (8, 4) => _mm256_srl_epi32(_mm256_loadu_si256(at.cast()), self.count),
                 (4, 4) => _mm256_srl_epi32(
                     _mm256_loadu2_m128i(at.add(self.second).cast(), at.cast()),
@@ -216,6 +204,19 @@ impl Lanes<'_> {
             }
         }
     }
+}
+
+/// Lane `j`: the 4 bytes at `at + j·step`. Eight loads and inserts: faster than `vpgatherdd`
+/// on the machine measured (docs/PERFORMANCE.md, "Outlier columns").
+///
+/// # Safety
+/// The 4 bytes at `at + j·step` for `j < 8` must be readable.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn words(at: *const u8, step: usize) -> __m256i {
+    // SAFETY: the caller's promise.
+    let w = |j: usize| unsafe { at.add(j * step).cast::<i32>().read_unaligned() };
+    _mm256_setr_epi32(w(0), w(1), w(2), w(3), w(4), w(5), w(6), w(7))
 }
 
 /// A shift count for `_mm256_srl_*`.
@@ -361,6 +362,8 @@ fn q4_1(src: &Source, plan: &Plan, out: &mut [f32]) {
     );
 }
 
+/// Q5_0 in plain blocks: the rows' fifth bits, `qh`, are read once per block and ride in the
+/// place of the `b` parameter Q5_0 has not.
 #[target_feature(enable = "avx2,f16c")]
 fn q5_0(src: &Source, plan: &Plan, out: &mut [f32]) {
     let rows = Rows::new(src);
@@ -370,14 +373,19 @@ fn q5_0(src: &Source, plan: &Plan, out: &mut [f32]) {
         out,
         (),
         |_, _| (),
-        |_, r, run, _| (rows.halves::<1>(r, run.x, src.d), _mm256_setzero_ps()),
-        |col, r0, x, units| {
-            let at = |i: usize| rows.lanes::<1, 0>(r0, units, x, col.q[i], col.shift[i]);
-            (at(0), at(1))
+        |_, r, run, _| {
+            let qh = rows.words(r, run.x, 2);
+            (rows.halves::<1>(r, run.x, src.d), _mm256_castsi256_ps(qh))
         },
-        |(lo, hi), u, a, _| {
-            let (lo, hi) = (low(lo.get::<1, 0>(u), 15), low(hi.get::<1, 0>(u), 1));
-            let q = _mm256_or_si256(lo, _mm256_slli_epi32::<4>(hi));
+        |col, r0, x, units| {
+            // Bit `e` of `qh`: byte `q[1].at - 2`, bit `shift[1]`.
+            let bit = 8 * (col.q[1].at - 2) as u32 + col.shift[1];
+            let lo = rows.lanes::<1, 0>(r0, units, x, col.q[0], col.shift[0]);
+            (lo, count(bit))
+        },
+        |(lo, bit), u, a, qh| {
+            let hi = low(_mm256_srl_epi32(_mm256_castps_si256(qh), *bit), 1);
+            let q = _mm256_or_si256(low(lo.get::<1, 0>(u), 15), _mm256_slli_epi32::<4>(hi));
             times(_mm256_sub_epi32(q, _mm256_set1_epi32(16)), a)
         },
     );
@@ -423,7 +431,7 @@ fn q4_k<const R: usize, const C: usize>(src: &Source, plan: &Plan, out: &mut [f3
             d: rows.halves::<R>(r, x, src.d),
             dmin: rows.halves::<R>(r, x, src.m),
             words: if R == 1 {
-                [4, 8, 12].map(|at| rows.gather(r, x, at))
+                [4, 8, 12].map(|at| rows.words(r, x, at))
             } else {
                 zero.words
             },
@@ -493,7 +501,7 @@ fn q6_k<const R: usize, const C: usize>(src: &Source, plan: &Plan, out: &mut [f3
         |r, x| Q6KBlock {
             d: rows.halves::<R>(r, x, src.d),
             words: if R == 1 {
-                [192, 196, 200, 204].map(|at| rows.gather(r, x, at))
+                [192, 196, 200, 204].map(|at| rows.words(r, x, at))
             } else {
                 zero.words
             },
