@@ -37,6 +37,10 @@ use std::ops::Range;
 /// all its columns are read from them.
 const STRIP: usize = 64;
 
+/// Rows per step of the SIMD paths, and steps per strip.
+const LANES: usize = 8;
+const UNITS: usize = STRIP / LANES;
+
 /// Where byte `p` of a row's plain block lies: row `r`'s block `x` holds it at
 /// `(r / R)·row_step + (r % R)·lane + x·block_step + at` ([`Source`]; `R` rows per group, 1 and
 /// `lane = 0` in plain blocks). In a repacked layout `lane` is the piece size of the byte's field
@@ -161,6 +165,73 @@ impl Source<'_> {
     #[inline(always)]
     fn byte<const R: usize>(&self, r: usize, x: usize, loc: Loc) -> u8 {
         self.data[self.offset::<R>(r, x, loc)]
+    }
+}
+
+/// One byte of a column's block for each row of a strip's vectors of [`LANES`] rows (the SIMD
+/// paths): vector `u` reads `span` bytes from [`Window::vector`]`(u)`, `step` bytes after vector
+/// `u - 1`'s, and its rows' bytes are, in plain blocks, the four bytes at each `j·row_step`;
+/// in eight rows of 4-byte pieces, the 32 bytes; otherwise the `span` bytes at 0 and `second`
+/// (groups of four rows: the next group's; 8-byte pieces: the next four rows'). Each row's
+/// bits start `bits` into its 4 or 8 bytes.
+#[derive(Clone, Copy)]
+struct Window<'a> {
+    bytes: &'a [u8],
+    step: usize,
+    second: usize,
+    row_step: usize,
+    span: usize,
+    bits: u32,
+    units: usize,
+}
+
+impl Window<'_> {
+    /// Where vector `u < units` reads: `span` bytes, checked to lie in the window.
+    #[inline(always)]
+    fn vector(&self, u: usize) -> *const u8 {
+        assert!(u < self.units, "a vector of the strip");
+        self.bytes[u * self.step..][..self.span].as_ptr()
+    }
+}
+
+impl Source<'_> {
+    /// Byte `loc` of block `x` for the rows of vectors `0..units` (rows `r0 + 8u..`), the code
+    /// `shift` more bits into it (`R` rows per group, `C` bytes per piece; `R = 1` plain).
+    #[inline(always)]
+    fn window<const R: usize, const C: usize>(
+        &self,
+        r0: usize,
+        units: usize,
+        x: usize,
+        loc: Loc,
+        shift: u32,
+    ) -> Window<'_> {
+        let (first, step, skip, span) = match (R, C) {
+            (1, _) => {
+                // The word must end inside the block: the last bytes' word starts earlier.
+                let at = loc.at.min(self.ty.block_bytes() - 4);
+                let first = r0 * self.row_step + x * self.block_step + at;
+                let span = (LANES - 1) * self.row_step + 4;
+                (first, LANES * self.row_step, loc.at - at, span)
+            }
+            (8 | 4, 4 | 8) => {
+                // From row 0's piece of the vector's first group.
+                let first = r0 / R * self.row_step + x * self.block_step + loc.at - loc.piece;
+                let span = if R == 4 { self.row_step } else { 0 } + R * C;
+                (first, LANES / R * self.row_step, loc.piece, span)
+            }
+            _ => unreachable!("no layout has {R} rows of {C}-byte pieces"),
+        };
+        let len = units.checked_sub(1).map_or(0, |u| u * step + span);
+        Window {
+            bytes: &self.data[first..first + len],
+            step,
+            second: if R == 4 { self.row_step } else { 32 },
+            row_step: self.row_step,
+            span,
+            bits: (8 * skip) as u32 + shift,
+            units,
+        }
     }
 }
 

@@ -7,16 +7,12 @@
 //! these too.
 
 use super::super::params::q4k_scales_mins;
-use super::{scalar_runs, walk, Column, Decode, Kernel, Loc, Plan, Run, Source, STRIP};
+use super::{scalar_runs, walk, Column, Decode, Kernel, Loc, Plan, Run, Source, Window};
+use super::{LANES, UNITS};
 use super::{Q4K, Q4_0, Q4_1, Q5_0, Q6K, Q8_0};
 use crate::isa::Isa;
 use crate::quant::{GgmlType, K_SCALE_SIZE};
 use std::arch::x86_64::*;
-
-/// Rows per vector.
-const LANES: usize = 8;
-/// Vectors per strip.
-const UNITS: usize = STRIP / LANES;
 
 /// Calls a `#[target_feature]` kernel from the safe function pointer [`kernel`] hands out.
 macro_rules! unsafe_call {
@@ -76,50 +72,6 @@ impl<'a> Rows<'a> {
         unsafe { words(window.as_ptr(), self.src.row_step) }
     }
 
-    /// Byte `p` of the rows of vectors `0..units` (rows `r0 + 8u..`) of block `x` (`loc`, its
-    /// place; `R` rows per group, `C` bytes per piece, `R = 1` plain), shifted right by `shift`
-    /// more bits, one vector at a time ([`Lanes::get`]).
-    #[inline]
-    #[target_feature(enable = "avx2,f16c")]
-    fn lanes<const R: usize, const C: usize>(
-        self,
-        r0: usize,
-        units: usize,
-        x: usize,
-        loc: Loc,
-        shift: u32,
-    ) -> Lanes<'a> {
-        let src = self.src;
-        // (first byte, bytes per vector, shift to the byte, bytes one vector reads)
-        let (first, step, skip, span) = match (R, C) {
-            (1, _) => {
-                // The dword must end inside the block: the last bytes' dword starts earlier.
-                let at = loc.at.min(src.ty.block_bytes() - 4);
-                let first = r0 * src.row_step + x * src.block_step + at;
-                let step = LANES * src.row_step;
-                (first, step, loc.at - at, (LANES - 1) * src.row_step + 4)
-            }
-            (8 | 4, 4 | 8) => {
-                // The rows' pieces side by side, from row 0's: two groups of four rows, two
-                // loads; eight rows of 8-byte pieces, two loads of 32 bytes.
-                let first = r0 / R * src.row_step + x * src.block_step + loc.at - loc.piece;
-                let step = LANES / R * src.row_step;
-                let span = if R == 4 { src.row_step } else { 0 } + R * C;
-                (first, step, loc.piece, span)
-            }
-            _ => unreachable!("no layout has {R} rows of {C}-byte pieces"),
-        };
-        let len = units.checked_sub(1).map_or(0, |u| u * step + span);
-        Lanes {
-            window: &src.data[first..first + len],
-            step,
-            second: if R == 4 { src.row_step } else { 32 },
-            count: count((8 * skip) as u32 + shift),
-            row_step: src.row_step,
-            units,
-        }
-    }
-
     /// Lane `j`: the fp16 value at `loc` of row `r + j`'s block `x`, as f32.
     #[inline]
     #[target_feature(enable = "avx2,f16c")]
@@ -153,46 +105,47 @@ impl<'a> Rows<'a> {
     }
 }
 
-/// One byte of a column's block, vector by vector of a strip's rows ([`Rows::lanes`]).
+/// A column's byte for the vectors of a strip ([`Window`]), and its shift as a count.
 #[derive(Clone, Copy)]
 struct Lanes<'a> {
-    /// The bytes the vectors read, from the first vector's.
-    window: &'a [u8],
-    /// Bytes from one vector's to the next's.
-    step: usize,
-    /// Bytes from a vector's first load to its second (two loads: 8-byte pieces, or two groups).
-    second: usize,
+    window: Window<'a>,
     count: __m128i,
-    /// Bytes from row to row (plain blocks).
-    row_step: usize,
-    units: usize,
 }
 
-impl Lanes<'_> {
+impl<'a> Lanes<'a> {
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    fn new(window: Window<'a>) -> Lanes<'a> {
+        Lanes {
+            window,
+            count: count(window.bits),
+        }
+    }
+
     /// Lane `j`: the byte of row `j` of vector `u`, in bits `0..8` after the shift (the bits
     /// above: the next bytes', or garbage).
     #[inline]
     #[target_feature(enable = "avx2,f16c")]
     fn get<const R: usize, const C: usize>(&self, u: usize) -> __m256i {
-        assert!(u < self.units, "a vector of the strip");
-        // SAFETY: vector `u < units` reads bytes `u·step..u·step + span` of `window`, which
-        // `Rows::lanes` made `(units - 1)·step + span` long: the plain rows' words at `j·row_step`
-        // (`j < 8`, 4 bytes each; `span = 7·row_step + 4`), one load of 32 (8 rows of 4-byte
-        // pieces, `span = 32`) or the loads at 0 and `second` (16 bytes each for 4-byte pieces
-        // in groups of four, 32 for 8-byte pieces: `span = second + 16` or `second + 32`).
+        let w = &self.window;
+        let at = w.vector(u);
+        // SAFETY: `Window::vector` checked that the vector's `span` bytes lie in the window:
+        // the plain rows' words at `j·row_step` (`j < 8`, 4 bytes each; `span = 7·row_step +
+        // 4`), one load of 32 (8 rows of 4-byte pieces, `span = 32`) or the loads at 0 and
+        // `second` (16 bytes each for 4-byte pieces in groups of four, 32 for 8-byte pieces:
+        // `span = second + 16` or `second + 32`).
         unsafe {
-            let at = self.window.as_ptr().add(u * self.step);
             match (R, C) {
-                (1, _) => _mm256_srl_epi32(words(at, self.row_step), self.count),
+                (1, _) => _mm256_srl_epi32(words(at, w.row_step), self.count),
                 (8, 4) => _mm256_srl_epi32(_mm256_loadu_si256(at.cast()), self.count),
                 (4, 4) => _mm256_srl_epi32(
-                    _mm256_loadu2_m128i(at.add(self.second).cast(), at.cast()),
+                    _mm256_loadu2_m128i(at.add(w.second).cast(), at.cast()),
                     self.count,
                 ),
                 _ => {
                     // Row `j`'s piece is qword `j`: shift each, then keep the low dwords.
                     let lo = _mm256_srl_epi64(_mm256_loadu_si256(at.cast()), self.count);
-                    let hi = _mm256_loadu_si256(at.add(self.second).cast());
+                    let hi = _mm256_loadu_si256(at.add(w.second).cast());
                     let hi = _mm256_srl_epi64(hi, self.count);
                     let low = _mm256_shuffle_ps::<0b10_00_10_00>(
                         _mm256_castsi256_ps(lo),
@@ -331,7 +284,7 @@ fn q4_0<const R: usize, const C: usize>(src: &Source, plan: &Plan, out: &mut [f3
         |col, r0, x, units| {
             let flip = _mm256_set1_epi32(i32::from(col.flip >> col.shift[0]));
             (
-                rows.lanes::<R, C>(r0, units, x, col.q[0], col.shift[0]),
+                Lanes::new(src.window::<R, C>(r0, units, x, col.q[0], col.shift[0])),
                 flip,
             )
         },
@@ -357,7 +310,7 @@ fn q4_1(src: &Source, plan: &Plan, out: &mut [f32]) {
                 rows.halves::<1>(r, run.x, src.m),
             )
         },
-        |col, r0, x, units| rows.lanes::<1, 0>(r0, units, x, col.q[0], col.shift[0]),
+        |col, r0, x, units| Lanes::new(src.window::<1, 0>(r0, units, x, col.q[0], col.shift[0])),
         |q, u, a, b| _mm256_add_ps(times(low(q.get::<1, 0>(u), 15), a), b),
     );
 }
@@ -380,7 +333,7 @@ fn q5_0(src: &Source, plan: &Plan, out: &mut [f32]) {
         |col, r0, x, units| {
             // Bit `e` of `qh`: byte `q[1].at - 2`, bit `shift[1]`.
             let bit = 8 * (col.q[1].at - 2) as u32 + col.shift[1];
-            let lo = rows.lanes::<1, 0>(r0, units, x, col.q[0], col.shift[0]);
+            let lo = Lanes::new(src.window::<1, 0>(r0, units, x, col.q[0], col.shift[0]));
             (lo, count(bit))
         },
         |(lo, bit), u, a, qh| {
@@ -401,7 +354,7 @@ fn q8_0<const R: usize, const C: usize>(src: &Source, plan: &Plan, out: &mut [f3
         (),
         |_, _| (),
         |_, r, run, _| (rows.halves::<R>(r, run.x, src.d), _mm256_setzero_ps()),
-        |col, r0, x, units| rows.lanes::<R, C>(r0, units, x, col.q[0], 0),
+        |col, r0, x, units| Lanes::new(src.window::<R, C>(r0, units, x, col.q[0], 0)),
         |q, u, a, _| times(signed8(q.get::<R, C>(u)), a),
     );
 }
@@ -455,7 +408,7 @@ fn q4_k<const R: usize, const C: usize>(src: &Source, plan: &Plan, out: &mut [f3
                 _mm256_mul_ps(blk.dmin, _mm256_cvtepi32_ps(m)),
             )
         },
-        |col, r0, x, units| rows.lanes::<R, C>(r0, units, x, col.q[0], col.shift[0]),
+        |col, r0, x, units| Lanes::new(src.window::<R, C>(r0, units, x, col.q[0], col.shift[0])),
         |q, u, a, b| _mm256_sub_ps(times(low(q.get::<R, C>(u), 15), a), b),
     );
 }
@@ -520,7 +473,8 @@ fn q6_k<const R: usize, const C: usize>(src: &Source, plan: &Plan, out: &mut [f3
             )
         },
         |col, r0, x, units| {
-            let at = |i: usize| rows.lanes::<R, C>(r0, units, x, col.q[i], col.shift[i]);
+            let at =
+                |i: usize| Lanes::new(src.window::<R, C>(r0, units, x, col.q[i], col.shift[i]));
             (at(0), at(1))
         },
         |(lo, hi), u, a, _| {
