@@ -17,9 +17,11 @@
 //! parameters are computed once, then each column's weights of the strip are decoded straight
 //! from the bytes by offset arithmetic ([`Loc`]: where a byte of the plain block lies in either
 //! layout) into its slice of the output, contiguous. One loop per type and layout, no dispatch per
-//! weight; the SIMD paths (`x86.rs`) take eight rows per step, the scalar code here is their
+//! weight; the SIMD paths (`x86.rs`, `neon.rs`) take eight rows per step, the scalar code here is their
 //! reference and does the rows of a strip that do not fill a step.
 
+#[cfg(target_arch = "aarch64")]
+mod neon;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
@@ -353,6 +355,10 @@ type Kernel = fn(&Source, &Plan, &mut [f32]);
 fn kernel(isa: Isa, src: &Source) -> Kernel {
     #[cfg(target_arch = "x86_64")]
     if let Some(k) = x86::kernel(isa, src) {
+        return k;
+    }
+    #[cfg(target_arch = "aarch64")]
+    if let Some(k) = neon::kernel(isa, src) {
         return k;
     }
     let _ = isa;
