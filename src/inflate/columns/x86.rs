@@ -50,59 +50,46 @@ pub(super) fn kernel(isa: Isa, src: &Source) -> Option<Kernel> {
     Some(k)
 }
 
-/// The source as the vectors read it.
-#[derive(Clone, Copy)]
-struct Rows<'a> {
-    src: &'a Source<'a>,
+/// Lane `j`: the four bytes at offset `at` of row `r + j`'s block `x`, plain blocks (`at + 4`
+/// inside the block).
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn words(src: &Source, r: usize, x: usize, at: usize) -> __m256i {
+    let first = r * src.row_step + x * src.block_step + at;
+    let window = &src.data[first..first + (LANES - 1) * src.row_step + 4];
+    // SAFETY: lane `j` reads the 4 bytes at `j·row_step` of `window`, all inside it.
+    unsafe { words_at(window.as_ptr(), src.row_step) }
 }
 
-impl<'a> Rows<'a> {
-    fn new(src: &'a Source<'a>) -> Rows<'a> {
-        Rows { src }
-    }
-
-    /// Lane `j`: the four bytes at offset `at` of row `r + j`'s block `x`, plain blocks (`at + 4`
-    /// inside the block).
-    #[inline]
-    #[target_feature(enable = "avx2,f16c")]
-    fn words(self, r: usize, x: usize, at: usize) -> __m256i {
-        let first = r * self.src.row_step + x * self.src.block_step + at;
-        let window = &self.src.data[first..first + (LANES - 1) * self.src.row_step + 4];
-        // SAFETY: lane `j` reads the 4 bytes at `j·row_step` of `window`, all inside it.
-        unsafe { words(window.as_ptr(), self.src.row_step) }
-    }
-
-    /// Lane `j`: the fp16 value at `loc` of row `r + j`'s block `x`, as f32.
-    #[inline]
-    #[target_feature(enable = "avx2,f16c")]
-    fn halves<const R: usize>(self, r: usize, x: usize, loc: Loc) -> __m256 {
-        let src = self.src;
-        let h = match R {
-            1 => {
-                let at = loc.at.min(src.ty.block_bytes() - 4);
-                let v = self.words(r, x, at);
-                let v = _mm256_and_si256(
-                    _mm256_srl_epi32(v, count(8 * (loc.at - at) as u32)),
-                    _mm256_set1_epi32(0xffff),
-                );
-                // Eight 16-bit values: lane-wise pack, then the two lanes' low halves.
-                let v = _mm256_packus_epi32(v, v);
-                _mm256_castsi256_si128(_mm256_permute4x64_epi64::<0b00_00_10_00>(v))
-            }
-            // The rows' halves side by side.
-            8 => load16(&src.data[r / 8 * src.row_step + x * src.block_step + loc.at..]),
-            4 => {
-                let first = r / 4 * src.row_step + x * src.block_step + loc.at;
-                let (a, b) = (
-                    load8(&src.data[first..]),
-                    load8(&src.data[first + src.row_step..]),
-                );
-                _mm_unpacklo_epi64(a, b)
-            }
-            _ => unreachable!("no layout has groups of {R} rows"),
-        };
-        _mm256_cvtph_ps(h)
-    }
+/// Lane `j`: the fp16 value at `loc` of row `r + j`'s block `x`, as f32.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn halves<const R: usize>(src: &Source, r: usize, x: usize, loc: Loc) -> __m256 {
+    let h = match R {
+        1 => {
+            let at = loc.at.min(src.ty.block_bytes() - 4);
+            let v = words(src, r, x, at);
+            let v = _mm256_and_si256(
+                _mm256_srl_epi32(v, count(8 * (loc.at - at) as u32)),
+                _mm256_set1_epi32(0xffff),
+            );
+            // Eight 16-bit values: lane-wise pack, then the two lanes' low halves.
+            let v = _mm256_packus_epi32(v, v);
+            _mm256_castsi256_si128(_mm256_permute4x64_epi64::<0b00_00_10_00>(v))
+        }
+        // The rows' halves side by side.
+        8 => load16(&src.data[r / 8 * src.row_step + x * src.block_step + loc.at..]),
+        4 => {
+            let first = r / 4 * src.row_step + x * src.block_step + loc.at;
+            let (a, b) = (
+                load8(&src.data[first..]),
+                load8(&src.data[first + src.row_step..]),
+            );
+            _mm_unpacklo_epi64(a, b)
+        }
+        _ => unreachable!("no layout has groups of {R} rows"),
+    };
+    _mm256_cvtph_ps(h)
 }
 
 /// A column's byte for the vectors of a strip ([`Window`]), and its shift as a count.
@@ -136,7 +123,7 @@ impl<'a> Lanes<'a> {
         // `span = second + 16` or `second + 32`).
         unsafe {
             match (R, C) {
-                (1, _) => _mm256_srl_epi32(words(at, w.row_step), self.count),
+                (1, _) => _mm256_srl_epi32(words_at(at, w.row_step), self.count),
                 (8, 4) => _mm256_srl_epi32(_mm256_loadu_si256(at.cast()), self.count),
                 (4, 4) => _mm256_srl_epi32(
                     _mm256_loadu2_m128i(at.add(w.second).cast(), at.cast()),
@@ -166,7 +153,7 @@ impl<'a> Lanes<'a> {
 /// The 4 bytes at `at + j·step` for `j < 8` must be readable.
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
-unsafe fn words(at: *const u8, step: usize) -> __m256i {
+unsafe fn words_at(at: *const u8, step: usize) -> __m256i {
     // SAFETY: the caller's promise.
     let w = |j: usize| unsafe { at.add(j * step).cast::<i32>().read_unaligned() };
     _mm256_setr_epi32(w(0), w(1), w(2), w(3), w(4), w(5), w(6), w(7))
@@ -219,9 +206,10 @@ fn low(v: __m256i, mask: i32) -> __m256i {
 
 /// The reference's loops ([`super::scalar_runs`]) eight rows at a time: per strip and block,
 /// `block(r, x)` of each vector's rows `r..r + 8` (what the block's runs share); per run,
-/// `params(block, r, run, set)`, the rows' `(a, b)` (`set`: [`Decode::set`]); per column, `prepare(column, r0, x, vectors)`
-/// of the strip's vectors from row `r0`, then `weight(prepared, u, a, b)` of vector `u`. The
-/// rows of a strip that fill no vector take the reference.
+/// `params(block, r, run, set)`, the rows' `(a, b)` (`set`: [`Decode::set`]); per column,
+/// `prepare(column, r0, x, vectors)` of the strip's vectors from row `r0`, then
+/// `weight(prepared, u, a, b)` of vector `u`. The rows of a strip that fill no vector take the
+/// reference.
 #[allow(clippy::too_many_arguments)]
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
@@ -273,14 +261,13 @@ fn times(c: __m256i, a: __m256) -> __m256 {
 
 #[target_feature(enable = "avx2,f16c")]
 fn q4_0<const R: usize, const C: usize>(src: &Source, plan: &Plan, out: &mut [f32]) {
-    let rows = Rows::new(src);
     drive::<Q4_0, R, C, _, _>(
         src,
         plan,
         out,
         (),
         |_, _| (),
-        |_, r, run, _| (rows.halves::<R>(r, run.x, src.d), _mm256_setzero_ps()),
+        |_, r, run, _| (halves::<R>(src, r, run.x, src.d), _mm256_setzero_ps()),
         |col, r0, x, units| {
             let flip = _mm256_set1_epi32(i32::from(col.flip >> col.shift[0]));
             (
@@ -297,7 +284,6 @@ fn q4_0<const R: usize, const C: usize>(src: &Source, plan: &Plan, out: &mut [f3
 
 #[target_feature(enable = "avx2,f16c")]
 fn q4_1(src: &Source, plan: &Plan, out: &mut [f32]) {
-    let rows = Rows::new(src);
     drive::<Q4_1, 1, 0, _, _>(
         src,
         plan,
@@ -306,8 +292,8 @@ fn q4_1(src: &Source, plan: &Plan, out: &mut [f32]) {
         |_, _| (),
         |_, r, run, _| {
             (
-                rows.halves::<1>(r, run.x, src.d),
-                rows.halves::<1>(r, run.x, src.m),
+                halves::<1>(src, r, run.x, src.d),
+                halves::<1>(src, r, run.x, src.m),
             )
         },
         |col, r0, x, units| Lanes::new(src.window::<1, 0>(r0, units, x, col.q[0], col.shift[0])),
@@ -319,7 +305,6 @@ fn q4_1(src: &Source, plan: &Plan, out: &mut [f32]) {
 /// place of the `b` parameter Q5_0 has not.
 #[target_feature(enable = "avx2,f16c")]
 fn q5_0(src: &Source, plan: &Plan, out: &mut [f32]) {
-    let rows = Rows::new(src);
     drive::<Q5_0, 1, 0, _, _>(
         src,
         plan,
@@ -327,8 +312,8 @@ fn q5_0(src: &Source, plan: &Plan, out: &mut [f32]) {
         (),
         |_, _| (),
         |_, r, run, _| {
-            let qh = rows.words(r, run.x, 2);
-            (rows.halves::<1>(r, run.x, src.d), _mm256_castsi256_ps(qh))
+            let qh = words(src, r, run.x, 2);
+            (halves::<1>(src, r, run.x, src.d), _mm256_castsi256_ps(qh))
         },
         |col, r0, x, units| {
             // Bit `e` of `qh`: byte `q[1].at - 2`, bit `shift[1]`.
@@ -346,14 +331,13 @@ fn q5_0(src: &Source, plan: &Plan, out: &mut [f32]) {
 
 #[target_feature(enable = "avx2,f16c")]
 fn q8_0<const R: usize, const C: usize>(src: &Source, plan: &Plan, out: &mut [f32]) {
-    let rows = Rows::new(src);
     drive::<Q8_0, R, C, _, _>(
         src,
         plan,
         out,
         (),
         |_, _| (),
-        |_, r, run, _| (rows.halves::<R>(r, run.x, src.d), _mm256_setzero_ps()),
+        |_, r, run, _| (halves::<R>(src, r, run.x, src.d), _mm256_setzero_ps()),
         |col, r0, x, units| Lanes::new(src.window::<R, C>(r0, units, x, col.q[0], 0)),
         |q, u, a, _| times(signed8(q.get::<R, C>(u)), a),
     );
@@ -369,7 +353,6 @@ struct Q4KBlock {
 
 #[target_feature(enable = "avx2,f16c")]
 fn q4_k<const R: usize, const C: usize>(src: &Source, plan: &Plan, out: &mut [f32]) {
-    let rows = Rows::new(src);
     let zero = Q4KBlock {
         d: _mm256_setzero_ps(),
         dmin: _mm256_setzero_ps(),
@@ -381,10 +364,10 @@ fn q4_k<const R: usize, const C: usize>(src: &Source, plan: &Plan, out: &mut [f3
         out,
         zero,
         |r, x| Q4KBlock {
-            d: rows.halves::<R>(r, x, src.d),
-            dmin: rows.halves::<R>(r, x, src.m),
+            d: halves::<R>(src, r, x, src.d),
+            dmin: halves::<R>(src, r, x, src.m),
             words: if R == 1 {
-                [4, 8, 12].map(|at| rows.words(r, x, at))
+                [4, 8, 12].map(|at| words(src, r, x, at))
             } else {
                 zero.words
             },
@@ -398,9 +381,8 @@ fn q4_k<const R: usize, const C: usize>(src: &Source, plan: &Plan, out: &mut [f3
                     .try_into()
                     .expect("12 bytes");
                 let (sc, m) = q4k_scales_mins(packing);
-                let widen = |v: [u8; 8]| {
-                    _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(i64::from_le_bytes(v.map(|b| b))))
-                };
+                let widen =
+                    |v: [u8; 8]| _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(i64::from_le_bytes(v)));
                 (widen(sc), widen(m))
             };
             (
@@ -441,7 +423,6 @@ struct Q6KBlock {
 
 #[target_feature(enable = "avx2,f16c")]
 fn q6_k<const R: usize, const C: usize>(src: &Source, plan: &Plan, out: &mut [f32]) {
-    let rows = Rows::new(src);
     let zero = Q6KBlock {
         d: _mm256_setzero_ps(),
         words: [_mm256_setzero_si256(); 4],
@@ -452,9 +433,9 @@ fn q6_k<const R: usize, const C: usize>(src: &Source, plan: &Plan, out: &mut [f3
         out,
         zero,
         |r, x| Q6KBlock {
-            d: rows.halves::<R>(r, x, src.d),
+            d: halves::<R>(src, r, x, src.d),
             words: if R == 1 {
-                [192, 196, 200, 204].map(|at| rows.words(r, x, at))
+                [192, 196, 200, 204].map(|at| words(src, r, x, at))
             } else {
                 zero.words
             },
