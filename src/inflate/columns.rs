@@ -171,28 +171,29 @@ impl Source<'_> {
 }
 
 /// One byte of a column's block for each row of a strip's vectors of [`LANES`] rows (the SIMD
-/// paths): vector `u` reads `span` bytes from [`Window::vector`]`(u)`, `step` bytes after vector
-/// `u - 1`'s, and its rows' bytes are, in plain blocks, the four bytes at each `j·row_step`;
-/// in eight rows of 4-byte pieces, the 32 bytes; otherwise the `span` bytes at 0 and `second`
-/// (groups of four rows: the next group's; 8-byte pieces: the next four rows'). Each row's
-/// bits start `bits` into its 4 or 8 bytes.
+/// paths). Vector `u` reads from [`Window::vector`]`(u)`, `step` bytes after vector `u - 1`:
+/// in plain blocks the four bytes at each `j·row_step` (`span = 7·row_step + 4` bytes in all);
+/// in eight rows of 4-byte pieces 32 bytes (`span = 32`); otherwise the bytes at 0 and at
+/// `second` (groups of four rows: the next group's, 16 bytes each for 4-byte pieces; 8-byte
+/// pieces: the next four rows', 32 bytes each): `span = second + 16` or `second + 32`. The
+/// window is `(units - 1)·step + span` bytes. Each row's bits start `bits` into its bytes.
 #[derive(Clone, Copy)]
 struct Window<'a> {
     bytes: &'a [u8],
     step: usize,
     second: usize,
     row_step: usize,
-    span: usize,
     bits: u32,
     units: usize,
 }
 
 impl Window<'_> {
-    /// Where vector `u < units` reads: `span` bytes, checked to lie in the window.
+    /// Where vector `u` reads its `span` bytes: inside the window, which [`Source::window`]
+    /// makes `(units - 1)·step + span` long, for the `u < units` this checks.
     #[inline(always)]
     fn vector(&self, u: usize) -> *const u8 {
         assert!(u < self.units, "a vector of the strip");
-        self.bytes[u * self.step..][..self.span].as_ptr()
+        self.bytes.as_ptr().wrapping_add(u * self.step)
     }
 }
 
@@ -230,7 +231,6 @@ impl Source<'_> {
             step,
             second: if R == 4 { self.row_step } else { 32 },
             row_step: self.row_step,
-            span,
             bits: (8 * skip) as u32 + shift,
             units,
         }

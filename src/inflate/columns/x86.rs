@@ -116,7 +116,7 @@ impl<'a> Lanes<'a> {
     fn get<const R: usize, const C: usize>(&self, u: usize) -> __m256i {
         let w = &self.window;
         let at = w.vector(u);
-        // SAFETY: `Window::vector` checked that the vector's `span` bytes lie in the window:
+        // SAFETY: the vector's `span` bytes from `Window::vector` lie in the window:
         // the plain rows' words at `j·row_step` (`j < 8`, 4 bytes each; `span = 7·row_step +
         // 4`), one load of 32 (8 rows of 4-byte pieces, `span = 32`) or the loads at 0 and
         // `second` (16 bytes each for 4-byte pieces in groups of four, 32 for 8-byte pieces:
