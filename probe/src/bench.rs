@@ -1,5 +1,6 @@
 //! Timing and output helpers shared by the probe's subcommands.
 
+use ork_moe::inflate::Layout;
 use ork_moe::isa::Isa;
 use ork_moe::npu::BackendChoice;
 use ork_moe::quant::GgmlType;
@@ -46,6 +47,10 @@ pub struct Options {
     /// `inflate`: only call the direct inflate this many times per shape and type, untimed (a
     /// workload for instruction counters: callgrind, qemu).
     pub calls: Option<usize>,
+    /// (columns) weight layouts to measure.
+    pub layouts: Option<Vec<Layout>>,
+    /// (columns) weight columns decoded per expert.
+    pub columns: Option<usize>,
 }
 
 impl Options {
@@ -92,6 +97,8 @@ impl Options {
                     })?)
                 }
                 "--rounds" => o.rounds = Some(parse_count(&value()?)?),
+                "--layouts" => o.layouts = Some(list(&value()?, parse_layout)?),
+                "--columns" => o.columns = Some(parse_count(&value()?)?),
                 other => return Err(format!("unknown option {other:?}")),
             }
         }
@@ -152,6 +159,15 @@ fn parse_shape(s: &str) -> Result<(usize, usize), String> {
         .split_once(['x', 'X'])
         .ok_or_else(|| format!("shape {s:?} is not KxN"))?;
     Ok((parse_count(k)?, parse_count(n)?))
+}
+
+/// `plain`, or a repacked layout as `RxC` (rows per group × chunk bytes, e.g. `8x8`).
+fn parse_layout(s: &str) -> Result<Layout, String> {
+    if s.eq_ignore_ascii_case("plain") {
+        return Ok(Layout::Plain);
+    }
+    let (rows, chunk) = parse_shape(s).map_err(|_| format!("layout {s:?} is not plain or RxC"))?;
+    Ok(Layout::Repacked { rows, chunk })
 }
 
 /// Median and spread of repeated timings, in seconds.

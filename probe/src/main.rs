@@ -7,6 +7,7 @@
 mod accuracy;
 mod bench;
 mod board;
+mod columns;
 mod decline;
 mod gemm;
 mod inflate;
@@ -20,7 +21,7 @@ mod sweep;
 use std::process::ExitCode;
 
 const USAGE: &str = "\
-usage: ork-probe [sweep|inflate|repacked|gemm|peak|moe|accuracy|decline|model|board] [options]
+usage: ork-probe [sweep|inflate|repacked|columns|gemm|peak|moe|accuracy|decline|model|board] [options]
 
 subcommands:
   sweep     (default) the M0 viability sweep: per expert shape, weight type and rows per expert,
@@ -28,6 +29,9 @@ subcommands:
             threads, primitive, bit-exact check; on the emulator also the modelled RK3588 time
   inflate   direct int4->int8 inflate vs the via-f32 path vs memcpy, per expert shape and type
   repacked  the inflate from each of ggml's repacked layouts vs from plain blocks, per shape
+  columns   the outlier split's exact f32 weight columns of one expert, per type and layout, vs
+            the reference one column at a time and the whole expert's inflate (default: K=768,
+            N=2048, 55 columns)
   gemm      NPU backend GEMM vs CPU int8 (1 thread, all threads) at the A3B expert shapes
   peak      single-thread GOPS of every int8 GEMM path at the A3B shapes vs that path's peak
   moe       the whole MUL_MAT_ID call (qwen3-30b-a3b case), time split by stage, cold and warm cache
@@ -56,7 +60,10 @@ options (each subcommand uses those that apply to it):
   --rounds N           (peak) rounds; each number is the best round's (default 3)
   --quick              fewer rows per expert and repeats
   --calls N            (inflate) only run the direct inflate N times per shape and type, untimed:
-                       a workload for instruction counters (callgrind, qemu) (board: seconds, for CI)
+                       a workload for instruction counters (callgrind, qemu) (board: seconds, for CI;
+                       columns: the column decode N times per type and layout)
+  --layouts L,...      (columns) plain and/or repacked layouts as RxC, e.g. plain,8x8 (default: all)
+  --columns C          (columns) columns decoded per expert (default 55)
   --profile FILE       (board) where to write the profile (default board-profile.json)
   --data DIR           (accuracy) real-weights vectors (default: tests/data/accuracy/minilm)
   -h, --help
@@ -110,6 +117,7 @@ fn main() -> ExitCode {
         "sweep" => sweep::run(&opts, &cfg),
         "inflate" => inflate::run(&opts, &cfg),
         "repacked" => repacked::run(&opts, &cfg),
+        "columns" => columns::run(&opts, &cfg),
         "gemm" => gemm::run(&opts, &cfg),
         "peak" => peak::run(&opts, &cfg),
         "moe" => moe::run(&opts, &cfg),

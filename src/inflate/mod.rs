@@ -58,6 +58,7 @@
 //! compiled for each path. The SIMD kernels take each row's blocks of a group of runs as one
 //! fixed-size array (`tile.rs`), the AVX-512 ones two tile rows per 512-bit step.
 
+mod columns;
 #[cfg(target_arch = "aarch64")]
 mod neon;
 mod params;
@@ -332,13 +333,23 @@ impl<'a> ExpertWeights<'a> {
         }
         Ok(())
     }
-    /// Columns `columns` (input channels, each `< k`) of the dequantized weights:
-    /// `out[i·n + r]` = weight `(r, columns[i])`, the values of [`Self::dequantize_column`].
-    /// Row by row, each row's bytes read once and in order, rather than a column at a time with
-    /// every weight in another cache line: at real scale (~55 outlier channels per expert,
-    /// `docs/PERFORMANCE.md`) this decode is the library's largest CPU cost after the GEMM.
+    /// Columns `columns` (input channels, each `< k`, in any order) of the dequantized weights:
+    /// `out[i·n + r]` = weight `(r, columns[i])`, the values of [`Self::dequantize_column`], on
+    /// the best kernel path ([`Isa::best`]). Block by block, each row's block scales decoded once
+    /// for all its columns (`columns.rs`): at real scale (~55 outlier channels per expert,
+    /// `docs/PERFORMANCE.md`) this decode runs for every down-projection expert of a prefill.
     pub fn dequantize_columns(
         &self,
+        columns: &[usize],
+        out: &mut [f32],
+    ) -> Result<(), InflateError> {
+        self.dequantize_columns_with(Isa::best(), columns, out)
+    }
+
+    /// [`Self::dequantize_columns`] on an explicit kernel path; every path gives the same bits.
+    pub fn dequantize_columns_with(
+        &self,
+        isa: Isa,
         columns: &[usize],
         out: &mut [f32],
     ) -> Result<(), InflateError> {
@@ -368,43 +379,13 @@ impl<'a> ExpertWeights<'a> {
                 got: out.len(),
             });
         };
-        // One loop per type: the type's decode inlined, no dispatch per weight.
-        match self.ty {
-            GgmlType::Q4_0 => self.columns_of(GgmlType::Q4_0, row_bytes, columns, out),
-            GgmlType::Q4_1 => self.columns_of(GgmlType::Q4_1, row_bytes, columns, out),
-            GgmlType::Q5_0 => self.columns_of(GgmlType::Q5_0, row_bytes, columns, out),
-            GgmlType::Q8_0 => self.columns_of(GgmlType::Q8_0, row_bytes, columns, out),
-            GgmlType::Q4_K => self.columns_of(GgmlType::Q4_K, row_bytes, columns, out),
-            ty => self.columns_of(ty, row_bytes, columns, out),
+        if !isa.is_available() {
+            return Err(InflateError::IsaUnavailable(isa));
         }
+        columns::decode(isa, Layout::Plain, self, columns, out);
         Ok(())
     }
-
-    #[inline(always)]
-    fn columns_of(&self, ty: GgmlType, row_bytes: usize, columns: &[usize], out: &mut [f32]) {
-        let (be, bb) = (ty.block_elems(), ty.block_bytes());
-        let mut block = vec![0f32; COLUMN_ROWS * columns.len()];
-        for n0 in (0..self.n).step_by(COLUMN_ROWS) {
-            let rows = COLUMN_ROWS.min(self.n - n0);
-            for r in 0..rows {
-                let row = self.row(n0 + r, row_bytes);
-                for (i, &c) in columns.iter().enumerate() {
-                    let (blk, e) = (c / be, c % be);
-                    block[i * COLUMN_ROWS + r] =
-                        crate::quant::dequantize_element(ty, &row[blk * bb..(blk + 1) * bb], e);
-                }
-            }
-            for (i, col) in block.chunks_exact(COLUMN_ROWS).enumerate() {
-                out[i * self.n + n0..i * self.n + n0 + rows].copy_from_slice(&col[..rows]);
-            }
-        }
-    }
 }
-
-/// Rows decoded into a transposed block before their columns are stored: the columns are
-/// `n` floats apart (a power of two, often), so storing one row's weights straight into them
-/// would put every store in the same cache set; 16 rows fill one cache line per column.
-const COLUMN_ROWS: usize = 16;
 
 /// Weights per contiguous run of native B (the B tile depth the kernels require).
 const RUN: usize = 32;

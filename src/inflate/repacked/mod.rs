@@ -22,7 +22,7 @@ use super::params::q4k_scales_mins;
 use super::{check, check_weights, inflate_expert_with, ExpertWeights, InflateError, TileInflater};
 use crate::isa::Isa;
 use crate::layout::Tiles;
-use crate::quant::{dequantize_element, GgmlType, QuantError, K_SCALE_SIZE};
+use crate::quant::{GgmlType, QuantError, K_SCALE_SIZE};
 
 /// How an expert's blocks are arranged in memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -76,7 +76,7 @@ impl Layout {
 
 /// One field of a row's block, as it lies in the plain block and in a multi-block.
 #[derive(Clone, Copy, Debug, PartialEq)]
-enum Field {
+pub(super) enum Field {
     /// `len` bytes at `plain` in the block; at `packed` in the multi-block, `chunk` bytes at a
     /// time from the rows in turn (chunk `i` is bytes `(i / rows)·chunk..` of row `i % rows`),
     /// every byte XOR `flip`.
@@ -95,7 +95,7 @@ enum Field {
 
 /// The fields of `ty`'s blocks in a multi-block of `rows` rows with quants in `chunk`-byte
 /// pieces (ggml's `block_*x*` structs in repack.h; the scale arrays are 2-byte chunks).
-fn fields(ty: GgmlType, rows: usize, chunk: usize) -> Vec<Field> {
+pub(super) fn fields(ty: GgmlType, rows: usize, chunk: usize) -> Vec<Field> {
     let il = |plain, packed, len, chunk, flip| Field::Interleaved {
         plain,
         packed,
@@ -235,11 +235,10 @@ pub fn inflate_expert_in_with(
     Ok(())
 }
 
-/// Columns `columns` (input channels `< k`) of `w`'s dequantized weights, `w` stored in
-/// `layout`: `out[i·n + r]` = weight `(r, columns[i])` exactly as ggml dequantizes it, the values
-/// [`ExpertWeights::dequantize_column`] gives from the same weights in plain blocks. In a
-/// repacked layout each row group's multi-block of a column's block is untangled into its rows'
-/// plain blocks (on kernel path `isa`), once for a run of columns of the same block.
+/// Columns `columns` (input channels `< k`, in any order) of `w`'s dequantized weights, `w`
+/// stored in `layout`: `out[i·n + r]` = weight `(r, columns[i])` exactly as ggml dequantizes it,
+/// the values [`ExpertWeights::dequantize_column`] gives from the same weights in plain blocks,
+/// on kernel path `isa`. Read straight from the layout's bytes (`columns.rs`).
 pub fn dequantize_columns_in(
     isa: Isa,
     layout: Layout,
@@ -247,9 +246,9 @@ pub fn dequantize_columns_in(
     columns: &[usize],
     out: &mut [f32],
 ) -> Result<(), InflateError> {
-    let (Some(groups), Layout::Repacked { chunk, .. }) = (Groups::new(layout, w)?, layout) else {
-        return w.dequantize_columns(columns, out);
-    };
+    if Groups::new(layout, w)?.is_none() {
+        return w.dequantize_columns_with(isa, columns, out);
+    }
     if !isa.is_available() {
         return Err(InflateError::IsaUnavailable(isa));
     }
@@ -266,35 +265,7 @@ pub fn dequantize_columns_in(
             k: w.k,
         }));
     }
-    let (be, bb, rows) = (w.ty.block_elems(), groups.block_bytes, groups.rows);
-    // One multi-block as a group of one block per row, the rows' blocks side by side.
-    let one = Groups {
-        rows,
-        fields: fields(w.ty, rows, chunk),
-        blocks: 1,
-        block_bytes: bb,
-        row_bytes: bb,
-    };
-    let untangle = untangler(isa);
-    let mut plain = vec![0u8; rows * bb];
-    let mut first = 0;
-    while first < columns.len() {
-        let x = columns[first] / be;
-        let run = columns[first..]
-            .iter()
-            .take_while(|&&c| c / be == x)
-            .count();
-        for g in 0..w.n / rows {
-            let multi = &groups.group(w, g)[x * rows * bb..(x + 1) * rows * bb];
-            untangle(&one, multi, &mut plain);
-            for (j, block) in plain.chunks_exact(bb).enumerate() {
-                for (i, &c) in (first..).zip(&columns[first..first + run]) {
-                    out[i * w.n + g * rows + j] = dequantize_element(w.ty, block, c % be);
-                }
-            }
-        }
-        first += run;
-    }
+    super::columns::decode(isa, layout, w, columns, out);
     Ok(())
 }
 
