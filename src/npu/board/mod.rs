@@ -202,7 +202,7 @@ mod tests {
 
     #[test]
     fn the_outlier_split_costs_the_down_experts_their_columns() {
-        // 55 columns of 2048 weights per down expert, 128 experts, 2 layers, Q4_0 at 0.26 G/s.
+        // 55 columns of 2048 weights per down expert, 128 experts, 2 layers, at the Q4_0 rate.
         let mut p = Params::default();
         let s = ModelShape::QWEN3_30B_A3B;
         let ub = even(&s, 2, 512, &p);

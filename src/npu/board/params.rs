@@ -135,12 +135,15 @@ params! {
          ORK_OUTLIERS=off";
     outlier_columns_gate_up: "columns" = 0.0;
         "assumption: the same for the gate/up input (none on the real-scale synthetic model)";
-    outlier_gweights_big_core: "Gweight/s" = 0.26;
+    outlier_gweights_big_core: "Gweight/s" = 0.36;
         "assumption: outlier-split weight columns (decode and correction) per second on one A76, \
-         Q4_0/Q4_1/Q5_0/Q8_0 = this x86's ~2.9 ns per weight (126 ms per 43 M weights of a \
-         real-scale pp512 ubatch, perf, docs/PERFORMANCE.md) x 0.75";
-    outlier_gweights_big_core_kquant: "Gweight/s" = 0.15;
-        "assumption: the same for Q4_K/Q6_K: this x86's ~5.1 ns per weight (221 ms) x 0.75";
+         Q4_0/Q4_1/Q5_0/Q8_0: the decode of q4_0_4x4 (the A76's Q4_0 layout) is 6.1 NEON \
+         instructions per weight (qemu count, docs/PERFORMANCE.md), at an assumed 1.5 per cycle \
+         at 2.4 GHz 1.7 ns, times 1.64 for finding the outliers and adding the correction \
+         (their share beside the decode in this x86's real-scale perf profile)";
+    outlier_gweights_big_core_kquant: "Gweight/s" = 0.33;
+        "assumption: the same for Q4_K/Q6_K: q4_K_8x4 6.6 instructions per weight (q6_K_8x4 \
+         6.4), 1.8 ns, times 1.64";
     route_mrows_big_core: "Mrows/s" = 140.0;
         "assumption: routing (count + group the (token, slot) rows) on one A76 = this x86's \
          ~190 Mrows/s x 0.75";
