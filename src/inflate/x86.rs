@@ -1,12 +1,12 @@
 //! x86-64 kernels: SSSE3 (16-byte `pshufb` tables), AVX2 (`avx2.rs`: a whole 32-byte run per
-//! vector) and AVX-512 (`avx512.rs`: two tile rows per vector), and the scan's strided copies
-//! (window gathers of the fp16 fields, 8×8 transposes). They reproduce
+//! vector) and AVX-512 (`avx512.rs`: two tile rows per vector), and the scan's steps (window
+//! gathers of the fp16 fields, Q4_K's scales unpacked by byte shuffles). They reproduce
 //! [`super::scalar`] bit for bit: the same binary32 products in the same order, `cvtps2dq`
 //! rounding to nearest-even as `round_ties_even` does (the default MXCSR mode, which Rust code
 //! never changes), saturating packs where the scalar code's `as i8`/`clamp` saturate, and
 //! `pmulhrsw`, which is exactly `(x·m + 2¹⁴) >> 15`.
 
-use super::params::{scaled_codes, transpose_plain, StridedCopy, TileParams};
+use super::params::{scaled_codes, ScanOps, TileParams};
 use super::scalar::q4_k_pair_source;
 use super::tile::{for_each_group, for_each_run, Tile};
 use super::{ScanTile, TileKernel};
@@ -84,11 +84,11 @@ pub(super) fn scan_tile(isa: Isa) -> Option<ScanTile> {
     type Res = Result<(), (usize, usize)>;
     #[target_feature(enable = "avx2,f16c")]
     fn avx2(p: &mut TileParams, rows: &[&[u8]], scales: &mut [f32]) -> Res {
-        p.prepare(CopyAvx2(()), rows, scales)
+        p.prepare(OpsAvx2(()), rows, scales)
     }
     #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
     fn avx512(p: &mut TileParams, rows: &[&[u8]], scales: &mut [f32]) -> Res {
-        p.prepare(CopyAvx512(()), rows, scales)
+        p.prepare(OpsAvx512(()), rows, scales)
     }
     let s: ScanTile = match isa {
         Isa::Avx2 => |p, rows, s| unsafe_call!(avx2(p, rows, s)),
@@ -98,163 +98,110 @@ pub(super) fn scan_tile(isa: Isa) -> Option<ScanTile> {
     Some(s)
 }
 
-/// [`StridedCopy`] by AVX2 `vpgatherdd` (eight blocks at a time) and 8×8 transposes. Only the
-/// AVX2 scan creates one.
+/// [`ScanOps`] by AVX2 `vpgatherdd` (eight blocks at a time) and byte shuffles. Created only
+/// where the AVX2 path is available: by its scan, and by a test after checking.
 #[derive(Clone, Copy)]
-struct CopyAvx2(());
+struct OpsAvx2(());
 
-impl StridedCopy for CopyAvx2 {
+impl ScanOps for OpsAvx2 {
     #[inline(always)]
     fn halves<const BB: usize, const AT: usize>(self, row: &[u8], out: &mut [u16]) {
-        // SAFETY: a `CopyAvx2` exists only inside the AVX2 scan, which runs only where that
-        // path is available.
+        // SAFETY: an `OpsAvx2` exists only where the AVX2 path is available.
         unsafe { gather_halves_avx2::<BB, AT>(row, out) }
     }
 
     #[inline(always)]
-    fn transpose16(self, src: &[u16], per_row: usize, dst: &mut [u16], rows: usize) {
+    fn q4_k_values(self, row: &[u8], ab: &mut [[f32; 2]]) -> (u16, u32) {
         // SAFETY: as above.
-        unsafe { transpose16_avx2(src, per_row, dst, rows) }
-    }
-
-    #[inline(always)]
-    fn transpose32(self, src: &[f32], per_row: usize, dst: &mut [f32], rows: usize) {
-        // SAFETY: as above.
-        unsafe { transpose32_avx2(src, per_row, dst, rows) }
+        unsafe { q4_k_values_avx2(row, ab) }
     }
 }
 
-/// [`StridedCopy`] by AVX-512 word permutes of 128-byte windows of the row and AVX2 8×8
-/// transposes. Only the AVX-512 scan creates one.
+/// [`ScanOps`] by AVX-512 word permutes of 128-byte windows of the row and AVX2 byte shuffles.
+/// Only the AVX-512 scan creates one.
 #[derive(Clone, Copy)]
-struct CopyAvx512(());
+struct OpsAvx512(());
 
-impl StridedCopy for CopyAvx512 {
+impl ScanOps for OpsAvx512 {
     #[inline(always)]
     fn halves<const BB: usize, const AT: usize>(self, row: &[u8], out: &mut [u16]) {
-        // SAFETY: a `CopyAvx512` exists only inside the AVX-512 scan, which runs only where
+        // SAFETY: an `OpsAvx512` exists only inside the AVX-512 scan, which runs only where
         // that path is available.
         unsafe { gather_halves_avx512::<BB, AT>(row, out) }
     }
 
     #[inline(always)]
-    fn transpose16(self, src: &[u16], per_row: usize, dst: &mut [u16], rows: usize) {
-        // SAFETY: as above (AVX-512 implies AVX2).
-        unsafe { transpose16_avx2(src, per_row, dst, rows) }
-    }
-
-    #[inline(always)]
-    fn transpose32(self, src: &[f32], per_row: usize, dst: &mut [f32], rows: usize) {
-        // SAFETY: as above (AVX-512 implies AVX2).
-        unsafe { transpose32_avx2(src, per_row, dst, rows) }
+    fn q4_k_values(self, row: &[u8], ab: &mut [[f32; 2]]) -> (u16, u32) {
+        // SAFETY: as above (AVX-512 implies AVX2 and F16C).
+        unsafe { q4_k_values_avx2(row, ab) }
     }
 }
 
-/// [`StridedCopy::transpose16`] in blocks of 8 rows × 8 items, one 128-bit load and store per
-/// row and item; the edges item by item.
+/// [`ScanOps::q4_k_values`] a super-block at a time: its 16-byte header (`d`, `dmin`, the
+/// packed scales) unpacked by two byte shuffles and masks into the eight scales and eight mins,
+/// widened to binary32 (exact), times `d` and `dmin` (`vcvtph2ps`: exact, like
+/// [`super::params::finite_half_to_f32`] on finite halves); `M_n` as a running lane maximum.
 #[inline]
-#[target_feature(enable = "avx2")]
-fn transpose16_avx2(src: &[u16], per_row: usize, dst: &mut [u16], rows: usize) {
-    let (row_blocks, run_blocks) = (rows / 8, per_row / 8);
-    assert!(src.len() >= rows * per_row && dst.len() >= rows * per_row);
-    let (from, to) = (src.as_ptr(), dst.as_mut_ptr());
-    for jb in 0..row_blocks {
-        for rb in 0..run_blocks {
-            // SAFETY: item 8·rb + 8 <= per_row of row 8·jb + i < rows: inside `src` (asserted);
-            // unaligned loads.
-            let v: [__m128i; 8] = std::array::from_fn(|i| unsafe {
-                _mm_loadu_si128(from.add((8 * jb + i) * per_row + 8 * rb).cast())
-            });
-            // s: rows 2i, 2i + 1 interleaved; t: rows 4q..4q + 4 of two items; out: all 8 rows.
-            let s: [__m128i; 8] = std::array::from_fn(|i| {
-                let (a, b) = (v[2 * (i / 2)], v[2 * (i / 2) + 1]);
-                if i % 2 == 0 {
-                    _mm_unpacklo_epi16(a, b)
-                } else {
-                    _mm_unpackhi_epi16(a, b)
-                }
-            });
-            let t: [__m128i; 8] = std::array::from_fn(|i| {
-                // t[4q + p]: rows 4q..4q + 4, items 2p, 2p + 1.
-                let (q, p) = (i / 4, i % 4);
-                let (a, b) = (s[4 * q + p / 2], s[4 * q + 2 + p / 2]);
-                if p % 2 == 0 {
-                    _mm_unpacklo_epi32(a, b)
-                } else {
-                    _mm_unpackhi_epi32(a, b)
-                }
-            });
-            for k in 0..8 {
-                let (lo, hi) = (t[k / 2], t[4 + k / 2]);
-                let out = if k % 2 == 0 {
-                    _mm_unpacklo_epi64(lo, hi)
-                } else {
-                    _mm_unpackhi_epi64(lo, hi)
-                };
-                // SAFETY: rows 8·jb + 8 <= rows of item 8·rb + k < per_row: inside `dst`
-                // (asserted); unaligned store.
-                unsafe { _mm_storeu_si128(to.add((8 * rb + k) * rows + 8 * jb).cast(), out) };
-            }
+#[target_feature(enable = "avx2,f16c")]
+fn q4_k_values_avx2(row: &[u8], ab: &mut [[f32; 2]]) -> (u16, u32) {
+    let ab = ab.as_chunks_mut::<8>().0;
+    // Packed byte i (header byte 4 + i): scales 0..4 are bytes 0..4 & 63, mins 0..4 bytes
+    // 4..8 & 63; scale 4 + i is byte 8 + i & 15 with the top two bits of byte i as bits 4, 5,
+    // min 4 + i is byte 8 + i >> 4 with the top two bits of byte 4 + i.
+    #[rustfmt::skip]
+    let (low_src, top_src) = (
+        _mm_setr_epi8(4, 5, 6, 7, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15),
+        _mm_setr_epi8(-1, -1, -1, -1, 4, 5, 6, 7, -1, -1, -1, -1, 8, 9, 10, 11),
+    );
+    #[rustfmt::skip]
+    let (low_mask, high_nibble, top_mask) = (
+        _mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 0, 0, 0, 0),
+        _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 15, 15, 15, 15),
+        _mm_setr_epi8(0, 0, 0, 0, 0x30, 0x30, 0x30, 0x30, 0, 0, 0, 0, 0x30, 0x30, 0x30, 0x30),
+    );
+    let (d_src, dmin_src) = (_mm_set1_epi16(0x0100), _mm_set1_epi16(0x0302));
+    let magnitude = _mm_setr_epi16(0x7fff, 0x7fff, 0, 0, 0, 0, 0, 0);
+    let (sign, fifteen) = (_mm256_set1_ps(-0.0), _mm256_set1_ps(15.0));
+    let (mut largest, mut w_max) = (_mm_setzero_si128(), _mm256_setzero_ps());
+    for (ab, blk) in ab.iter_mut().zip(row.as_chunks::<144>().0) {
+        let h = load16(blk);
+        largest = _mm_max_epu16(largest, _mm_and_si128(h, magnitude));
+        let x = _mm_shuffle_epi8(h, low_src);
+        let top = _mm_and_si128(_mm_srli_epi16::<2>(_mm_shuffle_epi8(h, top_src)), top_mask);
+        let high = _mm_and_si128(_mm_srli_epi16::<4>(x), high_nibble);
+        // Bytes 0..8: the scales, 8..16: the mins.
+        let six = _mm_or_si128(_mm_or_si128(_mm_and_si128(x, low_mask), high), top);
+        let sc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(six));
+        let mn = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128::<8>(six)));
+        let d = _mm256_cvtph_ps(_mm_shuffle_epi8(h, d_src));
+        let dmin = _mm256_cvtph_ps(_mm_shuffle_epi8(h, dmin_src));
+        let a = _mm256_mul_ps(d, sc);
+        let b = _mm256_xor_ps(_mm256_mul_ps(dmin, mn), sign);
+        // table_block_max: max(|b|, |15a + b|), the operands in its order (`maxps` returns
+        // the second unless the first is larger, as `larger` does).
+        let end = _mm256_andnot_ps(sign, _mm256_add_ps(_mm256_mul_ps(fifteen, a), b));
+        w_max = _mm256_max_ps(w_max, _mm256_max_ps(_mm256_andnot_ps(sign, b), end));
+        // [a, b] pairs in run order.
+        let (lo, hi) = (_mm256_unpacklo_ps(a, b), _mm256_unpackhi_ps(a, b));
+        // SAFETY: `ab` is 64 writable bytes; unaligned stores.
+        unsafe {
+            let at = ab.as_mut_ptr().cast::<f32>();
+            _mm256_storeu_ps(at, _mm256_permute2f128_ps::<0x20>(lo, hi));
+            _mm256_storeu_ps(at.add(8), _mm256_permute2f128_ps::<0x31>(lo, hi));
         }
     }
-    transpose_plain(src, per_row, dst, rows, 0..8 * row_blocks, 8 * run_blocks);
-    transpose_plain(src, per_row, dst, rows, 8 * row_blocks..rows, 0);
-}
-
-/// [`StridedCopy::transpose32`] in blocks of 8 rows × 8 items, one 256-bit load and store per
-/// row and item; the edges item by item.
-#[inline]
-#[target_feature(enable = "avx2")]
-fn transpose32_avx2(src: &[f32], per_row: usize, dst: &mut [f32], rows: usize) {
-    let (row_blocks, run_blocks) = (rows / 8, per_row / 8);
-    assert!(src.len() >= rows * per_row && dst.len() >= rows * per_row);
-    let (from, to) = (src.as_ptr(), dst.as_mut_ptr());
-    for jb in 0..row_blocks {
-        for rb in 0..run_blocks {
-            // SAFETY: item 8·rb + 8 <= per_row of row 8·jb + i < rows: inside `src` (asserted);
-            // unaligned loads.
-            let v: [__m256; 8] = std::array::from_fn(|i| unsafe {
-                let at = from.add((8 * jb + i) * per_row + 8 * rb);
-                _mm256_loadu_ps(at)
-            });
-            let t: [__m256; 8] = std::array::from_fn(|i| {
-                let (a, b) = (v[2 * (i / 2)], v[2 * (i / 2) + 1]);
-                if i % 2 == 0 {
-                    _mm256_unpacklo_ps(a, b)
-                } else {
-                    _mm256_unpackhi_ps(a, b)
-                }
-            });
-            // u[4q + k]: item [0, 2, 1, 3][k] (and that + 4, in the high lane) of rows
-            // 4q..4q + 4.
-            let u: [__m256; 8] = std::array::from_fn(|i| {
-                let (q, k) = (i / 4, i % 4);
-                let (a, b) = (t[4 * q + k % 2], t[4 * q + 2 + k % 2]);
-                if k < 2 {
-                    _mm256_shuffle_ps::<0x44>(a, b)
-                } else {
-                    _mm256_shuffle_ps::<0xee>(a, b)
-                }
-            });
-            for k in 0..8 {
-                // Item 8·rb + k of rows 8·jb..+8.
-                let (lo, hi) = (u[[0, 2, 1, 3][k % 4]], u[4 + [0, 2, 1, 3][k % 4]]);
-                let v = if k < 4 {
-                    _mm256_permute2f128_ps::<0x20>(lo, hi)
-                } else {
-                    _mm256_permute2f128_ps::<0x31>(lo, hi)
-                };
-                // SAFETY: rows 8·jb + 8 <= rows of item 8·rb + k < per_row: inside `dst`
-                // (asserted); unaligned store.
-                unsafe {
-                    let at = to.add((8 * rb + k) * rows + 8 * jb);
-                    _mm256_storeu_ps(at, v);
-                }
-            }
-        }
-    }
-    transpose_plain(src, per_row, dst, rows, 0..8 * row_blocks, 8 * run_blocks);
-    transpose_plain(src, per_row, dst, rows, 8 * row_blocks..rows, 0);
+    let largest = _mm_max_epu16(largest, _mm_srli_epi32::<16>(largest));
+    // The lane maximum of non-negative values.
+    let w = _mm_max_ps(
+        _mm256_castps256_ps128(w_max),
+        _mm256_extractf128_ps::<1>(w_max),
+    );
+    let w = _mm_max_ps(w, _mm_movehl_ps(w, w));
+    let w = _mm_max_ps(w, _mm_shuffle_ps::<1>(w, w));
+    (
+        _mm_cvtsi128_si32(largest) as u16,
+        _mm_cvtss_f32(w).to_bits(),
+    )
 }
 
 #[inline]
@@ -416,7 +363,7 @@ mod ssse3 {
     #[target_feature(enable = "ssse3")]
     pub(super) fn q4_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
         let c: [i16; 16] = scaled_codes(GgmlType::Q4_0);
-        for_each_run(rows, &params.m, tile, runs, |row, &m, r, out| {
+        for_each_run(rows, params.m(), tile, runs, |row, &m, r, out| {
             nibbles(&row[r * 18 + 2..], rescale_table(&c, m), out);
         });
     }
@@ -424,7 +371,7 @@ mod ssse3 {
     #[target_feature(enable = "ssse3")]
     pub(super) fn q4_1(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
         let c = codes(0, IN_ORDER);
-        for_each_run(rows, &params.fg, tile, runs, |row, &[f, g], r, out| {
+        for_each_run(rows, params.fg(), tile, runs, |row, &[f, g], r, out| {
             nibbles(&row[r * 20 + 4..], table16(&c, f, g), out);
         });
     }
@@ -440,7 +387,7 @@ mod ssse3 {
         // Byte i of the result takes byte i / 8 of qh (first half) or 2 + i / 8 (second).
         let spread0 = _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
         let spread1 = _mm_setr_epi8(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
-        for_each_run(rows, &params.m, tile, runs, |row, &m, r, out| {
+        for_each_run(rows, params.m(), tile, runs, |row, &m, r, out| {
             let blk = &row[r * 22..r * 22 + 22];
             let (t_lo, t_hi) = (rescale_table(c_lo, m), rescale_table(c_hi, m));
             let qh = _mm_set1_epi32(i32::from_le_bytes(blk[2..6].try_into().expect("4 bytes")));
@@ -471,7 +418,7 @@ mod ssse3 {
 
     #[target_feature(enable = "ssse3")]
     pub(super) fn q8_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
-        for_each_run(rows, &params.m, tile, runs, |row, &m, r, out| {
+        for_each_run(rows, params.m(), tile, runs, |row, &m, r, out| {
             let blk = &row[r * 34..r * 34 + 34];
             for h in 0..2 {
                 store16(
@@ -486,13 +433,12 @@ mod ssse3 {
     pub(super) fn q4_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
         let c = codes(0, IN_ORDER);
         let low = _mm_set1_epi8(15);
-        let fg = &params.fg;
         for_each_group::<2, 1, _>(
             rows,
-            fg,
+            params.fg(),
             tile,
             runs,
-            |r, [row], [[p0], [p1]], [[even], [odd]]| {
+            |r, [row], [[p0, p1]], [[even], [odd]]| {
                 let at = q4_k_pair_source(r);
                 let (lo, hi) = (table16(&c, p0[0], p0[1]), table16(&c, p1[0], p1[1]));
                 for h in 0..2 {
@@ -513,10 +459,8 @@ mod ssse3 {
     #[target_feature(enable = "ssse3")]
     pub(super) fn q6_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
         let (low, bits45, bias) = (_mm_set1_epi8(15), _mm_set1_epi8(0x30), _mm_set1_epi8(32));
-        let m = params.m.as_chunks::<2>().0;
-        for_each_group::<4, 1, _>(rows, m, tile, runs, |r, [row], m, out| {
+        for_each_group::<4, 1, _>(rows, params.m_pairs(), tile, runs, |r, [row], [m], out| {
             let (ql, qh) = q6_k_half_source(r);
-            let m = m.map(|[m]| m);
             let out = out.map(|[o]| o);
             for h in 0..2 {
                 let ql0 = load16(&row[ql + 16 * h..]);
@@ -538,5 +482,52 @@ mod ssse3 {
                 }
             }
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::params::PlainOps;
+    use super::*;
+
+    /// Q4_K super-blocks with random packed scales and every kind of fp16 `d`, `dmin`
+    /// (subnormals, both zeros, the largest finite, NaN and infinities).
+    fn q4_k_row(rng: &mut crate::testutil::Rng, blocks: usize) -> Vec<u8> {
+        let special = [
+            0x0000u16, 0x8000, 0x0001, 0x83ff, 0x0400, 0x7bff, 0xfbff, 0x7c00, 0xfe00,
+        ];
+        let mut row = vec![0u8; 144 * blocks];
+        rng.fill_bytes(&mut row);
+        for blk in row.chunks_exact_mut(144) {
+            for at in [0, 2] {
+                if rng.below(3) == 0 {
+                    let h = special[rng.below(special.len())];
+                    blk[at..at + 2].copy_from_slice(&h.to_le_bytes());
+                }
+            }
+        }
+        row
+    }
+
+    #[test]
+    fn q4_k_values_avx2_agrees_with_the_plain_scan() {
+        if !Isa::Avx2.is_available() {
+            return;
+        }
+        let mut rng = crate::testutil::Rng::new(21);
+        for round in 0..2000 {
+            let blocks = 1 + round % 9;
+            let row = q4_k_row(&mut rng, blocks);
+            let (mut plain, mut simd) = (vec![[0f32; 2]; 8 * blocks], vec![[0f32; 2]; 8 * blocks]);
+            let expect = PlainOps.q4_k_values(&row, &mut plain);
+            let got = OpsAvx2(()).q4_k_values(&row, &mut simd);
+            assert_eq!(got.0, expect.0, "round {round}: largest fp16 magnitude");
+            if expect.0 >= 0x7c00 {
+                continue; // Values unspecified.
+            }
+            let bits = |v: &[[f32; 2]]| v.iter().flatten().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&simd), bits(&plain), "round {round}: [a, b]");
+            assert_eq!(got.1, expect.1, "round {round}: M_n");
+        }
     }
 }

@@ -84,7 +84,7 @@ fn lane_multipliers(m0: i16, m1: i16) -> __m256i {
 #[target_feature(enable = "avx2,f16c")]
 pub(super) fn q4_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
     let c: [i16; 16] = scaled_codes(GgmlType::Q4_0);
-    for_each_block::<1, 18, 72, _>(rows, &params.m, tile, runs, |[blk], &[m], [out]| {
+    for_each_block::<1, 18, 72, _>(rows, params.m(), tile, runs, |[blk], [m], [out]| {
         let lut = _mm256_broadcastsi128_si256(rescale_table(&c, m));
         store32(out, _mm256_shuffle_epi8(lut, nibbles(load16(&blk[2..]))));
     });
@@ -93,7 +93,7 @@ pub(super) fn q4_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
 #[target_feature(enable = "avx2,f16c")]
 pub(super) fn q4_1(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
     let c = codes();
-    for_each_block::<1, 20, 80, _>(rows, &params.fg, tile, runs, |[blk], &[fg], [out]| {
+    for_each_block::<1, 20, 80, _>(rows, params.fg(), tile, runs, |[blk], [fg], [out]| {
         store32(
             out,
             _mm256_shuffle_epi8(table32(&c, fg), nibbles(load16(&blk[4..]))),
@@ -111,7 +111,7 @@ pub(super) fn q5_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
         0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
         2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3,
     );
-    for_each_block::<1, 22, 88, _>(rows, &params.m, tile, runs, |[blk], &[m], [out]| {
+    for_each_block::<1, 22, 88, _>(rows, params.m(), tile, runs, |[blk], [m], [out]| {
         let qh = i32::from_le_bytes([blk[2], blk[3], blk[4], blk[5]]);
         let qh = _mm256_shuffle_epi8(_mm256_set1_epi32(qh), spread);
         let fifth = _mm256_cmpeq_epi8(_mm256_and_si256(qh, bits), bits);
@@ -125,7 +125,7 @@ pub(super) fn q5_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
 
 #[target_feature(enable = "avx2,f16c")]
 pub(super) fn q8_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
-    for_each_block::<1, 34, 136, _>(rows, &params.m, tile, runs, |[blk], &[m], [out]| {
+    for_each_block::<1, 34, 136, _>(rows, params.m(), tile, runs, |[blk], [m], [out]| {
         store32(out, rescale::<8>(load32(&blk[2..]), _mm256_set1_epi16(m)));
     });
 }
@@ -148,12 +148,12 @@ pub(super) fn q4_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
         let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q), low);
         store32(odd, _mm256_shuffle_epi8(table32(&c, fg[1]), hi));
     };
-    for_each_block_group::<8, 1, 144, _>(rows, &params.fg, tile, 0..runs, |_, [blk], p, out| {
+    for_each_block_group::<8, 1, 144, _>(rows, params.fg(), tile, 0..runs, |_, [blk], [p], out| {
         let [[e0], [o0], [e1], [o1], [e2], [o2], [e3], [o3]] = out;
-        pair(blk, 0, [p[0][0], p[1][0]], e0, o0);
-        pair(blk, 1, [p[2][0], p[3][0]], e1, o1);
-        pair(blk, 2, [p[4][0], p[5][0]], e2, o2);
-        pair(blk, 3, [p[6][0], p[7][0]], e3, o3);
+        pair(blk, 0, [p[0], p[1]], e0, o0);
+        pair(blk, 1, [p[2], p[3]], e1, o1);
+        pair(blk, 2, [p[4], p[5]], e2, o2);
+        pair(blk, 3, [p[6], p[7]], e3, o3);
     });
 }
 
@@ -204,20 +204,10 @@ pub(super) fn q6_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
             m[3],
         );
     };
-    let m = params.m.as_chunks::<2>().0;
-    for_each_block_group::<8, 1, 210, _>(rows, m, tile, 0..runs, |_, [blk], m, out| {
+    let m = params.m_pairs();
+    for_each_block_group::<8, 1, 210, _>(rows, m, tile, 0..runs, |_, [blk], [m], out| {
         let [[o0], [o1], [o2], [o3], [o4], [o5], [o6], [o7]] = out;
-        half(
-            blk,
-            0,
-            [m[0][0], m[1][0], m[2][0], m[3][0]],
-            [o0, o1, o2, o3],
-        );
-        half(
-            blk,
-            1,
-            [m[4][0], m[5][0], m[6][0], m[7][0]],
-            [o4, o5, o6, o7],
-        );
+        half(blk, 0, [m[0], m[1], m[2], m[3]], [o0, o1, o2, o3]);
+        half(blk, 1, [m[4], m[5], m[6], m[7]], [o4, o5, o6, o7]);
     });
 }
