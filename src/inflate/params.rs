@@ -30,7 +30,6 @@ pub(super) struct TileParams {
 /// every pass can run over whole strips; padding rows are zeroed.
 struct Scratch {
     rows: usize,
-    blocks: usize,
     runs: usize,
     /// The first fp16 field of each block (the scale `d`; Q4_K: only on the error path).
     h0: Vec<u16>,
@@ -89,7 +88,7 @@ const NON_FINITE: u32 = 0x7c00;
 impl TileParams {
     /// Parameters for tiles of `rows` rows of `k` weights of `ty`.
     pub fn new(ty: GgmlType, k: usize, rows: usize) -> TileParams {
-        let (runs, blocks) = (k / 32, k / ty.block_elems());
+        let runs = k / 32;
         let stride = runs.next_multiple_of(STRIP);
         let table = matches!(ty, GgmlType::Q4_1 | GgmlType::Q4_K);
         let tile = |used: bool, n: usize| if used { n * rows } else { 0 };
@@ -105,7 +104,6 @@ impl TileParams {
             fg: vec![[0.0; 2]; tile(table, stride)],
             scratch: Scratch {
                 rows,
-                blocks,
                 runs,
                 h0: vec![0; tile(true, stride)],
                 h1: vec![0; tile(table, stride)],
@@ -168,39 +166,29 @@ impl TileParams {
                 padding.fill([0.0; 2]);
             }
         }
-        sc.largest_fields(ty, stride);
         if let Some(j) = sc.largest_half[..n].iter().position(|&t| t >= NON_FINITE) {
             return Err((j, sc.first_non_finite(ty, rows[j], j, stride)));
         }
-        sc.largest_values(ops, ty, rows, stride, ab);
+        sc.largest_values(ops, ty, stride, ab);
         sc.factors(ty);
         let sc = &self.scratch;
         match ty {
             GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => {
-                let rows = self
-                    .m
-                    .chunks_exact_mut(stride)
-                    .zip(sc.h0.chunks_exact(stride));
-                for ((m, h), &unit) in rows.zip(&sc.factor) {
-                    for (m, &h) in m.iter_mut().zip(h) {
-                        *m = multiplier(finite_half_to_f32(h), unit);
-                    }
+                let rows = self.m.chunks_exact_mut(stride);
+                for ((m, h), &unit) in rows.zip(sc.h0.chunks_exact(stride)).zip(&sc.factor) {
+                    ops.half_multipliers(h, unit, m);
                 }
             }
             GgmlType::Q4_1 | GgmlType::Q4_K => {
                 for (fg, &inv) in self.fg.chunks_exact_mut(stride).zip(&sc.factor) {
                     // [a_j, b_j] becomes [fl(a_j·inv_n), fl(b_j·inv_n)].
-                    for x in fg.as_flattened_mut() {
-                        *x *= inv;
-                    }
+                    ops.scale(fg.as_flattened_mut(), inv);
                 }
             }
             GgmlType::Q6_K => {
                 let rows = self.m.chunks_exact_mut(2 * stride);
                 for ((m, e), &unit) in rows.zip(sc.e.chunks_exact(2 * stride)).zip(&sc.factor) {
-                    for (m, &e) in m.iter_mut().zip(e) {
-                        *m = multiplier(e, unit);
-                    }
+                    ops.multipliers(e, unit, m);
                 }
             }
             GgmlType::F32 | GgmlType::F16 => unreachable!("checked by the caller"),
@@ -211,8 +199,9 @@ impl TileParams {
 }
 
 impl Scratch {
-    /// Row `j`'s scale fields into the row-by-row arrays (Q4_K: its `[a_j, b_j]` into `ab`,
-    /// the largest magnitude of its fp16 fields and its `M_n`).
+    /// Row `j`'s scale fields into the row-by-row arrays and the largest magnitude of its fp16
+    /// fields into `largest_half` (Q4_K: its `[a_j, b_j]` into `ab` and its `M_n`; Q6_K: its
+    /// `e` and `E_n`).
     #[inline(always)]
     fn fields(
         &mut self,
@@ -226,19 +215,23 @@ impl Scratch {
         let at = j * stride..(j + 1) * stride;
         let h0 = &mut self.h0[at.clone()];
         match ty {
-            GgmlType::Q4_0 => ops.halves::<18, 0>(row, h0),
-            GgmlType::Q5_0 => ops.halves::<22, 0>(row, h0),
-            GgmlType::Q8_0 => ops.halves::<34, 0>(row, h0),
+            GgmlType::Q4_0 => self.largest_half[j] = ops.halves::<18, 0>(row, h0) as u32,
+            GgmlType::Q5_0 => self.largest_half[j] = ops.halves::<22, 0>(row, h0) as u32,
+            GgmlType::Q8_0 => self.largest_half[j] = ops.halves::<34, 0>(row, h0) as u32,
             GgmlType::Q4_1 => {
-                ops.halves::<20, 0>(row, h0);
-                ops.halves::<20, 2>(row, &mut self.h1[at]);
+                let d = ops.halves::<20, 0>(row, h0);
+                let m = ops.halves::<20, 2>(row, &mut self.h1[at]);
+                self.largest_half[j] = d.max(m) as u32;
             }
             GgmlType::Q4_K => {
                 let (largest, w_max) = ops.q4_k_values(row, &mut ab[at][..self.runs]);
                 (self.largest_half[j], self.top[j]) = (largest as u32, w_max);
             }
-            // `d` is the block's last two bytes: one `ldrh`/`movzx` per super-block.
-            GgmlType::Q6_K => gather_halves::<210, 208>(row, h0),
+            GgmlType::Q6_K => {
+                let e = &mut self.e[2 * at.start..2 * at.end];
+                let (largest, e_max) = ops.q6_k_values(row, &mut e[..2 * self.runs]);
+                (self.largest_half[j], self.top[j]) = (largest as u32, e_max);
+            }
             GgmlType::F32 | GgmlType::F16 => unreachable!("checked by the caller"),
         }
     }
@@ -254,72 +247,35 @@ impl Scratch {
         self.top[n..].fill(0);
     }
 
-    /// `largest_half[j]`: the largest magnitude bits of row `j`'s fp16 fields (Q4_K: already
-    /// there).
-    #[inline(always)]
-    fn largest_fields(&mut self, ty: GgmlType, stride: usize) {
-        let largest = |h: &[u16]| h.iter().map(|&h| h & 0x7fff).max().unwrap_or(0) as u32;
-        let rows = self
-            .largest_half
-            .iter_mut()
-            .zip(self.h0.chunks_exact(stride));
-        match ty {
-            GgmlType::Q4_K => {}
-            GgmlType::Q4_1 => {
-                for ((t, h0), h1) in rows.zip(self.h1.chunks_exact(stride)) {
-                    *t = largest(h0).max(largest(h1));
-                }
-            }
-            _ => {
-                for (t, h) in rows {
-                    *t = largest(h);
-                }
-            }
-        }
-    }
-
     /// `top[j]`: the largest value row `j`'s blocks can take (`M_n`, `E_n`), from finite fields;
-    /// Q4_1 (`[a_j, b_j]` into `ab`) and Q6_K first compute their per-run values from the
-    /// fields.
+    /// Q4_1 first computes its `[a_j, b_j]` (into `ab`) from the fields.
     #[inline(always)]
     fn largest_values(
         &mut self,
         ops: impl ScanOps,
         ty: GgmlType,
-        rows: &[&[u8]],
         stride: usize,
         ab: &mut [[f32; 2]],
     ) {
         match ty {
-            // The largest |d| is the largest fp16 magnitude; Q4_K's M_n came with its values.
+            // The largest |d| is the largest fp16 magnitude; Q4_K's and Q6_K's M_n and E_n came
+            // with their values.
             GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => {
                 self.top.copy_from_slice(&self.largest_half);
             }
-            GgmlType::Q4_K => {}
+            GgmlType::Q4_K | GgmlType::Q6_K => {}
             GgmlType::Q4_1 => {
-                ops.halves_to_f32_pairs(&self.h0, &self.h1, ab);
-                for (t, ab) in self.top.iter_mut().zip(ab.chunks_exact(stride)) {
-                    let key = |&[a, b]: &[f32; 2]| table_block_max(a, b).to_bits();
-                    *t = ab.iter().map(key).max().unwrap_or(0);
-                }
-            }
-            GgmlType::Q6_K => {
-                let blocks = self.blocks;
-                let e_rows = self.e.chunks_exact_mut(2 * stride);
-                let h_rows = self.h0.chunks_exact(stride);
-                for (((t, e), h), row) in self.top.iter_mut().zip(e_rows).zip(h_rows).zip(rows) {
-                    let super_blocks = e.as_chunks_mut::<16>().0.iter_mut().zip(&h[..blocks]);
-                    for ((e, &h), blk) in super_blocks.zip(row.as_chunks::<210>().0) {
-                        let d = finite_half_to_f32(h);
-                        let sc: &[u8; 16] = blk[192..208].try_into().expect("16 bytes");
-                        *e = std::array::from_fn(|i| d * (sc[i] as i8) as f32);
-                    }
-                    // |fl(d·sc_j)| = fl(|d|·|sc_j|), so this is E_n = max_j |e_j|.
-                    *t = e
-                        .iter()
-                        .map(|e| e.to_bits() & 0x7fff_ffff)
-                        .max()
-                        .unwrap_or(0);
+                let rows = self
+                    .h0
+                    .chunks_exact(stride)
+                    .zip(self.h1.chunks_exact(stride));
+                for ((t, (h0, h1)), ab) in self
+                    .top
+                    .iter_mut()
+                    .zip(rows)
+                    .zip(ab.chunks_exact_mut(stride))
+                {
+                    *t = ops.q4_1_values(h0, h1, ab);
                 }
             }
             GgmlType::F32 | GgmlType::F16 => unreachable!("checked by the caller"),
@@ -369,9 +325,13 @@ impl Scratch {
     /// field.
     fn first_non_finite(&mut self, ty: GgmlType, row: &[u8], j: usize, stride: usize) -> usize {
         let at = j * stride..(j + 1) * stride;
-        if ty == GgmlType::Q4_K {
-            gather_halves::<144, 0>(row, &mut self.h0[at.clone()]);
-            gather_halves::<144, 2>(row, &mut self.h1[at.clone()]);
+        match ty {
+            GgmlType::Q4_K => {
+                gather_halves::<144, 0>(row, &mut self.h0[at.clone()]);
+                gather_halves::<144, 2>(row, &mut self.h1[at.clone()]);
+            }
+            GgmlType::Q6_K => gather_halves::<210, 208>(row, &mut self.h0[at.clone()]),
+            _ => {}
         }
         let bad = |h: &[u16]| h.iter().position(|&h| h & 0x7c00 == 0x7c00);
         bad(&self.h0[at.clone()])
@@ -380,37 +340,25 @@ impl Scratch {
     }
 }
 
-/// The steps of a scan that are per instruction set: strided copies, which a compiler does not
-/// vectorize well by itself, and the unpacking of Q4_K's packed scales.
+/// The scan's steps on one row's arrays. Each default method is the definition (plain loads,
+/// stores and arithmetic: the scalar path's, and the portable one the compiler vectorizes for
+/// aarch64); the x86 paths override them with explicit vector code, each tested equal to the
+/// definition bit for bit. Explicit, because left to itself the compiler vectorizes these short
+/// row loops badly (across rows, with gathers, or with scalar remainders).
 pub(super) trait ScanOps: Copy {
-    /// The fp16 field at byte `AT` of each `BB`-byte block of `row` into `out`, one per block.
-    fn halves<const BB: usize, const AT: usize>(self, row: &[u8], out: &mut [u16]);
+    /// The fp16 field at byte `AT` of each `BB`-byte block of `row` into `out`, one per block;
+    /// returns their largest magnitude bits (`h & 0x7fff`).
+    #[inline(always)]
+    fn halves<const BB: usize, const AT: usize>(self, row: &[u8], out: &mut [u16]) -> u16 {
+        gather_halves::<BB, AT>(row, out);
+        let blocks = (row.len() / BB).min(out.len());
+        out[..blocks].iter().map(|&h| h & 0x7fff).max().unwrap_or(0)
+    }
 
     /// Q4_K: `[a_j, b_j] = [fl(d·sc_j), -fl(dmin·m_j)]` of every run of `row` into `ab`;
     /// returns the largest magnitude bits (`h & 0x7fff`) of the row's `d` and `dmin` fields and
     /// the binary32 bits of `M_n`, the largest [`table_block_max`] of its runs. If a field is NaN
     /// or infinite, `ab` and `M_n` are unspecified.
-    fn q4_k_values(self, row: &[u8], ab: &mut [[f32; 2]]) -> (u16, u32);
-
-    /// `ab[i] = [h0[i], h1[i]]`, the finite halves as binary32 (exact).
-    #[inline(always)]
-    fn halves_to_f32_pairs(self, h0: &[u16], h1: &[u16], ab: &mut [[f32; 2]]) {
-        for ((ab, &h0), &h1) in ab.iter_mut().zip(h0).zip(h1) {
-            *ab = [finite_half_to_f32(h0), finite_half_to_f32(h1)];
-        }
-    }
-}
-
-/// [`ScanOps`] by plain loads and stores.
-#[derive(Clone, Copy)]
-pub(super) struct PlainOps;
-
-impl ScanOps for PlainOps {
-    #[inline(always)]
-    fn halves<const BB: usize, const AT: usize>(self, row: &[u8], out: &mut [u16]) {
-        gather_halves::<BB, AT>(row, out);
-    }
-
     #[inline(always)]
     fn q4_k_values(self, row: &[u8], ab: &mut [[f32; 2]]) -> (u16, u32) {
         let ab = ab.as_chunks_mut::<RUNS_PER_QK_K>().0;
@@ -432,7 +380,75 @@ impl ScanOps for PlainOps {
         }
         (largest, w_max)
     }
+
+    /// Q6_K: `e = fl(d·sc)` of every sub-block of `row` into `e` (two per run); returns the
+    /// largest magnitude bits of the row's `d` fields and the binary32 bits of `E_n`, the
+    /// largest `|e|`. If a `d` is NaN or infinite, `e` and `E_n` are unspecified.
+    #[inline(always)]
+    fn q6_k_values(self, row: &[u8], e: &mut [f32]) -> (u16, u32) {
+        let (mut largest, mut e_max) = (0, 0);
+        for (e, blk) in e
+            .as_chunks_mut::<16>()
+            .0
+            .iter_mut()
+            .zip(row.as_chunks::<210>().0)
+        {
+            // `d` is the block's last two bytes.
+            let h = u16::from_le_bytes([blk[208], blk[209]]);
+            largest = largest.max(h & 0x7fff);
+            let d = finite_half_to_f32(h);
+            for (e, &sc) in e.iter_mut().zip(&blk[192..208]) {
+                *e = d * (sc as i8) as f32;
+                // |fl(d·sc_j)| = fl(|d|·|sc_j|), so this is E_n = max_j |e_j|.
+                e_max = e_max.max(e.to_bits() & 0x7fff_ffff);
+            }
+        }
+        (largest, e_max)
+    }
+
+    /// Q4_1: `ab[i] = [a_i, b_i]`, the finite halves `h0[i]`, `h1[i]` as binary32 (exact);
+    /// returns the binary32 bits of `M_n`, the largest [`table_block_max`].
+    #[inline(always)]
+    fn q4_1_values(self, h0: &[u16], h1: &[u16], ab: &mut [[f32; 2]]) -> u32 {
+        let mut w_max = 0;
+        for ((ab, &h0), &h1) in ab.iter_mut().zip(h0).zip(h1) {
+            let (a, b) = (finite_half_to_f32(h0), finite_half_to_f32(h1));
+            *ab = [a, b];
+            w_max = w_max.max(table_block_max(a, b).to_bits());
+        }
+        w_max
+    }
+
+    /// `m[i] = multiplier(d, unit)` of the finite halves `d = h[i]`.
+    #[inline(always)]
+    fn half_multipliers(self, h: &[u16], unit: f32, m: &mut [i16]) {
+        for (m, &h) in m.iter_mut().zip(h) {
+            *m = multiplier(finite_half_to_f32(h), unit);
+        }
+    }
+
+    /// `m[i] = multiplier(e[i], unit)`.
+    #[inline(always)]
+    fn multipliers(self, e: &[f32], unit: f32, m: &mut [i16]) {
+        for (m, &e) in m.iter_mut().zip(e) {
+            *m = multiplier(e, unit);
+        }
+    }
+
+    /// `x[i] = fl(x[i]·factor)`.
+    #[inline(always)]
+    fn scale(self, x: &mut [f32], factor: f32) {
+        for x in x {
+            *x *= factor;
+        }
+    }
 }
+
+/// [`ScanOps`] as defined: plain loads, stores and arithmetic.
+#[derive(Clone, Copy)]
+pub(super) struct PlainOps;
+
+impl ScanOps for PlainOps {}
 
 /// The fp16 field at byte `AT` of each `BB`-byte block of `row` into `out`, one per block.
 #[inline(always)]

@@ -1,0 +1,515 @@
+//! The scan's steps ([`ScanOps`]) in explicit AVX2/F16C and AVX-512 code, each equal bit for
+//! bit to its definition (the trait's default methods; tested below): the same binary32
+//! products in the same order, `vcvtph2ps` (exact, like `finite_half_to_f32` on finite
+//! halves), `cvtps2dq` rounding to nearest-even like `rne_i32`, `maxps` with the operands in
+//! `larger`'s order.
+
+use super::super::params::{PlainOps, ScanOps};
+use super::load16;
+use std::arch::x86_64::*;
+
+/// [`ScanOps`] for the AVX2 path: the fp16 fields by `vpgatherdd` (eight blocks at a time).
+#[derive(Clone, Copy)]
+pub(super) struct OpsAvx2(());
+
+impl OpsAvx2 {
+    /// Only code built for AVX2 and F16C, so running where they are, can make one.
+    #[target_feature(enable = "avx2,f16c")]
+    pub(super) fn new() -> OpsAvx2 {
+        OpsAvx2(())
+    }
+}
+
+/// [`ScanOps`] for the AVX-512 path: the fp16 fields by word permutes of 128-byte windows of
+/// the row; the other steps as on AVX2.
+#[derive(Clone, Copy)]
+pub(super) struct OpsAvx512(());
+
+impl OpsAvx512 {
+    /// Only code built for the AVX-512 path's features can make one.
+    #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
+    pub(super) fn new() -> OpsAvx512 {
+        OpsAvx512(())
+    }
+}
+
+/// The steps both paths take from the AVX2 code. SAFETY (for each call): a value of either
+/// type exists only where AVX2 and F16C are available (their constructors need them).
+macro_rules! avx2_steps {
+    () => {
+        #[inline(always)]
+        fn q4_k_values(self, row: &[u8], ab: &mut [[f32; 2]]) -> (u16, u32) {
+            // SAFETY: see `avx2_steps`.
+            unsafe { q4_k_values_avx2(row, ab) }
+        }
+
+        #[inline(always)]
+        fn q6_k_values(self, row: &[u8], e: &mut [f32]) -> (u16, u32) {
+            // SAFETY: see `avx2_steps`.
+            unsafe { q6_k_values_avx2(row, e) }
+        }
+
+        #[inline(always)]
+        fn q4_1_values(self, h0: &[u16], h1: &[u16], ab: &mut [[f32; 2]]) -> u32 {
+            // SAFETY: see `avx2_steps`.
+            unsafe { q4_1_values_avx2(h0, h1, ab) }
+        }
+
+        #[inline(always)]
+        fn half_multipliers(self, h: &[u16], unit: f32, m: &mut [i16]) {
+            // SAFETY: see `avx2_steps`.
+            unsafe { half_multipliers_avx2(h, unit, m) }
+        }
+
+        #[inline(always)]
+        fn multipliers(self, e: &[f32], unit: f32, m: &mut [i16]) {
+            // SAFETY: see `avx2_steps`.
+            unsafe { multipliers_avx2(e, unit, m) }
+        }
+    };
+}
+
+impl ScanOps for OpsAvx2 {
+    #[inline(always)]
+    fn halves<const BB: usize, const AT: usize>(self, row: &[u8], out: &mut [u16]) -> u16 {
+        // SAFETY: see `avx2_steps`.
+        unsafe { gather_halves_avx2::<BB, AT>(row, out) }
+    }
+
+    avx2_steps!();
+}
+
+impl ScanOps for OpsAvx512 {
+    #[inline(always)]
+    fn halves<const BB: usize, const AT: usize>(self, row: &[u8], out: &mut [u16]) -> u16 {
+        // SAFETY: an `OpsAvx512` exists only where the AVX-512 path is available.
+        unsafe { gather_halves_avx512::<BB, AT>(row, out) }
+    }
+
+    avx2_steps!();
+}
+
+/// `table_block_max` of eight runs: `max(|b|, |15a + b|)`, `maxps` taking the second operand
+/// unless the first is larger, as `larger` does.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn block_max(a: __m256, b: __m256) -> __m256 {
+    let sign = _mm256_set1_ps(-0.0);
+    let end = _mm256_add_ps(_mm256_mul_ps(_mm256_set1_ps(15.0), a), b);
+    _mm256_max_ps(_mm256_andnot_ps(sign, b), _mm256_andnot_ps(sign, end))
+}
+
+/// `ab[i] = [a[i], b[i]]` for eight runs.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn store_pairs(ab: &mut [[f32; 2]; 8], a: __m256, b: __m256) {
+    let (lo, hi) = (_mm256_unpacklo_ps(a, b), _mm256_unpackhi_ps(a, b));
+    // SAFETY: `ab` is 64 writable bytes; unaligned stores.
+    unsafe {
+        let at = ab.as_mut_ptr().cast::<f32>();
+        _mm256_storeu_ps(at, _mm256_permute2f128_ps::<0x20>(lo, hi));
+        _mm256_storeu_ps(at.add(8), _mm256_permute2f128_ps::<0x31>(lo, hi));
+    }
+}
+
+/// The largest of eight non-negative binary32 lanes, as bits.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn lane_max(v: __m256) -> u32 {
+    let w = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+    let w = _mm_max_ps(w, _mm_movehl_ps(w, w));
+    let w = _mm_max_ps(w, _mm_shuffle_ps::<1>(w, w));
+    _mm_cvtss_f32(w).to_bits()
+}
+
+/// The largest of eight u16 lanes (`phminposuw` of their complements).
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn lane_max_u16(v: __m128i) -> u16 {
+    !(_mm_cvtsi128_si32(_mm_minpos_epu16(_mm_xor_si128(v, _mm_set1_epi8(-1)))) as u16)
+}
+
+/// [`ScanOps::q4_k_values`] a super-block at a time: its 16-byte header (`d`, `dmin`, the
+/// packed scales) unpacked by two byte shuffles and masks into the eight scales and eight mins,
+/// widened to binary32 (exact), times `d` and `dmin`; `M_n` as a running lane maximum.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn q4_k_values_avx2(row: &[u8], ab: &mut [[f32; 2]]) -> (u16, u32) {
+    let ab = ab.as_chunks_mut::<8>().0;
+    // Packed byte i (header byte 4 + i): scales 0..4 are bytes 0..4 & 63, mins 0..4 bytes
+    // 4..8 & 63; scale 4 + i is byte 8 + i & 15 with the top two bits of byte i as bits 4, 5,
+    // min 4 + i is byte 8 + i >> 4 with the top two bits of byte 4 + i.
+    #[rustfmt::skip]
+    let (low_src, top_src) = (
+        _mm_setr_epi8(4, 5, 6, 7, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15),
+        _mm_setr_epi8(-1, -1, -1, -1, 4, 5, 6, 7, -1, -1, -1, -1, 8, 9, 10, 11),
+    );
+    #[rustfmt::skip]
+    let (low_mask, high_nibble, top_mask) = (
+        _mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 0, 0, 0, 0),
+        _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 15, 15, 15, 15),
+        _mm_setr_epi8(0, 0, 0, 0, 0x30, 0x30, 0x30, 0x30, 0, 0, 0, 0, 0x30, 0x30, 0x30, 0x30),
+    );
+    let (d_src, dmin_src) = (_mm_set1_epi16(0x0100), _mm_set1_epi16(0x0302));
+    let magnitude = _mm_setr_epi16(0x7fff, 0x7fff, 0, 0, 0, 0, 0, 0);
+    let sign = _mm256_set1_ps(-0.0);
+    let (mut largest, mut w_max) = (_mm_setzero_si128(), _mm256_setzero_ps());
+    for (ab, blk) in ab.iter_mut().zip(row.as_chunks::<144>().0) {
+        let h = load16(blk);
+        largest = _mm_max_epu16(largest, _mm_and_si128(h, magnitude));
+        let x = _mm_shuffle_epi8(h, low_src);
+        let top = _mm_and_si128(_mm_srli_epi16::<2>(_mm_shuffle_epi8(h, top_src)), top_mask);
+        let high = _mm_and_si128(_mm_srli_epi16::<4>(x), high_nibble);
+        // Bytes 0..8: the scales, 8..16: the mins.
+        let six = _mm_or_si128(_mm_or_si128(_mm_and_si128(x, low_mask), high), top);
+        let sc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(six));
+        let mn = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128::<8>(six)));
+        let d = _mm256_cvtph_ps(_mm_shuffle_epi8(h, d_src));
+        let dmin = _mm256_cvtph_ps(_mm_shuffle_epi8(h, dmin_src));
+        let a = _mm256_mul_ps(d, sc);
+        let b = _mm256_xor_ps(_mm256_mul_ps(dmin, mn), sign);
+        w_max = _mm256_max_ps(w_max, block_max(a, b));
+        store_pairs(ab, a, b);
+    }
+    (lane_max_u16(largest), lane_max(w_max))
+}
+
+/// [`ScanOps::q6_k_values`] a super-block at a time: its 16 signed scales widened to binary32
+/// (exact), times `d`; `E_n` as a running lane maximum of `|e|`.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn q6_k_values_avx2(row: &[u8], e: &mut [f32]) -> (u16, u32) {
+    let sign = _mm256_set1_ps(-0.0);
+    let (mut largest, mut e_max) = (0, _mm256_setzero_ps());
+    for (e, blk) in e
+        .as_chunks_mut::<16>()
+        .0
+        .iter_mut()
+        .zip(row.as_chunks::<210>().0)
+    {
+        // `d` is the block's last two bytes.
+        let h = u16::from_le_bytes([blk[208], blk[209]]);
+        largest = largest.max(h & 0x7fff);
+        let d = _mm256_cvtph_ps(_mm_set1_epi16(h as i16));
+        let sc = load16(&blk[192..]);
+        let e0 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc)));
+        let high = _mm256_cvtepi8_epi32(_mm_srli_si128::<8>(sc));
+        let e1 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(high));
+        let larger = _mm256_max_ps(_mm256_andnot_ps(sign, e0), _mm256_andnot_ps(sign, e1));
+        e_max = _mm256_max_ps(e_max, larger);
+        // SAFETY: `e` is 16 writable f32; unaligned stores.
+        unsafe {
+            _mm256_storeu_ps(e.as_mut_ptr(), e0);
+            _mm256_storeu_ps(e[8..].as_mut_ptr(), e1);
+        }
+    }
+    (largest, lane_max(e_max))
+}
+
+/// Eight halves at the start of `h` as binary32.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn halves8(h: &[u16; 8]) -> __m256 {
+    // SAFETY: `h` is 16 readable bytes; unaligned load.
+    _mm256_cvtph_ps(unsafe { _mm_loadu_si128(h.as_ptr().cast()) })
+}
+
+/// [`ScanOps::q4_1_values`] eight blocks at a time; the last `len % 8` as defined.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn q4_1_values_avx2(h0: &[u16], h1: &[u16], ab: &mut [[f32; 2]]) -> u32 {
+    let n = ab.len().min(h0.len()).min(h1.len());
+    let (groups, tail) = ab[..n].as_chunks_mut::<8>();
+    let (h0, h0_tail) = h0[..n].as_chunks::<8>();
+    let (h1, h1_tail) = h1[..n].as_chunks::<8>();
+    let mut w_max = _mm256_setzero_ps();
+    for ((ab, h0), h1) in groups.iter_mut().zip(h0).zip(h1) {
+        let (a, b) = (halves8(h0), halves8(h1));
+        w_max = _mm256_max_ps(w_max, block_max(a, b));
+        store_pairs(ab, a, b);
+    }
+    lane_max(w_max).max(PlainOps.q4_1_values(h0_tail, h1_tail, tail))
+}
+
+/// Eight `clamp(rne(x), ±32767)` as i32 lanes.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn clamped(x: __m256) -> __m256i {
+    let x = _mm256_cvtps_epi32(x);
+    _mm256_min_epi32(
+        _mm256_max_epi32(x, _mm256_set1_epi32(-32767)),
+        _mm256_set1_epi32(32767),
+    )
+}
+
+/// 16 multipliers from two vectors of `fl(e·unit)` into `m`.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn store_multipliers(m: &mut [i16; 16], x0: __m256, x1: __m256) {
+    // `packs` interleaves its operands' 128-bit lanes; the permute puts them back in order.
+    let v = _mm256_packs_epi32(clamped(x0), clamped(x1));
+    let v = _mm256_permute4x64_epi64::<0b11_01_10_00>(v);
+    // SAFETY: `m` is 32 writable bytes; unaligned store.
+    unsafe { _mm256_storeu_si256(m.as_mut_ptr().cast(), v) }
+}
+
+/// [`ScanOps::half_multipliers`] 16 at a time; the last `len % 16` as defined.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn half_multipliers_avx2(h: &[u16], unit: f32, m: &mut [i16]) {
+    let n = m.len().min(h.len());
+    let (groups, tail) = m[..n].as_chunks_mut::<16>();
+    let (h, h_tail) = h[..n].as_chunks::<16>();
+    let unit_v = _mm256_set1_ps(unit);
+    for (m, h) in groups.iter_mut().zip(h) {
+        let (lo, hi) = h.split_at(8);
+        let x0 = _mm256_mul_ps(halves8(lo.try_into().expect("8")), unit_v);
+        let x1 = _mm256_mul_ps(halves8(hi.try_into().expect("8")), unit_v);
+        store_multipliers(m, x0, x1);
+    }
+    PlainOps.half_multipliers(h_tail, unit, tail);
+}
+
+/// [`ScanOps::multipliers`] 16 at a time; the last `len % 16` as defined.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn multipliers_avx2(e: &[f32], unit: f32, m: &mut [i16]) {
+    let n = m.len().min(e.len());
+    let (groups, tail) = m[..n].as_chunks_mut::<16>();
+    let (e, e_tail) = e[..n].as_chunks::<16>();
+    let unit_v = _mm256_set1_ps(unit);
+    for (m, e) in groups.iter_mut().zip(e) {
+        // SAFETY: `e` is 16 readable f32; unaligned loads.
+        let (e0, e1) = unsafe {
+            (
+                _mm256_loadu_ps(e.as_ptr()),
+                _mm256_loadu_ps(e[8..].as_ptr()),
+            )
+        };
+        store_multipliers(m, _mm256_mul_ps(e0, unit_v), _mm256_mul_ps(e1, unit_v));
+    }
+    PlainOps.multipliers(e_tail, unit, tail);
+}
+
+/// [`ScanOps::halves`] by word permutes: the fields inside one 128-byte window of the row (up
+/// to eight blocks) in one `vpermt2w`, their maximum kept in a register.
+#[inline]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
+fn gather_halves_avx512<const BB: usize, const AT: usize>(row: &[u8], out: &mut [u16]) -> u16 {
+    // Blocks whose field lies inside one 128-byte window (at most 8: one 16-byte store).
+    let per_window: usize = const {
+        let n = (126 - AT) / BB + 1;
+        if n < 8 {
+            n
+        } else {
+            8
+        }
+    };
+    const { assert!(BB.is_multiple_of(2) && AT.is_multiple_of(2)) };
+    // Lanes past `per_window` repeat the window's first fields: harmless for the maximum.
+    let index: [u16; 32] = std::array::from_fn(|i| ((i % per_window * BB + AT) / 2) as u16);
+    // SAFETY: `index` is 64 readable bytes; unaligned load.
+    let index = unsafe { _mm512_loadu_si512(index.as_ptr().cast()) };
+    let blocks = (row.len() / BB).min(out.len());
+    let windows = if row.len() >= 128 {
+        ((row.len() - 128) / (per_window * BB) + 1).min(blocks / per_window)
+    } else {
+        0
+    };
+    let keep = ((1u16 << per_window) - 1) as u8;
+    let magnitude = _mm_set1_epi16(0x7fff);
+    let mut largest = _mm_setzero_si128();
+    for w in 0..windows {
+        let at = w * per_window * BB;
+        let window: &[u8; 128] = row[at..at + 128].try_into().expect("128 bytes");
+        // SAFETY: `window` is 128 readable bytes (two unaligned loads); the masked store writes
+        // `per_window` u16 at `out[w·per_window..]`, inside `out` since `w < blocks / per_window`.
+        unsafe {
+            let (a, b) = (
+                _mm512_loadu_si512(window.as_ptr().cast()),
+                _mm512_loadu_si512(window[64..].as_ptr().cast()),
+            );
+            let v = _mm512_castsi512_si128(_mm512_permutex2var_epi16(a, index, b));
+            _mm_mask_storeu_epi16(out[w * per_window..].as_mut_ptr().cast(), keep, v);
+            largest = _mm_max_epu16(largest, _mm_and_si128(v, magnitude));
+        }
+    }
+    let done = windows * per_window;
+    let mut tail = 0;
+    for (h, blk) in out[done..blocks]
+        .iter_mut()
+        .zip(row[done * BB..].as_chunks::<BB>().0)
+    {
+        *h = u16::from_le_bytes([blk[AT], blk[AT + 1]]);
+        tail = tail.max(*h & 0x7fff);
+    }
+    lane_max_u16(largest).max(tail)
+}
+
+/// [`ScanOps::halves`] by `vpgatherdd`, eight blocks at a time, their maximum kept in a
+/// register.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn gather_halves_avx2<const BB: usize, const AT: usize>(row: &[u8], out: &mut [u16]) -> u16 {
+    const { assert!(AT + 4 <= BB) };
+    let blocks = (row.len() / BB).min(out.len());
+    let index = _mm256_mullo_epi32(
+        _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+        _mm256_set1_epi32(BB as i32),
+    );
+    let magnitude = _mm_set1_epi16(0x7fff);
+    let mut largest = _mm_setzero_si128();
+    let (groups, tail) = out[..blocks].as_chunks_mut::<8>();
+    for (g, out) in groups.iter_mut().enumerate() {
+        // SAFETY: reads the 4 bytes at `AT` of blocks `8g..8g + 8`, all inside `row` (`AT + 4 <=
+        // BB`, and `8g + 8 <= blocks`).
+        let v = unsafe {
+            let base = row.as_ptr().add(8 * g * BB + AT);
+            _mm256_i32gather_epi32::<1>(base.cast(), index)
+        };
+        // The low halves of the eight dwords, in order.
+        let v = _mm256_shuffle_epi8(
+            v,
+            _mm256_setr_epi8(
+                0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1, 0, 1, 4, 5, 8, 9, 12, 13,
+                -1, -1, -1, -1, -1, -1, -1, -1,
+            ),
+        );
+        let v = _mm256_castsi256_si128(_mm256_permute4x64_epi64(v, 0b00_00_10_00));
+        largest = _mm_max_epu16(largest, _mm_and_si128(v, magnitude));
+        // SAFETY: `out` is 8 writable u16; unaligned store.
+        unsafe { _mm_storeu_si128(out.as_mut_ptr().cast(), v) };
+    }
+    let done = groups.len() * 8;
+    let mut rest = 0;
+    for (h, blk) in tail.iter_mut().zip(row[done * BB..].as_chunks::<BB>().0) {
+        *h = u16::from_le_bytes([blk[AT], blk[AT + 1]]);
+        rest = rest.max(*h & 0x7fff);
+    }
+    lane_max_u16(largest).max(rest)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::isa::Isa;
+    use crate::testutil::Rng;
+
+    /// fp16 values that stress the steps: both zeros, subnormals, the extremes, NaN, infinity.
+    const SPECIAL: [u16; 10] = [
+        0x0000, 0x8000, 0x0001, 0x83ff, 0x0400, 0x7bff, 0xfbff, 0x3c00, 0x7c00, 0xfe00,
+    ];
+
+    fn half(rng: &mut Rng, finite: bool) -> u16 {
+        let h = if rng.below(3) == 0 {
+            SPECIAL[rng.below(SPECIAL.len())]
+        } else {
+            rng.next_u32() as u16
+        };
+        if finite && h & 0x7c00 == 0x7c00 {
+            h & 0xbfff
+        } else {
+            h
+        }
+    }
+
+    /// Every step of `ops` against its definition on random rows of 1..=40 blocks (or items).
+    fn agree(ops: impl ScanOps, what: &str) {
+        let mut rng = Rng::new(21);
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        for round in 0..1500 {
+            let len = 1 + round % 40;
+            let ctx = format!("{what} round {round}, {len} items");
+            // halves of Q4_0 and Q4_1's second field (window and gather edges).
+            let mut row = vec![0u8; 20 * len];
+            rng.fill_bytes(&mut row);
+            for out_len in [len, len + 5] {
+                let (mut want, mut got) = (vec![7u16; out_len], vec![7u16; out_len]);
+                let w = PlainOps.halves::<18, 0>(&row[..18 * len], &mut want);
+                let g = ops.halves::<18, 0>(&row[..18 * len], &mut got);
+                assert_eq!((g, &got), (w, &want), "{ctx}: Q4_0 halves");
+                let w = PlainOps.halves::<20, 2>(&row, &mut want);
+                let g = ops.halves::<20, 2>(&row, &mut got);
+                assert_eq!((g, &got), (w, &want), "{ctx}: Q4_1 halves");
+            }
+            // Q4_K and Q6_K super-blocks with special d, dmin.
+            let blocks = 1 + round % 9;
+            let mut row = vec![0u8; 210 * blocks];
+            rng.fill_bytes(&mut row);
+            for blk in row.chunks_exact_mut(144) {
+                for at in [0, 2] {
+                    blk[at..at + 2].copy_from_slice(&half(&mut rng, round % 2 == 0).to_le_bytes());
+                }
+            }
+            let (mut want, mut got) = (vec![[0f32; 2]; 8 * blocks], vec![[0f32; 2]; 8 * blocks]);
+            let w = PlainOps.q4_k_values(&row[..144 * blocks], &mut want);
+            let g = ops.q4_k_values(&row[..144 * blocks], &mut got);
+            assert_eq!(g.0, w.0, "{ctx}: Q4_K largest half");
+            if w.0 < 0x7c00 {
+                assert_eq!(g.1, w.1, "{ctx}: Q4_K M_n");
+                assert_eq!(
+                    bits(got.as_flattened()),
+                    bits(want.as_flattened()),
+                    "{ctx}: Q4_K"
+                );
+            }
+            for blk in row.chunks_exact_mut(210) {
+                blk[208..].copy_from_slice(&half(&mut rng, round % 2 == 0).to_le_bytes());
+            }
+            let (mut want, mut got) = (vec![0f32; 16 * blocks], vec![0f32; 16 * blocks]);
+            let w = PlainOps.q6_k_values(&row, &mut want);
+            let g = ops.q6_k_values(&row, &mut got);
+            assert_eq!(g.0, w.0, "{ctx}: Q6_K largest half");
+            if w.0 < 0x7c00 {
+                assert_eq!((g.1, bits(&got)), (w.1, bits(&want)), "{ctx}: Q6_K");
+            }
+            // Q4_1's values and the multipliers, from finite halves.
+            let h0: Vec<u16> = (0..len).map(|_| half(&mut rng, true)).collect();
+            let h1: Vec<u16> = (0..len).map(|_| half(&mut rng, true)).collect();
+            let (mut want, mut got) = (vec![[0f32; 2]; len], vec![[0f32; 2]; len]);
+            let w = PlainOps.q4_1_values(&h0, &h1, &mut want);
+            let g = ops.q4_1_values(&h0, &h1, &mut got);
+            assert_eq!(g, w, "{ctx}: Q4_1 M_n");
+            assert_eq!(
+                bits(got.as_flattened()),
+                bits(want.as_flattened()),
+                "{ctx}: Q4_1"
+            );
+            let largest = h0.iter().map(|&h| h & 0x7fff).max().unwrap_or(0);
+            let e_max = crate::quant::fp16::f16_to_f32(largest);
+            let units = [0.0, 32768.0 / e_max, 2048.0 * 127.0 / (8.0 * e_max), 1e-3];
+            let e: Vec<f32> = want.as_flattened().to_vec();
+            // The method's multipliers stay within ±32768 (`|e| <= E_n`).
+            let e_largest = e.iter().fold(0f32, |m, e| m.max(e.abs()));
+            for unit in units.into_iter().filter(|u| u.is_finite()) {
+                let (mut want, mut got) = (vec![0i16; len], vec![0i16; len]);
+                PlainOps.half_multipliers(&h0, unit, &mut want);
+                ops.half_multipliers(&h0, unit, &mut got);
+                assert_eq!(got, want, "{ctx}: multipliers of halves, unit {unit}");
+            }
+            let e_units = [0.0, 32512.0 / e_largest, 32768.0 / e_largest, 0.3];
+            for unit in e_units.into_iter().filter(|u| u.is_finite()) {
+                let (mut want, mut got) = (vec![0i16; 2 * len], vec![0i16; 2 * len]);
+                PlainOps.multipliers(&e, unit, &mut want);
+                ops.multipliers(&e, unit, &mut got);
+                assert_eq!(got, want, "{ctx}: multipliers, unit {unit}");
+            }
+        }
+    }
+
+    #[test]
+    fn avx2_steps_agree_with_their_definitions() {
+        if Isa::Avx2.is_available() {
+            // SAFETY: AVX2 and F16C are available (checked).
+            agree(unsafe { OpsAvx2::new() }, "AVX2");
+        }
+    }
+
+    #[test]
+    fn avx512_steps_agree_with_their_definitions() {
+        if Isa::Avx512.is_available() {
+            // SAFETY: the AVX-512 path's features are available (checked).
+            agree(unsafe { OpsAvx512::new() }, "AVX-512");
+        }
+    }
+}
