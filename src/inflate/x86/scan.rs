@@ -311,30 +311,46 @@ fn gather_halves_avx512<const BB: usize, const AT: usize>(row: &[u8], out: &mut 
     // SAFETY: `index` is 64 readable bytes; unaligned load.
     let index = unsafe { _mm512_loadu_si512(index.as_ptr().cast()) };
     let blocks = (row.len() / BB).min(out.len());
-    let windows = if row.len() >= 128 {
-        ((row.len() - 128) / (per_window * BB) + 1).min(blocks / per_window)
+    // The bytes of those blocks.
+    let span = blocks * BB;
+    let windows = if span >= 128 {
+        ((span - 128) / (per_window * BB) + 1).min(blocks / per_window)
     } else {
         0
     };
-    let keep = ((1u16 << per_window) - 1) as u8;
     let magnitude = _mm_set1_epi16(0x7fff);
     let mut largest = _mm_setzero_si128();
-    for w in 0..windows {
-        let at = w * per_window * BB;
+    // The fields of the blocks `first..first + count` (`count <= per_window`) of the 128-byte
+    // window at byte `at <= first·BB` of the row.
+    let mut window = |at: usize, first: usize, count: usize| {
         let window: &[u8; 128] = row[at..at + 128].try_into().expect("128 bytes");
-        // SAFETY: `window` is 128 readable bytes (two unaligned loads); the masked store writes
-        // `per_window` u16 at `out[w·per_window..]`, inside `out` since `w < blocks / per_window`.
+        let shift = _mm512_set1_epi16(((first * BB - at) / 2) as i16);
+        let out = &mut out[first..first + count];
+        // SAFETY: `window` is 128 readable bytes (two unaligned loads); the masked store
+        // writes `count` u16 into `out`, which is that long.
         unsafe {
             let (a, b) = (
                 _mm512_loadu_si512(window.as_ptr().cast()),
                 _mm512_loadu_si512(window[64..].as_ptr().cast()),
             );
-            let v = _mm512_castsi512_si128(_mm512_permutex2var_epi16(a, index, b));
-            _mm_mask_storeu_epi16(out[w * per_window..].as_mut_ptr().cast(), keep, v);
+            let v = _mm512_permutex2var_epi16(a, _mm512_add_epi16(index, shift), b);
+            let v = _mm512_castsi512_si128(v);
+            let keep = ((1u16 << count) - 1) as u8;
+            _mm_mask_storeu_epi16(out.as_mut_ptr().cast(), keep, v);
+            let v = _mm_maskz_mov_epi16(keep, v);
             largest = _mm_max_epu16(largest, _mm_and_si128(v, magnitude));
         }
+    };
+    for w in 0..windows {
+        window(w * per_window * BB, w * per_window, per_window);
     }
     let done = windows * per_window;
+    if windows > 0 && done < blocks {
+        // The rest (fewer than a window holds, all within the last 128 bytes of the blocks)
+        // from the window that ends where the blocks do.
+        window(span - 128, done, blocks - done);
+        return lane_max_u16(largest);
+    }
     let mut tail = 0;
     for (h, blk) in out[done..blocks]
         .iter_mut()
@@ -359,12 +375,13 @@ fn gather_halves_avx2<const BB: usize, const AT: usize>(row: &[u8], out: &mut [u
     );
     let magnitude = _mm_set1_epi16(0x7fff);
     let mut largest = _mm_setzero_si128();
-    let (groups, tail) = out[..blocks].as_chunks_mut::<8>();
-    for (g, out) in groups.iter_mut().enumerate() {
-        // SAFETY: reads the 4 bytes at `AT` of blocks `8g..8g + 8`, all inside `row` (`AT + 4 <=
-        // BB`, and `8g + 8 <= blocks`).
+    // The fields of blocks `first..first + 8`.
+    let mut group = |first: usize| {
+        let out: &mut [u16; 8] = (&mut out[first..first + 8]).try_into().expect("8");
+        // SAFETY: reads the 4 bytes at `AT` of blocks `first..first + 8`, all inside `row`
+        // (`AT + 4 <= BB`, and `first + 8 <= blocks`).
         let v = unsafe {
-            let base = row.as_ptr().add(8 * g * BB + AT);
+            let base = row.as_ptr().add(first * BB + AT);
             _mm256_i32gather_epi32::<1>(base.cast(), index)
         };
         // The low halves of the eight dwords, in order.
@@ -379,14 +396,23 @@ fn gather_halves_avx2<const BB: usize, const AT: usize>(row: &[u8], out: &mut [u
         largest = _mm_max_epu16(largest, _mm_and_si128(v, magnitude));
         // SAFETY: `out` is 8 writable u16; unaligned store.
         unsafe { _mm_storeu_si128(out.as_mut_ptr().cast(), v) };
+    };
+    for g in 0..blocks / 8 {
+        group(8 * g);
     }
-    let done = groups.len() * 8;
+    if blocks >= 8 {
+        // The last `blocks % 8` with the seven before them, again.
+        if !blocks.is_multiple_of(8) {
+            group(blocks - 8);
+        }
+        return lane_max_u16(largest);
+    }
     let mut rest = 0;
-    for (h, blk) in tail.iter_mut().zip(row[done * BB..].as_chunks::<BB>().0) {
+    for (h, blk) in out[..blocks].iter_mut().zip(row.as_chunks::<BB>().0) {
         *h = u16::from_le_bytes([blk[AT], blk[AT + 1]]);
         rest = rest.max(*h & 0x7fff);
     }
-    lane_max_u16(largest).max(rest)
+    rest
 }
 
 #[cfg(test)]
@@ -420,17 +446,24 @@ mod tests {
         for round in 0..1500 {
             let len = 1 + round % 40;
             let ctx = format!("{what} round {round}, {len} items");
-            // halves of Q4_0 and Q4_1's second field (window and gather edges).
-            let mut row = vec![0u8; 20 * len];
+            // The fp16 fields of the plain block types (windows, gathers and their edges; an
+            // output shorter than the row).
+            let mut row = vec![0u8; 34 * len];
             rng.fill_bytes(&mut row);
-            for out_len in [len, len + 5] {
+            for out_len in [len, len + 5, len.div_ceil(2)] {
                 let (mut want, mut got) = (vec![7u16; out_len], vec![7u16; out_len]);
-                let w = PlainOps.halves::<18, 0>(&row[..18 * len], &mut want);
-                let g = ops.halves::<18, 0>(&row[..18 * len], &mut got);
-                assert_eq!((g, &got), (w, &want), "{ctx}: Q4_0 halves");
-                let w = PlainOps.halves::<20, 2>(&row, &mut want);
-                let g = ops.halves::<20, 2>(&row, &mut got);
-                assert_eq!((g, &got), (w, &want), "{ctx}: Q4_1 halves");
+                macro_rules! same {
+                    ($bb:literal, $at:literal) => {
+                        let w = PlainOps.halves::<$bb, $at>(&row[..$bb * len], &mut want);
+                        let g = ops.halves::<$bb, $at>(&row[..$bb * len], &mut got);
+                        assert_eq!((g, &got), (w, &want), "{ctx}: halves {} at {}", $bb, $at);
+                    };
+                }
+                same!(18, 0);
+                same!(20, 0);
+                same!(20, 2);
+                same!(22, 0);
+                same!(34, 0);
             }
             // Q4_K and Q6_K super-blocks with special d, dmin.
             let blocks = 1 + round % 9;
