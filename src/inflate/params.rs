@@ -1,9 +1,9 @@
 //! The per-row half of the method (see the module docs): the row scale `s_n` and the per-block
 //! parameters, computed from the block scales alone. One definition for every kernel path,
 //! written as short passes over the tile's rows (gather the fp16 fields, one max per row, one
-//! elementwise map per row), each row a whole number of vectors long, so that each path's build
-//! of it vectorizes: the kernel modules call [`TileParams::prepare`] from functions compiled for
-//! their instruction set.
+//! elementwise map per row), each step on one row a [`ScanOps`] method that the x86 paths
+//! implement in explicit vector code: the kernel modules call [`TileParams::prepare`] from
+//! functions compiled for their instruction set.
 
 use super::tile::RowMajor;
 use crate::quant::{GgmlType, K_SCALE_SIZE, QK_K};
@@ -14,8 +14,7 @@ use crate::quant::{GgmlType, K_SCALE_SIZE, QK_K};
 /// reductions and divisions (they overlap across rows, or run 16 rows per vector).
 pub(super) struct TileParams {
     ty: GgmlType,
-    /// Items per row of every row-by-row array: the runs, rounded up to a whole number of
-    /// [`STRIP`]s so that every pass over a row is whole vectors. Items past the runs are zero.
+    /// Items per row of every row-by-row array: the runs.
     stride: usize,
     /// Q15 multipliers `m_j`: Q4_0, Q5_0, Q8_0: block `r`'s at `j·stride + r`; Q6_K: sub-blocks
     /// `2r`, `2r + 1` (the two halves of run `r`) at `2(j·stride + r)`, `2(j·stride + r) + 1`.
@@ -25,12 +24,10 @@ pub(super) struct TileParams {
     scratch: Scratch,
 }
 
-/// The scan's working arrays for a whole tile, row by row (`stride` items per row; Q6_K's `a`:
-/// `2·stride`). The items past a row's blocks or runs are never written, so they stay zero and
-/// every pass can run over whole strips; padding rows are zeroed.
+/// The scan's working arrays for a whole tile, row by row (`stride` items per row; Q6_K's `e`:
+/// `2·stride`); padding rows are zeroed.
 struct Scratch {
     rows: usize,
-    runs: usize,
     /// The first fp16 field of each block (the scale `d`; Q4_K: only on the error path).
     h0: Vec<u16>,
     /// Q4_1, Q4_K: the second fp16 field (`m`, `dmin`; Q4_K: only on the error path).
@@ -78,9 +75,6 @@ const Q6_K_UNIT: f32 = 32512.0;
 /// Runs of 32 weights per Q4_K/Q6_K super-block.
 const RUNS_PER_QK_K: usize = QK_K / 32;
 
-/// Items per strip of the row passes: one vector register of 32-bit lanes on AVX-512.
-pub(super) const STRIP: usize = 16;
-
 /// Magnitude bits (`h & 0x7fff`) at or above which a half is NaN or infinite: finite halves
 /// order like their magnitude bits, and NaN/Inf have all exponent bits set.
 const NON_FINITE: u32 = 0x7c00;
@@ -88,8 +82,7 @@ const NON_FINITE: u32 = 0x7c00;
 impl TileParams {
     /// Parameters for tiles of `rows` rows of `k` weights of `ty`.
     pub fn new(ty: GgmlType, k: usize, rows: usize) -> TileParams {
-        let runs = k / 32;
-        let stride = runs.next_multiple_of(STRIP);
+        let stride = k / 32;
         let table = matches!(ty, GgmlType::Q4_1 | GgmlType::Q4_K);
         let tile = |used: bool, n: usize| if used { n * rows } else { 0 };
         let m = match ty {
@@ -104,7 +97,6 @@ impl TileParams {
             fg: vec![[0.0; 2]; tile(table, stride)],
             scratch: Scratch {
                 rows,
-                runs,
                 h0: vec![0; tile(true, stride)],
                 h1: vec![0; tile(table, stride)],
                 e: vec![0.0; tile(ty == GgmlType::Q6_K, 2 * stride)],
@@ -224,12 +216,12 @@ impl Scratch {
                 self.largest_half[j] = d.max(m) as u32;
             }
             GgmlType::Q4_K => {
-                let (largest, w_max) = ops.q4_k_values(row, &mut ab[at][..self.runs]);
+                let (largest, w_max) = ops.q4_k_values(row, &mut ab[at]);
                 (self.largest_half[j], self.top[j]) = (largest as u32, w_max);
             }
             GgmlType::Q6_K => {
                 let e = &mut self.e[2 * at.start..2 * at.end];
-                let (largest, e_max) = ops.q6_k_values(row, &mut e[..2 * self.runs]);
+                let (largest, e_max) = ops.q6_k_values(row, e);
                 (self.largest_half[j], self.top[j]) = (largest as u32, e_max);
             }
             GgmlType::F32 | GgmlType::F16 => unreachable!("checked by the caller"),

@@ -38,12 +38,6 @@ impl OpsAvx512 {
 macro_rules! avx2_steps {
     () => {
         #[inline(always)]
-        fn q4_k_values(self, row: &[u8], ab: &mut [[f32; 2]]) -> (u16, u32) {
-            // SAFETY: see `avx2_steps`.
-            unsafe { q4_k_values_avx2(row, ab) }
-        }
-
-        #[inline(always)]
         fn q6_k_values(self, row: &[u8], e: &mut [f32]) -> (u16, u32) {
             // SAFETY: see `avx2_steps`.
             unsafe { q6_k_values_avx2(row, e) }
@@ -66,6 +60,12 @@ macro_rules! avx2_steps {
             // SAFETY: see `avx2_steps`.
             unsafe { multipliers_avx2(e, unit, m) }
         }
+
+        #[inline(always)]
+        fn scale(self, x: &mut [f32], factor: f32) {
+            // SAFETY: see `avx2_steps`.
+            unsafe { scale_avx2(x, factor) }
+        }
     };
 }
 
@@ -76,6 +76,12 @@ impl ScanOps for OpsAvx2 {
         unsafe { gather_halves_avx2::<BB, AT>(row, out) }
     }
 
+    #[inline(always)]
+    fn q4_k_values(self, row: &[u8], ab: &mut [[f32; 2]]) -> (u16, u32) {
+        // SAFETY: see `avx2_steps`.
+        unsafe { q4_k_values_avx2(row, ab) }
+    }
+
     avx2_steps!();
 }
 
@@ -84,6 +90,12 @@ impl ScanOps for OpsAvx512 {
     fn halves<const BB: usize, const AT: usize>(self, row: &[u8], out: &mut [u16]) -> u16 {
         // SAFETY: an `OpsAvx512` exists only where the AVX-512 path is available.
         unsafe { gather_halves_avx512::<BB, AT>(row, out) }
+    }
+
+    #[inline(always)]
+    fn q4_k_values(self, row: &[u8], ab: &mut [[f32; 2]]) -> (u16, u32) {
+        // SAFETY: as for `halves`.
+        unsafe { q4_k_values_avx512(row, ab) }
     }
 
     avx2_steps!();
@@ -129,6 +141,92 @@ fn lane_max_u16(v: __m128i) -> u16 {
     !(_mm_cvtsi128_si32(_mm_minpos_epu16(_mm_xor_si128(v, _mm_set1_epi8(-1)))) as u16)
 }
 
+/// The byte shuffles and masks that unpack a Q4_K header's packed scales (see
+/// [`q4_k_values_avx2`]), for one 128-bit lane.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn q4_k_unpack_constants() -> [__m128i; 5] {
+    // Packed byte i (header byte 4 + i): scales 0..4 are bytes 0..4 & 63, mins 0..4 bytes
+    // 4..8 & 63; scale 4 + i is byte 8 + i & 15 with the top two bits of byte i as bits 4, 5,
+    // min 4 + i is byte 8 + i >> 4 with the top two bits of byte 4 + i.
+    #[rustfmt::skip]
+    let c = [
+        _mm_setr_epi8(4, 5, 6, 7, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15),
+        _mm_setr_epi8(-1, -1, -1, -1, 4, 5, 6, 7, -1, -1, -1, -1, 8, 9, 10, 11),
+        _mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 0, 0, 0, 0),
+        _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 15, 15, 15, 15),
+        _mm_setr_epi8(0, 0, 0, 0, 0x30, 0x30, 0x30, 0x30, 0, 0, 0, 0, 0x30, 0x30, 0x30, 0x30),
+    ];
+    c
+}
+
+/// [`ScanOps::q4_k_values`] two super-blocks per step: their headers in the two 128-bit lanes
+/// of one vector, unpacked as in [`q4_k_values_avx2`], the 16 runs' values in 512-bit vectors;
+/// an odd last super-block by [`q4_k_values_avx2`].
+#[inline]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
+fn q4_k_values_avx512(row: &[u8], ab: &mut [[f32; 2]]) -> (u16, u32) {
+    let [low_src, top_src, low_mask, high_nibble, top_mask] =
+        q4_k_unpack_constants().map(|c| _mm256_broadcastsi128_si256(c));
+    let (d_src, dmin_src) = (_mm256_set1_epi16(0x0100), _mm256_set1_epi16(0x0302));
+    // `d`, `dmin`: the first two words of each header.
+    let magnitude = _mm256_broadcastsi128_si256(_mm_setr_epi16(0x7fff, 0x7fff, 0, 0, 0, 0, 0, 0));
+    let sign = _mm512_set1_epi32(i32::MIN);
+    let fifteen = _mm512_set1_ps(15.0);
+    let (lo_pairs, hi_pairs) = (
+        _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23),
+        _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31),
+    );
+    let blocks = row.as_chunks::<144>().0;
+    let n = blocks.len().min(ab.len() / 8);
+    let (pairs, last) = blocks[..n].as_chunks::<2>();
+    let (ab, ab_last) = ab[..8 * n].as_chunks_mut::<16>();
+    let (mut largest, mut w_max) = (_mm256_setzero_si256(), _mm512_setzero_ps());
+    for (ab, [b0, b1]) in ab.iter_mut().zip(pairs) {
+        let h = _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(load16(b0)), load16(b1));
+        largest = _mm256_max_epu16(largest, _mm256_and_si256(h, magnitude));
+        let x = _mm256_shuffle_epi8(h, low_src);
+        let top = _mm256_shuffle_epi8(h, top_src);
+        let top = _mm256_and_si256(_mm256_srli_epi16::<2>(top), top_mask);
+        let high = _mm256_and_si256(_mm256_srli_epi16::<4>(x), high_nibble);
+        // Quadwords: scales 0, mins 0, scales 1, mins 1; then scales 0, 1, mins 0, 1.
+        let six = _mm256_or_si256(_mm256_or_si256(_mm256_and_si256(x, low_mask), high), top);
+        let six = _mm256_permute4x64_epi64::<0b11_01_10_00>(six);
+        let sc = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_castsi256_si128(six)));
+        let mn = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_extracti128_si256::<1>(six)));
+        let d = _mm512_cvtph_ps(_mm256_shuffle_epi8(h, d_src));
+        let dmin = _mm512_cvtph_ps(_mm256_shuffle_epi8(h, dmin_src));
+        let a = _mm512_mul_ps(d, sc);
+        let b = _mm512_castsi512_ps(_mm512_xor_si512(
+            _mm512_castps_si512(_mm512_mul_ps(dmin, mn)),
+            sign,
+        ));
+        // table_block_max, as in `block_max`.
+        let end = _mm512_add_ps(_mm512_mul_ps(fifteen, a), b);
+        let larger = _mm512_max_ps(_mm512_abs_ps(b), _mm512_abs_ps(end));
+        w_max = _mm512_max_ps(w_max, larger);
+        // SAFETY: `ab` is 128 writable bytes; unaligned stores.
+        unsafe {
+            let at = ab.as_mut_ptr().cast::<f32>();
+            _mm512_storeu_ps(at, _mm512_permutex2var_ps(a, lo_pairs, b));
+            _mm512_storeu_ps(at.add(16), _mm512_permutex2var_ps(a, hi_pairs, b));
+        }
+    }
+    let (largest_last, w_last) = q4_k_values_avx2(last.as_flattened(), ab_last);
+    let largest = _mm_max_epu16(
+        _mm256_castsi256_si128(largest),
+        _mm256_extracti128_si256::<1>(largest),
+    );
+    let w_max = _mm256_max_ps(
+        _mm512_castps512_ps256(w_max),
+        _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(w_max))),
+    );
+    (
+        lane_max_u16(largest).max(largest_last),
+        lane_max(w_max).max(w_last),
+    )
+}
+
 /// [`ScanOps::q4_k_values`] a super-block at a time: its 16-byte header (`d`, `dmin`, the
 /// packed scales) unpacked by two byte shuffles and masks into the eight scales and eight mins,
 /// widened to binary32 (exact), times `d` and `dmin`; `M_n` as a running lane maximum.
@@ -136,20 +234,7 @@ fn lane_max_u16(v: __m128i) -> u16 {
 #[target_feature(enable = "avx2,f16c")]
 fn q4_k_values_avx2(row: &[u8], ab: &mut [[f32; 2]]) -> (u16, u32) {
     let ab = ab.as_chunks_mut::<8>().0;
-    // Packed byte i (header byte 4 + i): scales 0..4 are bytes 0..4 & 63, mins 0..4 bytes
-    // 4..8 & 63; scale 4 + i is byte 8 + i & 15 with the top two bits of byte i as bits 4, 5,
-    // min 4 + i is byte 8 + i >> 4 with the top two bits of byte 4 + i.
-    #[rustfmt::skip]
-    let (low_src, top_src) = (
-        _mm_setr_epi8(4, 5, 6, 7, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15),
-        _mm_setr_epi8(-1, -1, -1, -1, 4, 5, 6, 7, -1, -1, -1, -1, 8, 9, 10, 11),
-    );
-    #[rustfmt::skip]
-    let (low_mask, high_nibble, top_mask) = (
-        _mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 0, 0, 0, 0),
-        _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 15, 15, 15, 15),
-        _mm_setr_epi8(0, 0, 0, 0, 0x30, 0x30, 0x30, 0x30, 0, 0, 0, 0, 0x30, 0x30, 0x30, 0x30),
-    );
+    let [low_src, top_src, low_mask, high_nibble, top_mask] = q4_k_unpack_constants();
     let (d_src, dmin_src) = (_mm_set1_epi16(0x0100), _mm_set1_epi16(0x0302));
     let magnitude = _mm_setr_epi16(0x7fff, 0x7fff, 0, 0, 0, 0, 0, 0);
     let sign = _mm256_set1_ps(-0.0);
@@ -253,7 +338,17 @@ fn store_multipliers(m: &mut [i16; 16], x0: __m256, x1: __m256) {
     unsafe { _mm256_storeu_si256(m.as_mut_ptr().cast(), v) }
 }
 
-/// [`ScanOps::half_multipliers`] 16 at a time; the last `len % 16` as defined.
+/// 8 multipliers from a vector of `fl(e·unit)` into `m`.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn store_multipliers8(m: &mut [i16; 8], x: __m256) {
+    let x = clamped(x);
+    let v = _mm_packs_epi32(_mm256_castsi256_si128(x), _mm256_extracti128_si256::<1>(x));
+    // SAFETY: `m` is 16 writable bytes; unaligned store.
+    unsafe { _mm_storeu_si128(m.as_mut_ptr().cast(), v) }
+}
+
+/// [`ScanOps::half_multipliers`] 16 at a time, then 8; the last `len % 8` as defined.
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
 fn half_multipliers_avx2(h: &[u16], unit: f32, m: &mut [i16]) {
@@ -267,10 +362,14 @@ fn half_multipliers_avx2(h: &[u16], unit: f32, m: &mut [i16]) {
         let x1 = _mm256_mul_ps(halves8(hi.try_into().expect("8")), unit_v);
         store_multipliers(m, x0, x1);
     }
-    PlainOps.half_multipliers(h_tail, unit, tail);
+    if let (Some(m), Some(h)) = (tail.first_chunk_mut::<8>(), h_tail.first_chunk::<8>()) {
+        store_multipliers8(m, _mm256_mul_ps(halves8(h), unit_v));
+    }
+    let done = tail.len() / 8 * 8;
+    PlainOps.half_multipliers(&h_tail[done..], unit, &mut tail[done..]);
 }
 
-/// [`ScanOps::multipliers`] 16 at a time; the last `len % 16` as defined.
+/// [`ScanOps::multipliers`] 16 at a time, then 8; the last `len % 8` as defined.
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
 fn multipliers_avx2(e: &[f32], unit: f32, m: &mut [i16]) {
@@ -288,7 +387,29 @@ fn multipliers_avx2(e: &[f32], unit: f32, m: &mut [i16]) {
         };
         store_multipliers(m, _mm256_mul_ps(e0, unit_v), _mm256_mul_ps(e1, unit_v));
     }
-    PlainOps.multipliers(e_tail, unit, tail);
+    if let (Some(m), Some(e)) = (tail.first_chunk_mut::<8>(), e_tail.first_chunk::<8>()) {
+        // SAFETY: `e` is 8 readable f32; unaligned load.
+        let e = unsafe { _mm256_loadu_ps(e.as_ptr()) };
+        store_multipliers8(m, _mm256_mul_ps(e, unit_v));
+    }
+    let done = tail.len() / 8 * 8;
+    PlainOps.multipliers(&e_tail[done..], unit, &mut tail[done..]);
+}
+
+/// [`ScanOps::scale`] eight at a time; the last `len % 8` as defined.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn scale_avx2(x: &mut [f32], factor: f32) {
+    let (groups, tail) = x.as_chunks_mut::<8>();
+    let factor_v = _mm256_set1_ps(factor);
+    for x in groups {
+        // SAFETY: `x` is 8 readable and writable f32; unaligned load and store.
+        unsafe {
+            let v = _mm256_mul_ps(_mm256_loadu_ps(x.as_ptr()), factor_v);
+            _mm256_storeu_ps(x.as_mut_ptr(), v);
+        }
+    }
+    PlainOps.scale(tail, factor);
 }
 
 /// [`ScanOps::halves`] by word permutes: the fields inside one 128-byte window of the row (up
@@ -519,6 +640,12 @@ mod tests {
                 PlainOps.half_multipliers(&h0, unit, &mut want);
                 ops.half_multipliers(&h0, unit, &mut got);
                 assert_eq!(got, want, "{ctx}: multipliers of halves, unit {unit}");
+            }
+            for factor in [0.0, 127.0 / e_largest, 1.5] {
+                let (mut want, mut got) = (e.clone(), e.clone());
+                PlainOps.scale(&mut want, factor);
+                ops.scale(&mut got, factor);
+                assert_eq!(bits(&got), bits(&want), "{ctx}: scale by {factor}");
             }
             let e_units = [0.0, 32512.0 / e_largest, 32768.0 / e_largest, 0.3];
             for unit in e_units.into_iter().filter(|u| u.is_finite()) {
