@@ -28,9 +28,10 @@ pub(super) struct TileParams {
 /// `2·stride`); padding rows are zeroed.
 struct Scratch {
     rows: usize,
-    /// The first fp16 field of each block (the scale `d`; Q4_K: only on the error path).
+    /// The first fp16 field of each block (the scale `d`; Q4_1, Q4_K, Q6_K: only on the error
+    /// path).
     h0: Vec<u16>,
-    /// Q4_1, Q4_K: the second fp16 field (`m`, `dmin`; Q4_K: only on the error path).
+    /// Q4_1, Q4_K: the second fp16 field (`m`, `dmin`; only on the error path).
     h1: Vec<u16>,
     /// Q6_K: `e` of each sub-block (two per run).
     e: Vec<f32>,
@@ -161,7 +162,6 @@ impl TileParams {
         if let Some(j) = sc.largest_half[..n].iter().position(|&t| t >= NON_FINITE) {
             return Err((j, sc.first_non_finite(ty, rows[j], j, stride)));
         }
-        sc.largest_values(ops, ty, stride, ab);
         sc.factors(ty);
         let sc = &self.scratch;
         match ty {
@@ -191,9 +191,9 @@ impl TileParams {
 }
 
 impl Scratch {
-    /// Row `j`'s scale fields into the row-by-row arrays and the largest magnitude of its fp16
-    /// fields into `largest_half` (Q4_K: its `[a_j, b_j]` into `ab` and its `M_n`; Q6_K: its
-    /// `e` and `E_n`).
+    /// Row `j`'s scale fields (Q4_1, Q4_K: its `[a_j, b_j]` into `ab`; Q6_K: its `e`) into the
+    /// row-by-row arrays, the largest magnitude of its fp16 fields into `largest_half` and the
+    /// largest value its blocks can take (`M_n`, `E_n`; from finite fields) into `top`.
     #[inline(always)]
     fn fields(
         &mut self,
@@ -206,26 +206,18 @@ impl Scratch {
     ) {
         let at = j * stride..(j + 1) * stride;
         let h0 = &mut self.h0[at.clone()];
-        match ty {
-            GgmlType::Q4_0 => self.largest_half[j] = ops.halves::<18, 0>(row, h0) as u32,
-            GgmlType::Q5_0 => self.largest_half[j] = ops.halves::<22, 0>(row, h0) as u32,
-            GgmlType::Q8_0 => self.largest_half[j] = ops.halves::<34, 0>(row, h0) as u32,
-            GgmlType::Q4_1 => {
-                let d = ops.halves::<20, 0>(row, h0);
-                let m = ops.halves::<20, 2>(row, &mut self.h1[at]);
-                self.largest_half[j] = d.max(m) as u32;
-            }
-            GgmlType::Q4_K => {
-                let (largest, w_max) = ops.q4_k_values(row, &mut ab[at]);
-                (self.largest_half[j], self.top[j]) = (largest as u32, w_max);
-            }
-            GgmlType::Q6_K => {
-                let e = &mut self.e[2 * at.start..2 * at.end];
-                let (largest, e_max) = ops.q6_k_values(row, e);
-                (self.largest_half[j], self.top[j]) = (largest as u32, e_max);
-            }
+        // The largest |d| is the largest fp16 magnitude.
+        let same = |largest: u16| (largest, largest as u32);
+        let (largest, top) = match ty {
+            GgmlType::Q4_0 => same(ops.halves::<18, 0>(row, h0)),
+            GgmlType::Q5_0 => same(ops.halves::<22, 0>(row, h0)),
+            GgmlType::Q8_0 => same(ops.halves::<34, 0>(row, h0)),
+            GgmlType::Q4_1 => ops.q4_1_values(row, &mut ab[at]),
+            GgmlType::Q4_K => ops.q4_k_values(row, &mut ab[at]),
+            GgmlType::Q6_K => ops.q6_k_values(row, &mut self.e[2 * at.start..2 * at.end]),
             GgmlType::F32 | GgmlType::F16 => unreachable!("checked by the caller"),
-        }
+        };
+        (self.largest_half[j], self.top[j]) = (largest as u32, top);
     }
 
     /// Rows `n..` of the scratch arrays: zero.
@@ -237,41 +229,6 @@ impl Scratch {
         self.e[e..].fill(0.0);
         self.largest_half[n..].fill(0);
         self.top[n..].fill(0);
-    }
-
-    /// `top[j]`: the largest value row `j`'s blocks can take (`M_n`, `E_n`), from finite fields;
-    /// Q4_1 first computes its `[a_j, b_j]` (into `ab`) from the fields.
-    #[inline(always)]
-    fn largest_values(
-        &mut self,
-        ops: impl ScanOps,
-        ty: GgmlType,
-        stride: usize,
-        ab: &mut [[f32; 2]],
-    ) {
-        match ty {
-            // The largest |d| is the largest fp16 magnitude; Q4_K's and Q6_K's M_n and E_n came
-            // with their values.
-            GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => {
-                self.top.copy_from_slice(&self.largest_half);
-            }
-            GgmlType::Q4_K | GgmlType::Q6_K => {}
-            GgmlType::Q4_1 => {
-                let rows = self
-                    .h0
-                    .chunks_exact(stride)
-                    .zip(self.h1.chunks_exact(stride));
-                for ((t, (h0, h1)), ab) in self
-                    .top
-                    .iter_mut()
-                    .zip(rows)
-                    .zip(ab.chunks_exact_mut(stride))
-                {
-                    *t = ops.q4_1_values(h0, h1, ab);
-                }
-            }
-            GgmlType::F32 | GgmlType::F16 => unreachable!("checked by the caller"),
-        }
     }
 
     /// Every row's factor (`unit_n` or `inv_n`) and `s_n` from its `top`, a strip of rows per
@@ -318,6 +275,10 @@ impl Scratch {
     fn first_non_finite(&mut self, ty: GgmlType, row: &[u8], j: usize, stride: usize) -> usize {
         let at = j * stride..(j + 1) * stride;
         match ty {
+            GgmlType::Q4_1 => {
+                gather_halves::<20, 0>(row, &mut self.h0[at.clone()]);
+                gather_halves::<20, 2>(row, &mut self.h1[at.clone()]);
+            }
             GgmlType::Q4_K => {
                 gather_halves::<144, 0>(row, &mut self.h0[at.clone()]);
                 gather_halves::<144, 2>(row, &mut self.h1[at.clone()]);
@@ -398,17 +359,24 @@ pub(super) trait ScanOps: Copy {
         (largest, e_max)
     }
 
-    /// Q4_1: `ab[i] = [a_i, b_i]`, the finite halves `h0[i]`, `h1[i]` as binary32 (exact);
-    /// returns the binary32 bits of `M_n`, the largest [`table_block_max`].
+    /// Q4_1: `ab[j] = [a_j, b_j] = [d, m]` of every block of `row` as binary32 (exact for
+    /// finite halves); returns the largest magnitude bits of the row's `d` and `m` fields and
+    /// the binary32 bits of `M_n`, the largest [`table_block_max`]. If a field is NaN or
+    /// infinite, `ab` and `M_n` are unspecified.
     #[inline(always)]
-    fn q4_1_values(self, h0: &[u16], h1: &[u16], ab: &mut [[f32; 2]]) -> u32 {
-        let mut w_max = 0;
-        for ((ab, &h0), &h1) in ab.iter_mut().zip(h0).zip(h1) {
-            let (a, b) = (finite_half_to_f32(h0), finite_half_to_f32(h1));
+    fn q4_1_values(self, row: &[u8], ab: &mut [[f32; 2]]) -> (u16, u32) {
+        let (mut largest, mut w_max) = (0, 0);
+        for (ab, blk) in ab.iter_mut().zip(row.as_chunks::<20>().0) {
+            let (d, m) = (
+                u16::from_le_bytes([blk[0], blk[1]]),
+                u16::from_le_bytes([blk[2], blk[3]]),
+            );
+            largest = largest.max(d & 0x7fff).max(m & 0x7fff);
+            let (a, b) = (finite_half_to_f32(d), finite_half_to_f32(m));
             *ab = [a, b];
             w_max = w_max.max(table_block_max(a, b).to_bits());
         }
-        w_max
+        (largest, w_max)
     }
 
     /// `m[i] = multiplier(d, unit)` of the finite halves `d = h[i]`.

@@ -44,12 +44,6 @@ macro_rules! avx2_steps {
         }
 
         #[inline(always)]
-        fn q4_1_values(self, h0: &[u16], h1: &[u16], ab: &mut [[f32; 2]]) -> u32 {
-            // SAFETY: see `avx2_steps`.
-            unsafe { q4_1_values_avx2(h0, h1, ab) }
-        }
-
-        #[inline(always)]
         fn half_multipliers(self, h: &[u16], unit: f32, m: &mut [i16]) {
             // SAFETY: see `avx2_steps`.
             unsafe { half_multipliers_avx2(h, unit, m) }
@@ -82,6 +76,12 @@ impl ScanOps for OpsAvx2 {
         unsafe { q4_k_values_avx2(row, ab) }
     }
 
+    #[inline(always)]
+    fn q4_1_values(self, row: &[u8], ab: &mut [[f32; 2]]) -> (u16, u32) {
+        // SAFETY: see `avx2_steps`.
+        unsafe { q4_1_values_avx2(row, ab) }
+    }
+
     avx2_steps!();
 }
 
@@ -96,6 +96,12 @@ impl ScanOps for OpsAvx512 {
     fn q4_k_values(self, row: &[u8], ab: &mut [[f32; 2]]) -> (u16, u32) {
         // SAFETY: as for `halves`.
         unsafe { q4_k_values_avx512(row, ab) }
+    }
+
+    #[inline(always)]
+    fn q4_1_values(self, row: &[u8], ab: &mut [[f32; 2]]) -> (u16, u32) {
+        // SAFETY: as for `halves`.
+        unsafe { q4_1_values_avx512(row, ab) }
     }
 
     avx2_steps!();
@@ -299,21 +305,117 @@ fn halves8(h: &[u16; 8]) -> __m256 {
     _mm256_cvtph_ps(unsafe { _mm_loadu_si128(h.as_ptr().cast()) })
 }
 
-/// [`ScanOps::q4_1_values`] eight blocks at a time; the last `len % 8` as defined.
+/// `table_block_max` of interleaved pairs `[a0, b0, a1, b1, ...]`, in both lanes of each pair.
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
-fn q4_1_values_avx2(h0: &[u16], h1: &[u16], ab: &mut [[f32; 2]]) -> u32 {
-    let n = ab.len().min(h0.len()).min(h1.len());
-    let (groups, tail) = ab[..n].as_chunks_mut::<8>();
-    let (h0, h0_tail) = h0[..n].as_chunks::<8>();
-    let (h1, h1_tail) = h1[..n].as_chunks::<8>();
-    let mut w_max = _mm256_setzero_ps();
-    for ((ab, h0), h1) in groups.iter_mut().zip(h0).zip(h1) {
-        let (a, b) = (halves8(h0), halves8(h1));
-        w_max = _mm256_max_ps(w_max, block_max(a, b));
-        store_pairs(ab, a, b);
+fn pair_max(ab: __m256) -> __m256 {
+    block_max(_mm256_moveldup_ps(ab), _mm256_movehdup_ps(ab))
+}
+
+/// [`ScanOps::q4_1_values`] eight blocks per `vpgatherdd` of their first four bytes (`d`, `m`):
+/// as halves, already the pairs `[d, m]` that `vcvtph2ps` turns into `[a_j, b_j]`. A last
+/// `len % 8` with the seven before them, again; fewer than eight blocks as defined.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn q4_1_values_avx2(row: &[u8], ab: &mut [[f32; 2]]) -> (u16, u32) {
+    let blocks = (row.len() / 20).min(ab.len());
+    if blocks < 8 {
+        return PlainOps.q4_1_values(row, ab);
     }
-    lane_max(w_max).max(PlainOps.q4_1_values(h0_tail, h1_tail, tail))
+    let index = _mm256_mullo_epi32(
+        _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+        _mm256_set1_epi32(20),
+    );
+    let magnitude = _mm256_set1_epi16(0x7fff);
+    let (mut largest, mut w_max) = (_mm256_setzero_si256(), _mm256_setzero_ps());
+    let mut group = |first: usize| {
+        let ab: &mut [[f32; 2]; 8] = (&mut ab[first..first + 8]).try_into().expect("8");
+        // SAFETY: reads the first 4 bytes of blocks `first..first + 8 <= blocks`, inside `row`.
+        let h = unsafe { _mm256_i32gather_epi32::<1>(row.as_ptr().add(20 * first).cast(), index) };
+        largest = _mm256_max_epu16(largest, _mm256_and_si256(h, magnitude));
+        let x0 = _mm256_cvtph_ps(_mm256_castsi256_si128(h));
+        let x1 = _mm256_cvtph_ps(_mm256_extracti128_si256::<1>(h));
+        w_max = _mm256_max_ps(w_max, _mm256_max_ps(pair_max(x0), pair_max(x1)));
+        // SAFETY: `ab` is 64 writable bytes; unaligned stores.
+        unsafe {
+            let at = ab.as_mut_ptr().cast::<f32>();
+            _mm256_storeu_ps(at, x0);
+            _mm256_storeu_ps(at.add(8), x1);
+        }
+    };
+    for g in 0..blocks / 8 {
+        group(8 * g);
+    }
+    if !blocks.is_multiple_of(8) {
+        group(blocks - 8);
+    }
+    let largest = _mm_max_epu16(
+        _mm256_castsi256_si128(largest),
+        _mm256_extracti128_si256::<1>(largest),
+    );
+    (lane_max_u16(largest), lane_max(w_max))
+}
+
+/// [`ScanOps::q4_1_values`] by word permutes: the `[d, m]` of the seven blocks whose first four
+/// bytes lie in one 128-byte window of the row in one `vpermt2w`, as binary32 by one
+/// `vcvtph2ps`; the last ones from the window that ends where the blocks do; rows under 128
+/// bytes as defined.
+#[inline]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
+fn q4_1_values_avx512(row: &[u8], ab: &mut [[f32; 2]]) -> (u16, u32) {
+    const PER_WINDOW: usize = 7;
+    let blocks = (row.len() / 20).min(ab.len());
+    let span = 20 * blocks;
+    if span < 128 {
+        return PlainOps.q4_1_values(row, ab);
+    }
+    // Word 2i, 2i + 1: d, m of the window's block i (lanes past 14 repeat block 0).
+    let index: [u16; 32] = std::array::from_fn(|i| (i % 14 / 2 * 10 + i % 2) as u16);
+    // SAFETY: `index` is 64 readable bytes; unaligned load.
+    let index = unsafe { _mm512_loadu_si512(index.as_ptr().cast()) };
+    let magnitude = _mm256_set1_epi16(0x7fff);
+    let (mut largest, mut w_max) = (_mm256_setzero_si256(), _mm512_setzero_ps());
+    // Blocks `first..first + count` (`count <= 7`) from the window at byte `at <= 20·first`.
+    let mut window = |at: usize, first: usize, count: usize| {
+        let window: &[u8; 128] = row[at..at + 128].try_into().expect("128 bytes");
+        let ab = &mut ab[first..first + count];
+        let shift = _mm512_set1_epi16(((20 * first - at) / 2) as i16);
+        let keep = (1u32 << (2 * count)) - 1;
+        // SAFETY: `window` is 128 readable bytes (two unaligned loads); the masked store
+        // writes `2·count` f32 into `ab`, which is that long.
+        unsafe {
+            let (a, b) = (
+                _mm512_loadu_si512(window.as_ptr().cast()),
+                _mm512_loadu_si512(window[64..].as_ptr().cast()),
+            );
+            let h = _mm512_permutex2var_epi16(a, _mm512_add_epi16(index, shift), b);
+            let h = _mm256_maskz_mov_epi16(keep as u16, _mm512_castsi512_si256(h));
+            largest = _mm256_max_epu16(largest, _mm256_and_si256(h, magnitude));
+            let x = _mm512_cvtph_ps(h);
+            _mm512_mask_storeu_ps(ab.as_mut_ptr().cast(), keep as u16, x);
+            // table_block_max, as in `block_max` (the masked-off lanes are zeros).
+            let (a, b) = (_mm512_moveldup_ps(x), _mm512_movehdup_ps(x));
+            let end = _mm512_add_ps(_mm512_mul_ps(_mm512_set1_ps(15.0), a), b);
+            w_max = _mm512_max_ps(w_max, _mm512_max_ps(_mm512_abs_ps(b), _mm512_abs_ps(end)));
+        }
+    };
+    let windows = ((span - 128) / (PER_WINDOW * 20) + 1).min(blocks / PER_WINDOW);
+    for w in 0..windows {
+        window(w * PER_WINDOW * 20, w * PER_WINDOW, PER_WINDOW);
+    }
+    let done = windows * PER_WINDOW;
+    if done < blocks {
+        window(span - 128, done, blocks - done);
+    }
+    let largest = _mm_max_epu16(
+        _mm256_castsi256_si128(largest),
+        _mm256_extracti128_si256::<1>(largest),
+    );
+    let w_max = _mm256_max_ps(
+        _mm512_castps512_ps256(w_max),
+        _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(w_max))),
+    );
+    (lane_max_u16(largest), lane_max(w_max))
 }
 
 /// Eight `clamp(rne(x), ±32767)` as i32 lanes.
@@ -617,18 +719,35 @@ mod tests {
             if w.0 < 0x7c00 {
                 assert_eq!((g.1, bits(&got)), (w.1, bits(&want)), "{ctx}: Q6_K");
             }
-            // Q4_1's values and the multipliers, from finite halves.
+            // Q4_1 blocks (`d`, `m` of both kinds), whole and with an output shorter than the row.
+            let mut row = vec![0u8; 20 * len];
+            rng.fill_bytes(&mut row);
+            for blk in row.chunks_exact_mut(20) {
+                for at in [0, 2] {
+                    blk[at..at + 2].copy_from_slice(&half(&mut rng, round % 2 == 0).to_le_bytes());
+                }
+            }
+            for out_len in [len, len.div_ceil(2)] {
+                let (mut want, mut got) = (vec![[0f32; 2]; out_len], vec![[0f32; 2]; out_len]);
+                let w = PlainOps.q4_1_values(&row, &mut want);
+                let g = ops.q4_1_values(&row, &mut got);
+                assert_eq!(g.0, w.0, "{ctx}: Q4_1 largest half");
+                if w.0 < 0x7c00 {
+                    assert_eq!(g.1, w.1, "{ctx}: Q4_1 M_n");
+                    assert_eq!(
+                        bits(got.as_flattened()),
+                        bits(want.as_flattened()),
+                        "{ctx}: Q4_1"
+                    );
+                }
+            }
+            // The multipliers, from finite halves.
             let h0: Vec<u16> = (0..len).map(|_| half(&mut rng, true)).collect();
             let h1: Vec<u16> = (0..len).map(|_| half(&mut rng, true)).collect();
-            let (mut want, mut got) = (vec![[0f32; 2]; len], vec![[0f32; 2]; len]);
-            let w = PlainOps.q4_1_values(&h0, &h1, &mut want);
-            let g = ops.q4_1_values(&h0, &h1, &mut got);
-            assert_eq!(g, w, "{ctx}: Q4_1 M_n");
-            assert_eq!(
-                bits(got.as_flattened()),
-                bits(want.as_flattened()),
-                "{ctx}: Q4_1"
-            );
+            let mut want = vec![[0f32; 2]; len];
+            for ((ab, &d), &m) in want.iter_mut().zip(&h0).zip(&h1) {
+                *ab = [d, m].map(crate::quant::fp16::f16_to_f32);
+            }
             let largest = h0.iter().map(|&h| h & 0x7fff).max().unwrap_or(0);
             let e_max = crate::quant::fp16::f16_to_f32(largest);
             let units = [0.0, 32768.0 / e_max, 2048.0 * 127.0 / (8.0 * e_max), 1e-3];
