@@ -167,8 +167,7 @@ fn q4_k_unpack_constants() -> [__m128i; 5] {
 }
 
 /// [`ScanOps::q4_k_values`] two super-blocks per step: their headers in the two 128-bit lanes
-/// of one vector, unpacked as in [`q4_k_values_avx2`], the 16 runs' values in 512-bit vectors;
-/// an odd last super-block by [`q4_k_values_avx2`].
+/// of one vector, unpacked as in [`q4_k_values_avx2`], the 16 runs' values in 512-bit vectors.
 #[inline]
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
 fn q4_k_values_avx512(row: &[u8], ab: &mut [[f32; 2]]) -> (u16, u32) {
@@ -188,7 +187,8 @@ fn q4_k_values_avx512(row: &[u8], ab: &mut [[f32; 2]]) -> (u16, u32) {
     let (pairs, last) = blocks[..n].as_chunks::<2>();
     let (ab, ab_last) = ab[..8 * n].as_chunks_mut::<16>();
     let (mut largest, mut w_max) = (_mm256_setzero_si256(), _mm512_setzero_ps());
-    for (ab, [b0, b1]) in ab.iter_mut().zip(pairs) {
+    // Super-blocks `b0`, `b1` into `ab`'s first 8 pairs and, if it holds 16, the next 8.
+    let mut step = |b0: &[u8; 144], b1: &[u8; 144], ab: &mut [[f32; 2]]| {
         let h = _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(load16(b0)), load16(b1));
         largest = _mm256_max_epu16(largest, _mm256_and_si256(h, magnitude));
         let x = _mm256_shuffle_epi8(h, low_src);
@@ -211,14 +211,27 @@ fn q4_k_values_avx512(row: &[u8], ab: &mut [[f32; 2]]) -> (u16, u32) {
         let end = _mm512_add_ps(_mm512_mul_ps(fifteen, a), b);
         let larger = _mm512_max_ps(_mm512_abs_ps(b), _mm512_abs_ps(end));
         w_max = _mm512_max_ps(w_max, larger);
-        // SAFETY: `ab` is 128 writable bytes; unaligned stores.
+        let (first, second) = ab.split_at_mut(8);
+        let first: &mut [[f32; 2]; 8] = first.try_into().expect("8 pairs");
+        // SAFETY: `first` (and `second`, when stored) is 64 writable bytes; unaligned stores.
         unsafe {
-            let at = ab.as_mut_ptr().cast::<f32>();
-            _mm512_storeu_ps(at, _mm512_permutex2var_ps(a, lo_pairs, b));
-            _mm512_storeu_ps(at.add(16), _mm512_permutex2var_ps(a, hi_pairs, b));
+            _mm512_storeu_ps(
+                first.as_mut_ptr().cast(),
+                _mm512_permutex2var_ps(a, lo_pairs, b),
+            );
+            if let Ok(second) = <&mut [[f32; 2]; 8]>::try_from(second) {
+                let v = _mm512_permutex2var_ps(a, hi_pairs, b);
+                _mm512_storeu_ps(second.as_mut_ptr().cast(), v);
+            }
         }
+    };
+    for (ab, [b0, b1]) in ab.iter_mut().zip(pairs) {
+        step(b0, b1, ab);
     }
-    let (largest_last, w_last) = q4_k_values_avx2(last.as_flattened(), ab_last);
+    // An odd last super-block twice: its values are stored once, and the maxima are the same.
+    if let [last] = last {
+        step(last, last, ab_last);
+    }
     let largest = _mm_max_epu16(
         _mm256_castsi256_si128(largest),
         _mm256_extracti128_si256::<1>(largest),
@@ -227,10 +240,7 @@ fn q4_k_values_avx512(row: &[u8], ab: &mut [[f32; 2]]) -> (u16, u32) {
         _mm512_castps512_ps256(w_max),
         _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(w_max))),
     );
-    (
-        lane_max_u16(largest).max(largest_last),
-        lane_max(w_max).max(w_last),
-    )
+    (lane_max_u16(largest), lane_max(w_max))
 }
 
 /// [`ScanOps::q4_k_values`] a super-block at a time: its 16-byte header (`d`, `dmin`, the
