@@ -1,5 +1,6 @@
-//! One N-tile of native B and the loop every kernel fills it with, in memory order and without
-//! bounds checks in the loop body (fixed-size groups carved out once per run).
+//! One N-tile of native B and the loop every kernel fills it with, in memory order, the kernels'
+//! operands as fixed-size arrays (outputs carved out once per group of runs, each row's blocks
+//! and parameters once per row and group), so that their bodies have no bounds checks.
 
 use super::RUN;
 
