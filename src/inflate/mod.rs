@@ -51,12 +51,13 @@
 //! by run in memory order (run `r` of rows 0..32, then run `r + 1`), so the output is written as
 //! one sequential stream, like a memcpy.
 //!
-//! The scan (`params.rs`) copies each row's fp16 fields out of its blocks, transposes them to
-//! the tile's order and finishes every parameter in passes across the tile's rows (one factor
-//! per row, no per-row reductions); the kernels then read the parameters as one stream too. The
-//! strided copies are per instruction set (`StridedCopy`); everything else is one definition,
-//! compiled for each path. The SIMD kernels take each row's blocks of a group of runs as one
-//! fixed-size array (`tile.rs`), the AVX-512 ones two tile rows per 512-bit step.
+//! The scan (`params.rs`) copies each row's fp16 fields out of its blocks and finishes every
+//! parameter row by row (no transposes: the parameters stay in row order, `stride` items per
+//! row), each step in one pass over all the tile's rows, so that no row waits for its own
+//! reductions and divisions. The strided copies and Q4_K's scale unpacking are per instruction
+//! set (`ScanOps`); everything else is one definition, compiled for each path. The SIMD kernels
+//! take each row's blocks and parameters of a group of runs as fixed-size arrays (`tile.rs`),
+//! the AVX-512 ones two tile rows per 512-bit step.
 
 mod columns;
 #[cfg(target_arch = "aarch64")]
@@ -487,10 +488,7 @@ fn scan_tile(isa: Isa) -> ScanTile {
     if let Some(s) = x86::scan_tile(isa) {
         return s;
     }
-    #[cfg(target_arch = "aarch64")]
-    if let Some(s) = neon::scan_tile(isa) {
-        return s;
-    }
+    let _ = isa;
     scalar::scan_tile
 }
 

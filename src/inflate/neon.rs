@@ -7,12 +7,12 @@
 //! Shaped for the Cortex-A76 (two 128-bit pipes): each row's blocks of a group of runs arrive as
 //! one fixed-size array (no per-load bounds checks), a run's 16 quant bytes are one `ld1`, its
 //! weights come from `tbl` on 16-byte tables, and the rescale types widen with one
-//! `sshll`/`sxtl` per half. The row scan's transposes are 8×8 (16-bit) and 4×4 (32-bit)
-//! `zip` networks.
+//! `sshll`/`sxtl` per half. The row scan is the portable one (`super::scalar`'s), which the
+//! compiler vectorizes with Advanced SIMD.
 
-use super::params::{scaled_codes, transpose_plain, PlainCopy, StridedCopy, TileParams};
+use super::params::{scaled_codes, TileParams};
 use super::tile::{for_each_block, for_each_block_group, Tile};
-use super::{ScanTile, TileKernel, RUN};
+use super::{TileKernel, RUN};
 use crate::isa::Isa;
 use crate::quant::GgmlType;
 use std::arch::aarch64::*;
@@ -41,140 +41,6 @@ pub(super) fn tile_kernel(isa: Isa, ty: GgmlType) -> Option<TileKernel> {
         GgmlType::Q6_K => neon!(q6_k),
         GgmlType::F32 | GgmlType::F16 => return None,
     })
-}
-
-/// The tile scan with the Advanced SIMD transposes.
-pub(super) fn scan_tile(isa: Isa) -> Option<ScanTile> {
-    if !matches!(isa, Isa::Neon | Isa::NeonDot) {
-        return None;
-    }
-    #[target_feature(enable = "neon")]
-    fn neon(p: &mut TileParams, rows: &[&[u8]], scales: &mut [f32]) -> Result<(), (usize, usize)> {
-        p.prepare(CopyNeon, rows, scales)
-    }
-    // SAFETY: as for the kernels: Advanced SIMD is part of every aarch64 CPU.
-    Some(|p, rows, s| unsafe { neon(p, rows, s) })
-}
-
-/// [`StridedCopy`] with `zip` transposes (the fp16 fields by plain loads: a block's field is
-/// one `ldrh`).
-#[derive(Clone, Copy)]
-struct CopyNeon;
-
-impl StridedCopy for CopyNeon {
-    #[inline(always)]
-    fn halves<const BB: usize, const AT: usize>(self, row: &[u8], out: &mut [u16]) {
-        PlainCopy.halves::<BB, AT>(row, out);
-    }
-
-    #[inline(always)]
-    fn transpose16(self, src: &[u16], per_row: usize, dst: &mut [u16], rows: usize) {
-        // SAFETY: Advanced SIMD is part of every aarch64 CPU.
-        unsafe { transpose16(src, per_row, dst, rows) }
-    }
-
-    #[inline(always)]
-    fn transpose32(self, src: &[f32], per_row: usize, dst: &mut [f32], rows: usize) {
-        // SAFETY: as above.
-        unsafe { transpose32(src, per_row, dst, rows) }
-    }
-}
-
-/// [`StridedCopy::transpose16`] in 8×8 blocks (three rounds of `zip1`/`zip2`), the edges item
-/// by item.
-#[inline]
-#[target_feature(enable = "neon")]
-fn transpose16(src: &[u16], per_row: usize, dst: &mut [u16], rows: usize) {
-    let (row_blocks, run_blocks) = (rows / 8, per_row / 8);
-    assert!(src.len() >= rows * per_row && dst.len() >= rows * per_row);
-    let (from, to) = (src.as_ptr(), dst.as_mut_ptr());
-    for jb in 0..row_blocks {
-        for rb in 0..run_blocks {
-            // SAFETY: item 8·rb + 8 <= per_row of row 8·jb + i < rows: inside `src` (asserted).
-            let v: [uint16x8_t; 8] = std::array::from_fn(|i| unsafe {
-                vld1q_u16(from.add((8 * jb + i) * per_row + 8 * rb))
-            });
-            // s: rows 2i, 2i + 1 interleaved; t[4q + p]: rows 4q..4q + 4, items 2p, 2p + 1.
-            let s: [uint32x4_t; 8] = std::array::from_fn(|i| {
-                let (a, b) = (v[2 * (i / 2)], v[2 * (i / 2) + 1]);
-                vreinterpretq_u32_u16(if i % 2 == 0 {
-                    vzip1q_u16(a, b)
-                } else {
-                    vzip2q_u16(a, b)
-                })
-            });
-            let t: [uint64x2_t; 8] = std::array::from_fn(|i| {
-                let (q, p) = (i / 4, i % 4);
-                let (a, b) = (s[4 * q + p / 2], s[4 * q + 2 + p / 2]);
-                vreinterpretq_u64_u32(if p % 2 == 0 {
-                    vzip1q_u32(a, b)
-                } else {
-                    vzip2q_u32(a, b)
-                })
-            });
-            for k in 0..8 {
-                let (lo, hi) = (t[k / 2], t[4 + k / 2]);
-                let out = if k % 2 == 0 {
-                    vzip1q_u64(lo, hi)
-                } else {
-                    vzip2q_u64(lo, hi)
-                };
-                // SAFETY: rows 8·jb + 8 <= rows of item 8·rb + k < per_row: inside `dst`
-                // (asserted).
-                unsafe {
-                    vst1q_u16(
-                        to.add((8 * rb + k) * rows + 8 * jb),
-                        vreinterpretq_u16_u64(out),
-                    )
-                };
-            }
-        }
-    }
-    transpose_plain(src, per_row, dst, rows, 0..8 * row_blocks, 8 * run_blocks);
-    transpose_plain(src, per_row, dst, rows, 8 * row_blocks..rows, 0);
-}
-
-/// [`StridedCopy::transpose32`] in 4×4 blocks (two rounds of `zip1`/`zip2`), the edges item by
-/// item.
-#[inline]
-#[target_feature(enable = "neon")]
-fn transpose32(src: &[f32], per_row: usize, dst: &mut [f32], rows: usize) {
-    let (row_blocks, run_blocks) = (rows / 4, per_row / 4);
-    assert!(src.len() >= rows * per_row && dst.len() >= rows * per_row);
-    let (from, to) = (src.as_ptr(), dst.as_mut_ptr());
-    for jb in 0..row_blocks {
-        for rb in 0..run_blocks {
-            // SAFETY: item 4·rb + 4 <= per_row of row 4·jb + i < rows: inside `src` (asserted).
-            let v: [float32x4_t; 4] = std::array::from_fn(|i| unsafe {
-                vld1q_f32(from.add((4 * jb + i) * per_row + 4 * rb))
-            });
-            // t[0], t[1]: rows 0, 1 interleaved (items 0, 1 and 2, 3); t[2], t[3]: rows 2, 3.
-            let t = [
-                vreinterpretq_f64_f32(vzip1q_f32(v[0], v[1])),
-                vreinterpretq_f64_f32(vzip2q_f32(v[0], v[1])),
-                vreinterpretq_f64_f32(vzip1q_f32(v[2], v[3])),
-                vreinterpretq_f64_f32(vzip2q_f32(v[2], v[3])),
-            ];
-            for k in 0..4 {
-                let (lo, hi) = (t[k / 2], t[2 + k / 2]);
-                let out = if k % 2 == 0 {
-                    vzip1q_f64(lo, hi)
-                } else {
-                    vzip2q_f64(lo, hi)
-                };
-                // SAFETY: rows 4·jb + 4 <= rows of item 4·rb + k < per_row: inside `dst`
-                // (asserted).
-                unsafe {
-                    vst1q_f32(
-                        to.add((4 * rb + k) * rows + 4 * jb),
-                        vreinterpretq_f32_f64(out),
-                    )
-                };
-            }
-        }
-    }
-    transpose_plain(src, per_row, dst, rows, 0..4 * row_blocks, 4 * run_blocks);
-    transpose_plain(src, per_row, dst, rows, 4 * row_blocks..rows, 0);
 }
 
 /// The 16 bytes at the start of `src`.
@@ -240,7 +106,7 @@ fn nibbles(q: uint8x16_t, lut: int8x16_t, out: &mut [i8; RUN]) {
 #[target_feature(enable = "neon")]
 fn q4_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
     let (c0, c1) = code_halves(&scaled_codes(GgmlType::Q4_0));
-    for_each_block::<1, 18, 72, _>(rows, &params.m, tile, runs, |[blk], &[m], [out]| {
+    for_each_block::<1, 18, 72, _>(rows, params.m(), tile, runs, |[blk], [m], [out]| {
         nibbles(load16(&blk[2..]), rescale_table(c0, c1, m), out);
     });
 }
@@ -248,7 +114,7 @@ fn q4_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
 #[target_feature(enable = "neon")]
 fn q4_1(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
     let c = codes();
-    for_each_block::<1, 20, 80, _>(rows, &params.fg, tile, runs, |[blk], &[fg], [out]| {
+    for_each_block::<1, 20, 80, _>(rows, params.fg(), tile, runs, |[blk], [fg], [out]| {
         nibbles(load16(&blk[4..]), table16(&c, fg), out);
     });
 }
@@ -271,7 +137,7 @@ fn q5_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
         )
     };
     let (low, sixteen) = (vdupq_n_u8(15), vdupq_n_u8(16));
-    for_each_block::<1, 22, 88, _>(rows, &params.m, tile, runs, |[blk], &[m], [out]| {
+    for_each_block::<1, 22, 88, _>(rows, params.m(), tile, runs, |[blk], [m], [out]| {
         let t = int8x16x2_t(rescale_table(lo0, lo1, m), rescale_table(hi0, hi1, m));
         let qh = vreinterpretq_u8_u32(vdupq_n_u32(u32::from_le_bytes([
             blk[2], blk[3], blk[4], blk[5],
@@ -300,7 +166,7 @@ fn rescale16<const SHIFT: i32>(x: int8x16_t, m: i16) -> int8x16_t {
 
 #[target_feature(enable = "neon")]
 fn q8_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
-    for_each_block::<1, 34, 136, _>(rows, &params.m, tile, runs, |[blk], &[m], [out]| {
+    for_each_block::<1, 34, 136, _>(rows, params.m(), tile, runs, |[blk], [m], [out]| {
         let (q0, q1) = (load16(&blk[2..]), load16(&blk[18..]));
         let y0 = rescale16::<0>(vreinterpretq_s8_u8(q0), m);
         store_run(out, y0, rescale16::<0>(vreinterpretq_s8_u8(q1), m));
@@ -330,12 +196,12 @@ fn q4_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
             vqtbl1q_s8(hi, vshrq_n_u8(q1, 4)),
         );
     };
-    for_each_block_group::<8, 1, 144, _>(rows, &params.fg, tile, 0..runs, |_, [blk], p, out| {
+    for_each_block_group::<8, 1, 144, _>(rows, params.fg(), tile, 0..runs, |_, [blk], [p], out| {
         let [[e0], [o0], [e1], [o1], [e2], [o2], [e3], [o3]] = out;
-        pair(blk, 0, [p[0][0], p[1][0]], e0, o0);
-        pair(blk, 1, [p[2][0], p[3][0]], e1, o1);
-        pair(blk, 2, [p[4][0], p[5][0]], e2, o2);
-        pair(blk, 3, [p[6][0], p[7][0]], e3, o3);
+        pair(blk, 0, [p[0], p[1]], e0, o0);
+        pair(blk, 1, [p[2], p[3]], e1, o1);
+        pair(blk, 2, [p[4], p[5]], e2, o2);
+        pair(blk, 3, [p[6], p[7]], e3, o3);
     });
 }
 
@@ -376,20 +242,10 @@ fn q6_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
         put(o2, first[2], second[2], m[2]);
         put(o3, first[3], second[3], m[3]);
     };
-    let m = params.m.as_chunks::<2>().0;
-    for_each_block_group::<8, 1, 210, _>(rows, m, tile, 0..runs, |_, [blk], m, out| {
+    let m = params.m_pairs();
+    for_each_block_group::<8, 1, 210, _>(rows, m, tile, 0..runs, |_, [blk], [m], out| {
         let [[o0], [o1], [o2], [o3], [o4], [o5], [o6], [o7]] = out;
-        half(
-            blk,
-            0,
-            [m[0][0], m[1][0], m[2][0], m[3][0]],
-            [o0, o1, o2, o3],
-        );
-        half(
-            blk,
-            1,
-            [m[4][0], m[5][0], m[6][0], m[7][0]],
-            [o4, o5, o6, o7],
-        );
+        half(blk, 0, [m[0], m[1], m[2], m[3]], [o0, o1, o2, o3]);
+        half(blk, 1, [m[4], m[5], m[6], m[7]], [o4, o5, o6, o7]);
     });
 }

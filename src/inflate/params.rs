@@ -1,57 +1,44 @@
 //! The per-row half of the method (see the module docs): the row scale `s_n` and the per-block
 //! parameters, computed from the block scales alone. One definition for every kernel path,
-//! written as short passes over arrays (gather the fp16 fields, one max, one elementwise map) so
-//! that each path's build of it vectorizes: the kernel modules call [`TileParams::prepare`]
-//! from functions compiled for their instruction set.
+//! written as short passes over the tile's rows (gather the fp16 fields, one max per row, one
+//! elementwise map per row), each step on one row a [`ScanOps`] method that the x86 paths
+//! implement in explicit vector code: the kernel modules call [`TileParams::prepare`] from
+//! functions compiled for their instruction set.
 
+use super::tile::RowMajor;
 use crate::quant::{GgmlType, K_SCALE_SIZE, QK_K};
 
-/// The parameters of one N-tile's rows in tile order (run `r` of tile row `j` at `r·rows + j`,
-/// so a kernel walking native B's order reads them as one stream), reused from tile to tile.
+/// The parameters of one N-tile's rows, row by row (run `r` of tile row `j` at `j·stride + r`),
+/// reused from tile to tile. Row by row, so that a row's scale fields need no transpose; each
+/// step still runs over all the tile's rows before the next, so that no row waits for its own
+/// reductions and divisions (they overlap across rows, or run 16 rows per vector).
 pub(super) struct TileParams {
     ty: GgmlType,
-    /// Rows per tile: the stride of the tile-order arrays.
-    rows: usize,
-    /// Q15 multipliers `m_j`: Q4_0, Q5_0, Q8_0: block `r`'s at `r·rows + j`; Q6_K: sub-blocks
-    /// `2r`, `2r + 1` (the two halves of run `r`) at `2(r·rows + j)`, `2(r·rows + j) + 1`.
-    pub m: Vec<i16>,
-    /// Q4_1, Q4_K: `[f_j, g_j] = [fl(a_j·inv_n), fl(b_j·inv_n)]` of run `r` at `r·rows + j`.
-    pub fg: Vec<[f32; 2]>,
+    /// Items per row of every row-by-row array: the runs.
+    stride: usize,
+    /// Q15 multipliers `m_j`: Q4_0, Q5_0, Q8_0: block `r`'s at `j·stride + r`; Q6_K: sub-blocks
+    /// `2r`, `2r + 1` (the two halves of run `r`) at `2(j·stride + r)`, `2(j·stride + r) + 1`.
+    m: Vec<i16>,
+    /// Q4_1, Q4_K: `[f_j, g_j] = [fl(a_j·inv_n), fl(b_j·inv_n)]` of run `r` at `j·stride + r`.
+    fg: Vec<[f32; 2]>,
     scratch: Scratch,
 }
 
-/// The scan's working arrays for a whole tile. The row passes fill row-by-row arrays (row `j`
-/// at `j·blocks` or `j·runs`, padding rows zero); one transpose takes them to tile order
-/// (`r·rows + j`), where every remaining pass is a plain elementwise loop with one factor per
-/// row: vectorized across the tile's rows, without a per-row reduction.
+/// The scan's working arrays for a whole tile, row by row (`stride` items per row; Q6_K's `e`:
+/// `2·stride`); padding rows are zeroed.
 struct Scratch {
-    /// Blocks and runs per row.
-    blocks: usize,
-    runs: usize,
-    /// The first fp16 field of each block (the scale `d`), row by row.
+    rows: usize,
+    /// The first fp16 field of each block (the scale `d`; Q4_1, Q4_K, Q6_K: only on the error
+    /// path).
     h0: Vec<u16>,
-    /// Q4_1, Q4_K: the second fp16 field (`m`, `dmin`), row by row.
+    /// Q4_1, Q4_K: the second fp16 field (`m`, `dmin`; only on the error path).
     h1: Vec<u16>,
-    /// Q4_0, Q4_1, Q5_0, Q8_0: `h0`, `h1` in tile order.
-    t0: Vec<u16>,
-    t1: Vec<u16>,
-    /// Q4_K: the 6-bit scale and min of each run; Q6_K: the 8-bit scale of each sub-block (two
-    /// per run); row by row.
-    sc: Vec<u8>,
-    mn: Vec<u8>,
-    /// Q4_K: `d`, `dmin` of each super-block as binary32, row by row; `e`: one of them per
-    /// run.
-    d: Vec<f32>,
-    dmin: Vec<f32>,
+    /// Q6_K: `e` of each sub-block (two per run).
     e: Vec<f32>,
-    /// Q4_K: `a_j`, `b_j` of each run; Q6_K: `e` of each run's two sub-blocks; row by row,
-    /// then in tile order.
-    a: Vec<f32>,
-    b: Vec<f32>,
-    ta: Vec<f32>,
-    tb: Vec<f32>,
-    /// Per row: the largest scale magnitude (fp16 or binary32 bits), then the row's factor
-    /// (`unit_n` or `inv_n`) and `s_n`.
+    /// Per row: the largest magnitude bits of its fp16 scale fields, then the largest value its
+    /// blocks can encode (`M_n`, `E_n`: fp16 bits for the rescale of a block scale, binary32
+    /// bits otherwise), then the row's factor (`unit_n` or `inv_n`) and `s_n`.
+    largest_half: Vec<u32>,
     top: Vec<u32>,
     factor: Vec<f32>,
     scale: Vec<f32>,
@@ -89,43 +76,32 @@ const Q6_K_UNIT: f32 = 32512.0;
 /// Runs of 32 weights per Q4_K/Q6_K super-block.
 const RUNS_PER_QK_K: usize = QK_K / 32;
 
+/// Magnitude bits (`h & 0x7fff`) at or above which a half is NaN or infinite: finite halves
+/// order like their magnitude bits, and NaN/Inf have all exponent bits set.
+const NON_FINITE: u32 = 0x7c00;
+
 impl TileParams {
     /// Parameters for tiles of `rows` rows of `k` weights of `ty`.
     pub fn new(ty: GgmlType, k: usize, rows: usize) -> TileParams {
-        let (runs, blocks) = (k / 32, k / ty.block_elems());
-        let per_block = matches!(
-            ty,
-            GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q8_0
-        );
-        let two_halves = matches!(ty, GgmlType::Q4_1 | GgmlType::Q4_K);
-        let k_quant = matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K);
+        let stride = k / 32;
+        let table = matches!(ty, GgmlType::Q4_1 | GgmlType::Q4_K);
         let tile = |used: bool, n: usize| if used { n * rows } else { 0 };
         let m = match ty {
-            GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => runs,
-            GgmlType::Q6_K => 2 * runs,
+            GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => stride,
+            GgmlType::Q6_K => 2 * stride,
             _ => 0,
         };
         TileParams {
             ty,
-            rows,
+            stride,
             m: vec![0; m * rows],
-            fg: vec![[0.0; 2]; tile(two_halves, runs)],
+            fg: vec![[0.0; 2]; tile(table, stride)],
             scratch: Scratch {
-                blocks,
-                runs,
-                h0: vec![0; tile(true, blocks)],
-                h1: vec![0; tile(two_halves, blocks)],
-                t0: vec![0; tile(per_block, blocks)],
-                t1: vec![0; tile(ty == GgmlType::Q4_1, blocks)],
-                sc: vec![0; tile(k_quant, if ty == GgmlType::Q6_K { 2 * runs } else { runs })],
-                mn: vec![0; tile(ty == GgmlType::Q4_K, runs)],
-                d: vec![0.0; tile(k_quant, blocks)],
-                dmin: vec![0.0; tile(ty == GgmlType::Q4_K, blocks)],
-                e: vec![0.0; tile(ty == GgmlType::Q4_K, runs)],
-                a: vec![0.0; tile(k_quant, runs)],
-                b: vec![0.0; tile(k_quant, runs)],
-                ta: vec![0.0; tile(two_halves || k_quant, runs)],
-                tb: vec![0.0; tile(two_halves || k_quant, runs)],
+                rows,
+                h0: vec![0; tile(true, stride)],
+                h1: vec![0; tile(table, stride)],
+                e: vec![0.0; tile(ty == GgmlType::Q6_K, 2 * stride)],
+                largest_half: vec![0; rows],
                 top: vec![0; rows],
                 factor: vec![0.0; rows],
                 scale: vec![0.0; rows],
@@ -133,63 +109,133 @@ impl TileParams {
         }
     }
 
+    /// Q4_0, Q5_0, Q8_0: each run's multiplier.
+    pub fn m(&self) -> RowMajor<'_, i16> {
+        RowMajor {
+            items: &self.m,
+            stride: self.stride,
+        }
+    }
+
+    /// Q6_K: the multipliers of each run's two halves.
+    pub fn m_pairs(&self) -> RowMajor<'_, [i16; 2]> {
+        RowMajor {
+            items: self.m.as_chunks().0,
+            stride: self.stride,
+        }
+    }
+
+    /// Q4_1, Q4_K: each run's `[f_j, g_j]`.
+    pub fn fg(&self) -> RowMajor<'_, [f32; 2]> {
+        RowMajor {
+            items: &self.fg,
+            stride: self.stride,
+        }
+    }
+
     /// Fills the parameters of a tile whose first `rows.len()` rows are `rows` (the others are
     /// padding channels: all-zero parameters, so that every kernel writes zeros for them
     /// whatever bytes it reads as their row) and writes the rows' `s_n` into `scales`. Fails
     /// with (row, block) of the first NaN or infinite scale, in row order (within a row: `d`
-    /// before `m` / `dmin`). `copy` does the strided copies.
+    /// before `m` / `dmin`). `ops` does the steps that are per instruction set.
     #[inline(always)]
     pub fn prepare(
         &mut self,
-        copy: impl StridedCopy,
+        ops: impl ScanOps,
         rows: &[&[u8]],
         scales: &mut [f32],
     ) -> Result<(), (usize, usize)> {
-        let (ty, n, tile_rows) = (self.ty, rows.len(), self.rows);
+        let (ty, stride, n) = (self.ty, self.stride, rows.len());
         let sc = &mut self.scratch;
-        let (blocks, runs) = (sc.blocks, sc.runs);
+        // Q4_1 and Q4_K hold `[a_j, b_j]` in `fg` until the row's `inv_n` is known.
+        let ab = &mut self.fg;
         for (j, row) in rows.iter().enumerate() {
-            sc.fields(copy, ty, row, j);
+            sc.fields(ops, ty, row, j, stride, ab);
         }
-        // Padding rows: zero fields, so zero parameters.
-        if n < tile_rows {
-            let h1_len = sc.h1.len();
-            sc.h0[n * blocks..].fill(0);
-            sc.h1[(n * blocks).min(h1_len)..].fill(0);
+        if n < sc.rows {
+            // Padding channels: zero fields, so zero parameters.
+            sc.zero_rows(n);
+            if let Some(padding) = ab.get_mut(n * stride..) {
+                padding.fill([0.0; 2]);
+            }
         }
-
-        sc.top.fill(0);
+        if let Some(j) = sc.largest_half[..n].iter().position(|&t| t >= NON_FINITE) {
+            return Err((j, sc.first_non_finite(ty, rows[j], j, stride)));
+        }
+        sc.factors(ty);
+        let sc = &self.scratch;
         match ty {
-            GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 | GgmlType::Q4_1 => {
-                copy.transpose16(&sc.h0, blocks, &mut sc.t0, tile_rows);
-                let magnitude = |h: u16, _| (h & 0x7fff) as u32;
-                reduce_rows(&mut sc.top, &sc.t0, &sc.t0, magnitude);
-                if ty == GgmlType::Q4_1 {
-                    copy.transpose16(&sc.h1, blocks, &mut sc.t1, tile_rows);
-                    reduce_rows(&mut sc.top, &sc.t1, &sc.t1, magnitude);
-                }
-                // Finite halves order like their magnitude bits, and NaN/Inf have all exponent
-                // bits set: a row maximum at or above 0x7c00 means a non-finite scale.
-                if let Some(j) = sc.top.iter().position(|&t| t >= 0x7c00) {
-                    return Err((j, sc.first_non_finite(j)));
+            GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => {
+                let rows = self.m.chunks_exact_mut(stride);
+                for ((m, h), &unit) in rows.zip(sc.h0.chunks_exact(stride)).zip(&sc.factor) {
+                    ops.half_multipliers(h, unit, m);
                 }
             }
-            GgmlType::Q4_K | GgmlType::Q6_K => {
-                for j in 0..n {
-                    let at = j * blocks..(j + 1) * blocks;
-                    largest_half(&sc.h0[at.clone()]).map_err(|b| (j, b))?;
-                    if ty == GgmlType::Q4_K {
-                        largest_half(&sc.h1[at]).map_err(|b| (j, b))?;
-                    }
+            GgmlType::Q4_1 | GgmlType::Q4_K => {
+                for (fg, &inv) in self.fg.chunks_exact_mut(stride).zip(&sc.factor) {
+                    // [a_j, b_j] becomes [fl(a_j·inv_n), fl(b_j·inv_n)].
+                    ops.scale(fg.as_flattened_mut(), inv);
                 }
-                sc.per_run_values(ty, n);
-                copy.transpose32(&sc.a, runs, &mut sc.ta, tile_rows);
-                copy.transpose32(&sc.b, runs, &mut sc.tb, tile_rows);
+            }
+            GgmlType::Q6_K => {
+                let rows = self.m.chunks_exact_mut(2 * stride);
+                for ((m, e), &unit) in rows.zip(sc.e.chunks_exact(2 * stride)).zip(&sc.factor) {
+                    ops.multipliers(e, unit, m);
+                }
             }
             GgmlType::F32 | GgmlType::F16 => unreachable!("checked by the caller"),
         }
-        let (top, factor, scale) = (&sc.top, &mut sc.factor, &mut sc.scale);
-        let per_row = top.iter().zip(factor.iter_mut()).zip(scale.iter_mut());
+        scales[..n].copy_from_slice(&sc.scale[..n]);
+        Ok(())
+    }
+}
+
+impl Scratch {
+    /// Row `j`'s scale fields (Q4_1, Q4_K: its `[a_j, b_j]` into `ab`; Q6_K: its `e`) into the
+    /// row-by-row arrays, the largest magnitude of its fp16 fields into `largest_half` and the
+    /// largest value its blocks can take (`M_n`, `E_n`; from finite fields) into `top`.
+    #[inline(always)]
+    fn fields(
+        &mut self,
+        ops: impl ScanOps,
+        ty: GgmlType,
+        row: &[u8],
+        j: usize,
+        stride: usize,
+        ab: &mut [[f32; 2]],
+    ) {
+        let at = j * stride..(j + 1) * stride;
+        let h0 = &mut self.h0[at.clone()];
+        // The largest |d| is the largest fp16 magnitude.
+        let same = |largest: u16| (largest, largest as u32);
+        let (largest, top) = match ty {
+            GgmlType::Q4_0 => same(ops.halves::<18, 0>(row, h0)),
+            GgmlType::Q5_0 => same(ops.halves::<22, 0>(row, h0)),
+            GgmlType::Q8_0 => same(ops.halves::<34, 0>(row, h0)),
+            GgmlType::Q4_1 => ops.q4_1_values(row, &mut ab[at]),
+            GgmlType::Q4_K => ops.q4_k_values(row, &mut ab[at]),
+            GgmlType::Q6_K => ops.q6_k_values(row, &mut self.e[2 * at.start..2 * at.end]),
+            GgmlType::F32 | GgmlType::F16 => unreachable!("checked by the caller"),
+        };
+        (self.largest_half[j], self.top[j]) = (largest as u32, top);
+    }
+
+    /// Rows `n..` of the scratch arrays: zero.
+    fn zero_rows(&mut self, n: usize) {
+        let from = |len: usize| n * len / self.rows;
+        let (h0, h1, e) = (from(self.h0.len()), from(self.h1.len()), from(self.e.len()));
+        self.h0[h0..].fill(0);
+        self.h1[h1..].fill(0);
+        self.e[e..].fill(0.0);
+        self.largest_half[n..].fill(0);
+        self.top[n..].fill(0);
+    }
+
+    /// Every row's factor (`unit_n` or `inv_n`) and `s_n` from its `top`, a strip of rows per
+    /// vector.
+    #[inline(always)]
+    fn factors(&mut self, ty: GgmlType) {
+        let per_row = self.top.iter().zip(&mut self.factor).zip(&mut self.scale);
         match ty {
             GgmlType::Q4_0 | GgmlType::Q5_0 => {
                 for ((&largest, unit), s) in per_row {
@@ -200,7 +246,6 @@ impl TileParams {
                     // A power-of-two factor: exact, so m_j = rne(fl(d_j·inv_n)·2¹⁵/code_scale).
                     (*unit, *s) = (inv * (32768 / code_scale(ty)) as f32, s_n);
                 }
-                block_multipliers(&mut self.m, &sc.t0, factor);
             }
             GgmlType::Q8_0 => {
                 for ((&largest, unit), s) in per_row {
@@ -208,302 +253,169 @@ impl TileParams {
                     *unit = if e_max > 0.0 { Q8_0_UNIT / e_max } else { 0.0 };
                     *s = e_max;
                 }
-                block_multipliers(&mut self.m, &sc.t0, factor);
             }
             GgmlType::Q4_1 | GgmlType::Q4_K => {
-                if ty == GgmlType::Q4_1 {
-                    for (a, &h) in sc.ta.iter_mut().zip(&sc.t0) {
-                        *a = finite_half_to_f32(h);
-                    }
-                    for (b, &h) in sc.tb.iter_mut().zip(&sc.t1) {
-                        *b = finite_half_to_f32(h);
-                    }
-                }
-                let (ta, tb) = (&sc.ta, &sc.tb);
-                let top = &mut sc.top;
-                top.fill(0);
-                reduce_rows(top, ta, tb, |a, b| table_block_max(a, b).to_bits());
-                let per_row = top.iter().zip(factor.iter_mut()).zip(scale.iter_mut());
                 for ((&w_max, inv), s) in per_row {
                     (*inv, *s) = table_range(f32::from_bits(w_max));
                 }
-                map_rows(&mut self.fg, ta, tb, factor, |a, b, inv| [a * inv, b * inv]);
             }
             GgmlType::Q6_K => {
-                let (ta, tb) = (&sc.ta, &sc.tb);
-                let top = &mut sc.top;
-                // |fl(d·sc_j)| = fl(|d|·|sc_j|), so this is E_n = max_j |e_j|.
-                reduce_rows(top, ta, tb, |e0: f32, e1: f32| {
-                    (e0.to_bits() & 0x7fff_ffff).max(e1.to_bits() & 0x7fff_ffff)
-                });
-                let per_row = top.iter().zip(factor.iter_mut()).zip(scale.iter_mut());
                 for ((&e_max, unit), s) in per_row {
                     let e_max = f32::from_bits(e_max);
                     *unit = if e_max > 0.0 { Q6_K_UNIT / e_max } else { 0.0 };
                     *s = 32.0 * e_max / 127.0;
                 }
-                let m = self.m.as_chunks_mut::<2>().0;
-                map_rows(m, ta, tb, factor, |e0, e1, unit| {
-                    [multiplier(e0, unit), multiplier(e1, unit)]
-                });
             }
             GgmlType::F32 | GgmlType::F16 => unreachable!("checked by the caller"),
         }
-        scales[..n].copy_from_slice(&sc.scale[..n]);
-        Ok(())
-    }
-}
-
-/// `m_j = multiplier(d_j, unit_n)` of every block of a tile (`d_j` in tile order in `d`).
-#[inline(always)]
-fn block_multipliers(m: &mut [i16], d: &[u16], unit: &[f32]) {
-    map_rows(m, d, d, unit, |d, _, unit| {
-        multiplier(finite_half_to_f32(d), unit)
-    });
-}
-
-/// Rows per strip of the tile-order passes: 16 consecutive rows of a run as fixed-size arrays,
-/// one vector register wide.
-const STRIP: usize = 16;
-
-/// `top[j] = max(top[j], key(a, b))` over the items `a`, `b` of row `j` of two tile-order
-/// arrays (`top.len()` rows). A strip's maxima stay in registers across the runs.
-#[inline(always)]
-fn reduce_rows<A: Copy, B: Copy>(top: &mut [u32], a: &[A], b: &[B], key: impl Fn(A, B) -> u32) {
-    let rows = top.len();
-    let runs = a.chunks_exact(rows).zip(b.chunks_exact(rows));
-    let (strips, rest) = top.as_chunks_mut::<STRIP>();
-    for (c, top) in strips.iter_mut().enumerate() {
-        let mut acc = *top;
-        for (a, b) in runs.clone() {
-            let (a, b) = (&a.as_chunks::<STRIP>().0[c], &b.as_chunks::<STRIP>().0[c]);
-            acc = std::array::from_fn(|k| acc[k].max(key(a[k], b[k])));
-        }
-        *top = acc;
-    }
-    let done = rows - rest.len();
-    for (a, b) in runs {
-        for ((t, &a), &b) in rest.iter_mut().zip(&a[done..]).zip(&b[done..]) {
-            *t = (*t).max(key(a, b));
-        }
-    }
-}
-
-/// `out[i] = f(a[i], b[i], factor[j])` over tile-order arrays, `j` the row of item `i`
-/// (`factor.len()` rows), a strip at a time.
-#[inline(always)]
-fn map_rows<A: Copy, B: Copy, O>(
-    out: &mut [O],
-    a: &[A],
-    b: &[B],
-    factor: &[f32],
-    f: impl Fn(A, B, f32) -> O,
-) {
-    let rows = factor.len();
-    let (factor_strips, factor_rest) = factor.as_chunks::<STRIP>();
-    let runs = out
-        .chunks_exact_mut(rows)
-        .zip(a.chunks_exact(rows).zip(b.chunks_exact(rows)));
-    for (out, (a, b)) in runs {
-        let (out_strips, out_rest) = out.as_chunks_mut::<STRIP>();
-        let strips = out_strips.iter_mut().zip(a.as_chunks::<STRIP>().0);
-        for ((out, a), (b, factor)) in
-            strips.zip(b.as_chunks::<STRIP>().0.iter().zip(factor_strips))
-        {
-            *out = std::array::from_fn(|k| f(a[k], b[k], factor[k]));
-        }
-        let done = rows - factor_rest.len();
-        let rest = out_rest
-            .iter_mut()
-            .zip(&a[done..])
-            .zip(&b[done..])
-            .zip(factor_rest);
-        for (((o, &a), &b), &x) in rest {
-            *o = f(a, b, x);
-        }
-    }
-}
-
-/// The two strided copies of a scan, the steps a compiler does not vectorize well by itself:
-/// the fp16 field of every block of a row into an array, and row-by-row arrays into tile order.
-pub(super) trait StridedCopy: Copy {
-    /// The fp16 field at byte `AT` of each `BB`-byte block of `row` into `out`, one per block.
-    fn halves<const BB: usize, const AT: usize>(self, row: &[u8], out: &mut [u16]);
-
-    /// `src` holds `rows` rows of `per_row` items; `dst[r·rows + j] = src[j·per_row + r]`.
-    fn transpose16(self, src: &[u16], per_row: usize, dst: &mut [u16], rows: usize);
-
-    /// [`StridedCopy::transpose16`] of 32-bit items.
-    fn transpose32(self, src: &[f32], per_row: usize, dst: &mut [f32], rows: usize);
-}
-
-/// [`StridedCopy`] by plain loads and stores.
-#[derive(Clone, Copy)]
-pub(super) struct PlainCopy;
-
-impl StridedCopy for PlainCopy {
-    #[inline(always)]
-    fn halves<const BB: usize, const AT: usize>(self, row: &[u8], out: &mut [u16]) {
-        gather_repeated::<BB, AT, 1>(row, out);
     }
 
-    #[inline(always)]
-    fn transpose16(self, src: &[u16], per_row: usize, dst: &mut [u16], rows: usize) {
-        transpose_plain(src, per_row, dst, rows, 0..rows, 0);
-    }
-
-    #[inline(always)]
-    fn transpose32(self, src: &[f32], per_row: usize, dst: &mut [f32], rows: usize) {
-        transpose_plain(src, per_row, dst, rows, 0..rows, 0);
-    }
-}
-
-/// [`StridedCopy::transpose16`] of the items `items_from..` of rows `rows_of`, by plain loads
-/// and stores (the SIMD versions' edges).
-#[inline(always)]
-pub(super) fn transpose_plain<T: Copy>(
-    src: &[T],
-    per_row: usize,
-    dst: &mut [T],
-    rows: usize,
-    rows_of: std::ops::Range<usize>,
-    items_from: usize,
-) {
-    for j in rows_of {
-        let row = &src[j * per_row..(j + 1) * per_row];
-        for (run, &v) in dst.chunks_exact_mut(rows).zip(row).skip(items_from) {
-            run[j] = v;
-        }
-    }
-}
-
-impl Scratch {
-    /// Row `j`'s scale fields (and, for the K-quants, its per-run values) into the row-by-row
-    /// arrays.
-    #[inline(always)]
-    fn fields(&mut self, copy: impl StridedCopy, ty: GgmlType, row: &[u8], j: usize) {
-        let (blocks, runs) = (self.blocks, self.runs);
-        let h0 = &mut self.h0[j * blocks..(j + 1) * blocks];
+    /// The first block of row `j` with a NaN or infinite `d`, else with one in its second fp16
+    /// field.
+    fn first_non_finite(&mut self, ty: GgmlType, row: &[u8], j: usize, stride: usize) -> usize {
+        let at = j * stride..(j + 1) * stride;
         match ty {
-            GgmlType::Q4_0 => copy.halves::<18, 0>(row, h0),
-            GgmlType::Q5_0 => copy.halves::<22, 0>(row, h0),
-            GgmlType::Q8_0 => copy.halves::<34, 0>(row, h0),
             GgmlType::Q4_1 => {
-                copy.halves::<20, 0>(row, h0);
-                copy.halves::<20, 2>(row, &mut self.h1[j * blocks..(j + 1) * blocks]);
+                gather_halves::<20, 0>(row, &mut self.h0[at.clone()]);
+                gather_halves::<20, 2>(row, &mut self.h1[at.clone()]);
             }
             GgmlType::Q4_K => {
-                let h1 = &mut self.h1[j * blocks..(j + 1) * blocks];
-                let sc = self.sc[j * runs..(j + 1) * runs]
-                    .as_chunks_mut::<RUNS_PER_QK_K>()
-                    .0;
-                let mn = self.mn[j * runs..(j + 1) * runs]
-                    .as_chunks_mut::<RUNS_PER_QK_K>()
-                    .0;
-                let sb = h0.iter_mut().zip(h1.iter_mut()).zip(sc.iter_mut().zip(mn));
-                for (((h0, h1), (sc, mn)), blk) in sb.zip(row.as_chunks::<144>().0) {
-                    (*h0, *h1) = (
-                        u16::from_le_bytes([blk[0], blk[1]]),
-                        u16::from_le_bytes([blk[2], blk[3]]),
-                    );
-                    (*sc, *mn) = q4k_scales_mins(blk[4..16].try_into().expect("12 bytes"));
-                }
+                gather_halves::<144, 0>(row, &mut self.h0[at.clone()]);
+                gather_halves::<144, 2>(row, &mut self.h1[at.clone()]);
             }
-            GgmlType::Q6_K => {
-                let sc = self.sc[2 * j * runs..2 * (j + 1) * runs]
-                    .as_chunks_mut::<16>()
-                    .0;
-                for ((h0, sc), blk) in h0.iter_mut().zip(sc).zip(row.as_chunks::<210>().0) {
-                    *h0 = u16::from_le_bytes([blk[208], blk[209]]);
-                    *sc = blk[192..208].try_into().expect("16 bytes");
-                }
-            }
-            GgmlType::F32 | GgmlType::F16 => unreachable!("checked by the caller"),
+            GgmlType::Q6_K => gather_halves::<210, 208>(row, &mut self.h0[at.clone()]),
+            _ => {}
         }
-    }
-
-    /// Q4_K: `a_j = fl(d·sc_j)`, `b_j = -fl(dmin·m_j)` of every run; Q6_K: `e` of its two
-    /// sub-blocks, `fl(d·sc)`; rows `n..` zero.
-    #[inline(always)]
-    fn per_run_values(&mut self, ty: GgmlType, n: usize) {
-        let (blocks, runs) = (self.blocks, self.runs);
-        for (d, &h) in self.d[..n * blocks].iter_mut().zip(&self.h0) {
-            *d = finite_half_to_f32(h);
-        }
-        // Q4_K in flat passes (each super-block's factor spread to its runs first): a loop over
-        // super-blocks with an inner loop of 8 gets vectorized across super-blocks, with
-        // byte-by-byte gathers, on AVX2.
-        let (a, b) = (&mut self.a[..n * runs], &mut self.b[..n * runs]);
-        if ty == GgmlType::Q4_K {
-            for (dmin, &h) in self.dmin[..n * blocks].iter_mut().zip(&self.h1) {
-                *dmin = finite_half_to_f32(h);
-            }
-            let spread = self.e[..n * runs].as_chunks_mut::<RUNS_PER_QK_K>().0;
-            for (e, &d) in spread.iter_mut().zip(&self.d) {
-                *e = [d; RUNS_PER_QK_K];
-            }
-            // ggml: w = fl(fl(d·sc)·q) - fl(dmin·m); negating the offset is exact.
-            for ((a, &d), &sc) in a.iter_mut().zip(&self.e).zip(&self.sc) {
-                *a = d * sc as f32;
-            }
-            let spread = self.e[..n * runs].as_chunks_mut::<RUNS_PER_QK_K>().0;
-            for (e, &dmin) in spread.iter_mut().zip(&self.dmin) {
-                *e = [dmin; RUNS_PER_QK_K];
-            }
-            for ((b, &dmin), &mn) in b.iter_mut().zip(&self.e).zip(&self.mn) {
-                *b = -(dmin * mn as f32);
-            }
-        } else {
-            let (a, b) = (
-                a.as_chunks_mut::<RUNS_PER_QK_K>().0,
-                b.as_chunks_mut::<RUNS_PER_QK_K>().0,
-            );
-            let sc = self.sc.as_chunks::<16>().0;
-            // Run i of a super-block: sub-blocks 2i (its first 16 weights) and 2i + 1.
-            for (((a, b), sc), &d) in a.iter_mut().zip(b).zip(sc).zip(&self.d) {
-                let e: [f32; 16] = std::array::from_fn(|i| d * (sc[i] as i8) as f32);
-                *a = std::array::from_fn(|i| e[2 * i]);
-                *b = std::array::from_fn(|i| e[2 * i + 1]);
-            }
-        }
-        self.a[n * runs..].fill(0.0);
-        self.b[n * runs..].fill(0.0);
-    }
-
-    /// The first block of row `j` with a NaN or infinite `d`, else with one in `h1`.
-    fn first_non_finite(&self, j: usize) -> usize {
         let bad = |h: &[u16]| h.iter().position(|&h| h & 0x7c00 == 0x7c00);
-        let at = j * self.blocks..(j + 1) * self.blocks;
         bad(&self.h0[at.clone()])
             .or_else(|| self.h1.get(at).and_then(bad))
             .expect("a non-finite half exists")
     }
 }
 
-/// The fp16 field at byte `AT` of each `BB`-byte block of `row`, each written `REPEAT` times.
-#[inline(always)]
-fn gather_repeated<const BB: usize, const AT: usize, const REPEAT: usize>(
-    row: &[u8],
-    out: &mut [u16],
-) {
-    let out = out.as_chunks_mut::<REPEAT>().0;
-    for (h, blk) in out.iter_mut().zip(row.as_chunks::<BB>().0) {
-        *h = [u16::from_le_bytes([blk[AT], blk[AT + 1]]); REPEAT];
+/// The scan's steps on one row's arrays. Each default method is the definition (plain loads,
+/// stores and arithmetic: the scalar path's, and the portable one the compiler vectorizes for
+/// aarch64); the x86 paths override them with explicit vector code, each tested equal to the
+/// definition bit for bit. Explicit, because left to itself the compiler vectorizes these short
+/// row loops badly (across rows, with gathers, or with scalar remainders).
+pub(super) trait ScanOps: Copy {
+    /// The fp16 field at byte `AT` of each `BB`-byte block of `row` into `out`, one per block;
+    /// returns their largest magnitude bits (`h & 0x7fff`).
+    #[inline(always)]
+    fn halves<const BB: usize, const AT: usize>(self, row: &[u8], out: &mut [u16]) -> u16 {
+        gather_halves::<BB, AT>(row, out);
+        let blocks = (row.len() / BB).min(out.len());
+        out[..blocks].iter().map(|&h| h & 0x7fff).max().unwrap_or(0)
+    }
+
+    /// Q4_K: `[a_j, b_j] = [fl(d·sc_j), -fl(dmin·m_j)]` of every run of `row` into `ab`;
+    /// returns the largest magnitude bits (`h & 0x7fff`) of the row's `d` and `dmin` fields and
+    /// the binary32 bits of `M_n`, the largest [`table_block_max`] of its runs. If a field is NaN
+    /// or infinite, `ab` and `M_n` are unspecified.
+    #[inline(always)]
+    fn q4_k_values(self, row: &[u8], ab: &mut [[f32; 2]]) -> (u16, u32) {
+        let ab = ab.as_chunks_mut::<RUNS_PER_QK_K>().0;
+        let (mut largest, mut w_max) = (0, 0);
+        for (ab, blk) in ab.iter_mut().zip(row.as_chunks::<144>().0) {
+            let (d, dmin) = (
+                u16::from_le_bytes([blk[0], blk[1]]),
+                u16::from_le_bytes([blk[2], blk[3]]),
+            );
+            largest = largest.max(d & 0x7fff).max(dmin & 0x7fff);
+            let (d, dmin) = (finite_half_to_f32(d), finite_half_to_f32(dmin));
+            let (sc, mn) = q4k_scales_mins(blk[4..16].try_into().expect("12 bytes"));
+            for ((ab, sc), mn) in ab.iter_mut().zip(sc).zip(mn) {
+                // ggml: w = fl(fl(d·sc)·q) - fl(dmin·m); negating the offset is exact.
+                let (a, b) = (d * sc as f32, -(dmin * mn as f32));
+                *ab = [a, b];
+                w_max = w_max.max(table_block_max(a, b).to_bits());
+            }
+        }
+        (largest, w_max)
+    }
+
+    /// Q6_K: `e = fl(d·sc)` of every sub-block of `row` into `e` (two per run); returns the
+    /// largest magnitude bits of the row's `d` fields and the binary32 bits of `E_n`, the
+    /// largest `|e|`. If a `d` is NaN or infinite, `e` and `E_n` are unspecified.
+    #[inline(always)]
+    fn q6_k_values(self, row: &[u8], e: &mut [f32]) -> (u16, u32) {
+        let (mut largest, mut e_max) = (0, 0);
+        for (e, blk) in e
+            .as_chunks_mut::<16>()
+            .0
+            .iter_mut()
+            .zip(row.as_chunks::<210>().0)
+        {
+            // `d` is the block's last two bytes.
+            let h = u16::from_le_bytes([blk[208], blk[209]]);
+            largest = largest.max(h & 0x7fff);
+            let d = finite_half_to_f32(h);
+            for (e, &sc) in e.iter_mut().zip(&blk[192..208]) {
+                *e = d * (sc as i8) as f32;
+                // |fl(d·sc_j)| = fl(|d|·|sc_j|), so this is E_n = max_j |e_j|.
+                e_max = e_max.max(e.to_bits() & 0x7fff_ffff);
+            }
+        }
+        (largest, e_max)
+    }
+
+    /// Q4_1: `ab[j] = [a_j, b_j] = [d, m]` of every block of `row` as binary32 (exact for
+    /// finite halves); returns the largest magnitude bits of the row's `d` and `m` fields and
+    /// the binary32 bits of `M_n`, the largest [`table_block_max`]. If a field is NaN or
+    /// infinite, `ab` and `M_n` are unspecified.
+    #[inline(always)]
+    fn q4_1_values(self, row: &[u8], ab: &mut [[f32; 2]]) -> (u16, u32) {
+        let (mut largest, mut w_max) = (0, 0);
+        for (ab, blk) in ab.iter_mut().zip(row.as_chunks::<20>().0) {
+            let (d, m) = (
+                u16::from_le_bytes([blk[0], blk[1]]),
+                u16::from_le_bytes([blk[2], blk[3]]),
+            );
+            largest = largest.max(d & 0x7fff).max(m & 0x7fff);
+            let (a, b) = (finite_half_to_f32(d), finite_half_to_f32(m));
+            *ab = [a, b];
+            w_max = w_max.max(table_block_max(a, b).to_bits());
+        }
+        (largest, w_max)
+    }
+
+    /// `m[i] = multiplier(d, unit)` of the finite halves `d = h[i]`.
+    #[inline(always)]
+    fn half_multipliers(self, h: &[u16], unit: f32, m: &mut [i16]) {
+        for (m, &h) in m.iter_mut().zip(h) {
+            *m = multiplier(finite_half_to_f32(h), unit);
+        }
+    }
+
+    /// `m[i] = multiplier(e[i], unit)`.
+    #[inline(always)]
+    fn multipliers(self, e: &[f32], unit: f32, m: &mut [i16]) {
+        for (m, &e) in m.iter_mut().zip(e) {
+            *m = multiplier(e, unit);
+        }
+    }
+
+    /// `x[i] = fl(x[i]·factor)`.
+    #[inline(always)]
+    fn scale(self, x: &mut [f32], factor: f32) {
+        for x in x {
+            *x *= factor;
+        }
     }
 }
 
-/// The largest magnitude of the finite halves `h` as f32, or, if one is NaN or infinite, the
-/// index of the first such one.
+/// [`ScanOps`] as defined: plain loads, stores and arithmetic.
+#[derive(Clone, Copy)]
+pub(super) struct PlainOps;
+
+impl ScanOps for PlainOps {}
+
+/// The fp16 field at byte `AT` of each `BB`-byte block of `row` into `out`, one per block.
 #[inline(always)]
-fn largest_half(h: &[u16]) -> Result<f32, usize> {
-    // Finite halves order like their magnitude bits, and NaN/Inf have all exponent bits set,
-    // so one integer max finds both the largest value and any non-finite one.
-    let largest = h.iter().fold(0i16, |m, &h| m.max((h & 0x7fff) as i16));
-    if largest >= 0x7c00 {
-        let bad = h.iter().position(|&h| h & 0x7c00 == 0x7c00);
-        return Err(bad.expect("a non-finite half exists"));
+pub(super) fn gather_halves<const BB: usize, const AT: usize>(row: &[u8], out: &mut [u16]) {
+    for (h, blk) in out.iter_mut().zip(row.as_chunks::<BB>().0) {
+        *h = u16::from_le_bytes([blk[AT], blk[AT + 1]]);
     }
-    Ok(finite_half_to_f32(largest as u16))
 }
 
 /// `(inv_n, s_n) = (fl(127/M_n), fl(M_n/127))`, or zeros for an all-zero row.
@@ -534,7 +446,7 @@ pub(super) fn table_value(c: i32, f: f32, g: f32) -> f32 {
 /// Largest `|w|` over the codes 0..=15 of a Q4_1/Q4_K block, `w = fl(fl(q·a) + b)`: `w` is
 /// monotonic in `q`, so it is `|w|` at one end.
 #[inline(always)]
-fn table_block_max(a: f32, b: f32) -> f32 {
+pub(super) fn table_block_max(a: f32, b: f32) -> f32 {
     larger(b.abs(), (15.0 * a + b).abs())
 }
 

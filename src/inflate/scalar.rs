@@ -4,20 +4,20 @@
 //! parameters from [`super::params::TileParams`]; the SIMD kernels share the Q4_K/Q6_K run
 //! geometry helpers below.
 
-use super::params::{scaled_codes, table_value, PlainCopy, TileParams};
+use super::params::{scaled_codes, table_value, PlainOps, TileParams};
 use super::tile::for_each_run;
 use super::{TileKernel, RUN};
 use crate::quant::GgmlType;
 
 pub(super) fn tile_kernel(ty: GgmlType) -> TileKernel {
     match ty {
-        GgmlType::Q4_0 => |rows, p, tile, runs| for_each_run(rows, &p.m, tile, runs, q4_0_run),
-        GgmlType::Q4_1 => |rows, p, tile, runs| for_each_run(rows, &p.fg, tile, runs, q4_1_run),
-        GgmlType::Q5_0 => |rows, p, tile, runs| for_each_run(rows, &p.m, tile, runs, q5_0_run),
-        GgmlType::Q8_0 => |rows, p, tile, runs| for_each_run(rows, &p.m, tile, runs, q8_0_run),
-        GgmlType::Q4_K => |rows, p, tile, runs| for_each_run(rows, &p.fg, tile, runs, q4_k_run),
+        GgmlType::Q4_0 => |rows, p, tile, runs| for_each_run(rows, p.m(), tile, runs, q4_0_run),
+        GgmlType::Q4_1 => |rows, p, tile, runs| for_each_run(rows, p.fg(), tile, runs, q4_1_run),
+        GgmlType::Q5_0 => |rows, p, tile, runs| for_each_run(rows, p.m(), tile, runs, q5_0_run),
+        GgmlType::Q8_0 => |rows, p, tile, runs| for_each_run(rows, p.m(), tile, runs, q8_0_run),
+        GgmlType::Q4_K => |rows, p, tile, runs| for_each_run(rows, p.fg(), tile, runs, q4_k_run),
         GgmlType::Q6_K => {
-            |rows, p, tile, runs| for_each_run(rows, p.m.as_chunks().0, tile, runs, q6_k_run)
+            |rows, p, tile, runs| for_each_run(rows, p.m_pairs(), tile, runs, q6_k_run)
         }
         GgmlType::F32 | GgmlType::F16 => unreachable!("checked by the caller"),
     }
@@ -29,7 +29,7 @@ pub(super) fn scan_tile(
     rows: &[&[u8]],
     scales: &mut [f32],
 ) -> Result<(), (usize, usize)> {
-    p.prepare(PlainCopy, rows, scales)
+    p.prepare(PlainOps, rows, scales)
 }
 
 /// `lut[q] = sat8(rne(fl(fl(q·f) + g)))` for the 16 codes of a Q4_1/Q4_K (sub-)block.

@@ -1,5 +1,6 @@
-//! One N-tile of native B and the loop every kernel fills it with, in memory order and without
-//! bounds checks in the loop body (fixed-size groups carved out once per run).
+//! One N-tile of native B and the loop every kernel fills it with, in memory order, the kernels'
+//! operands as fixed-size arrays (outputs carved out once per group of runs, each row's blocks
+//! and parameters once per row and group), so that their bodies have no bounds checks.
 
 use super::RUN;
 
@@ -35,18 +36,25 @@ impl Tile<'_> {
     }
 }
 
+/// Per-run parameters of a tile's rows, row by row: run `r` of row `j` at `j·stride + r`.
+#[derive(Clone, Copy)]
+pub(super) struct RowMajor<'a, P> {
+    pub items: &'a [P],
+    pub stride: usize,
+}
+
 /// Calls `convert(r, rows, params, outs)` for every group of `R` consecutive tile rows and of
 /// `G` consecutive runs `r..r + G` (`r` a multiple of `G`), run group by run group so that the
-/// writes stream through memory. `rows` holds the tile's `b_n` rows, `params` one item per
-/// (run, row) in tile order (run `r` of row `j` at `r·b_n + j`); `params[g][i]` and `outs[g][i]`
-/// belong to run `r + g` of row `rows[i]`. `b_n` must be a multiple of `R`, `runs` of `G`.
+/// writes stream through memory. `rows` holds the tile's `b_n` rows; `params[i][g]` and
+/// `outs[g][i]` belong to run `r + g` of row `rows[i]`. `b_n` must be a multiple of `R`, `runs`
+/// of `G`.
 #[inline(always)]
 pub(super) fn for_each_group<const G: usize, const R: usize, P>(
     rows: &[&[u8]],
-    params: &[P],
+    params: RowMajor<P>,
     tile: &mut Tile,
     runs: usize,
-    convert: impl FnMut(usize, &[&[u8]; R], [&[P; R]; G], [&mut [[i8; RUN]; R]; G]),
+    convert: impl FnMut(usize, &[&[u8]; R], [&[P; G]; R], [&mut [[i8; RUN]; R]; G]),
 ) {
     for_each_group_in::<G, R, P>(rows, params, tile, 0..runs, convert);
 }
@@ -57,10 +65,10 @@ pub(super) fn for_each_group<const G: usize, const R: usize, P>(
 #[inline(always)]
 pub(super) fn for_each_block_group<const G: usize, const R: usize, const GB: usize, P>(
     rows: &[&[u8]],
-    params: &[P],
+    params: RowMajor<P>,
     tile: &mut Tile,
     runs: std::ops::Range<usize>,
-    mut convert: impl FnMut(usize, [&[u8; GB]; R], [&[P; R]; G], [&mut [[i8; RUN]; R]; G]),
+    mut convert: impl FnMut(usize, [&[u8; GB]; R], [&[P; G]; R], [&mut [[i8; RUN]; R]; G]),
 ) {
     for_each_group_in::<G, R, P>(rows, params, tile, runs, |r, rows, p, outs| {
         convert(r, rows.map(|row| &row.as_chunks::<GB>().0[r / G]), p, outs)
@@ -71,67 +79,64 @@ pub(super) fn for_each_block_group<const G: usize, const R: usize, const GB: usi
 pub(super) const GROUP: usize = 4;
 
 /// For formats of one `BB`-byte block per run (`GB = GROUP·BB`): calls `step(blocks, params,
-/// outs)` for run `r` of every group of `R` tile rows (`blocks[i]`: block `r` of the group's
-/// row `i`), `r` in `0..runs`. Runs go [`GROUP`] at a time (one bounds check per row and
-/// group), the last `runs % GROUP` one at a time.
+/// outs)` for run `r` of every group of `R` tile rows (`blocks[i]`, `params[i]`: block `r` of
+/// the group's row `i` and its parameter), `r` in `0..runs`. Runs go [`GROUP`] at a time (one
+/// bounds check per row and group), the last `runs % GROUP` one at a time.
 #[inline(always)]
-pub(super) fn for_each_block<const R: usize, const BB: usize, const GB: usize, P>(
+pub(super) fn for_each_block<const R: usize, const BB: usize, const GB: usize, P: Copy>(
     rows: &[&[u8]],
-    params: &[P],
+    params: RowMajor<P>,
     tile: &mut Tile,
     runs: usize,
-    mut step: impl FnMut([&[u8; BB]; R], &[P; R], &mut [[i8; RUN]; R]),
+    mut step: impl FnMut([&[u8; BB]; R], [P; R], &mut [[i8; RUN]; R]),
 ) {
     const { assert!(GB == GROUP * BB) };
     let full = runs / GROUP * GROUP;
     for_each_block_group::<GROUP, R, GB, P>(rows, params, tile, 0..full, |_, rows, p, out| {
         let blocks = rows.map(|row| row.as_chunks::<BB>().0);
         for g in 0..GROUP {
-            step(blocks.map(|b| &b[g]), p[g], &mut *out[g]);
+            step(blocks.map(|b| &b[g]), p.map(|p| p[g]), &mut *out[g]);
         }
     });
-    for_each_block_group::<1, R, BB, P>(rows, params, tile, full..runs, |_, rows, [p], [out]| {
-        step(rows, p, out)
+    for_each_block_group::<1, R, BB, P>(rows, params, tile, full..runs, |_, rows, p, [out]| {
+        step(rows, p.map(|[p]| *p), out)
     });
 }
 
 #[inline(always)]
 fn for_each_group_in<const G: usize, const R: usize, P>(
     rows: &[&[u8]],
-    params: &[P],
+    params: RowMajor<P>,
     tile: &mut Tile,
     runs: std::ops::Range<usize>,
-    mut convert: impl FnMut(usize, &[&[u8]; R], [&[P; R]; G], [&mut [[i8; RUN]; R]; G]),
+    mut convert: impl FnMut(usize, &[&[u8]; R], [&[P; G]; R], [&mut [[i8; RUN]; R]; G]),
 ) {
     let b_n = tile.b_n;
+    let stride = params.stride;
     assert!(
         b_n.is_multiple_of(R)
             && runs.start.is_multiple_of(G)
             && runs.len().is_multiple_of(G)
-            && rows.len() == b_n,
-        "tile of {b_n} rows in groups of {R}, runs {runs:?} in groups of {G}"
+            && rows.len() == b_n
+            && runs.end <= stride
+            && params.items.len() >= b_n * stride,
+        "tile of {b_n} rows in groups of {R}, runs {runs:?} in groups of {G}, stride {stride}"
     );
     let groups = b_n / R;
     let rows = &rows.as_chunks::<R>().0[..groups];
     let out = &mut tile.out.as_chunks_mut::<RUN>().0[runs.start * b_n..runs.end * b_n];
-    let out_slabs = out.chunks_exact_mut(G * b_n);
-    let param_slabs = params[runs.start * b_n..runs.end * b_n].chunks_exact(G * b_n);
-    for (n, (out, params)) in out_slabs.zip(param_slabs).enumerate() {
+    for (n, out) in out.chunks_exact_mut(G * b_n).enumerate() {
+        let r = runs.start + n * G;
         let mut outs = out
             .chunks_exact_mut(b_n)
             .map(|run| &mut run.as_chunks_mut::<R>().0[..groups]);
         let mut outs: [_; G] = std::array::from_fn(|_| outs.next().expect("G runs"));
-        let mut ps = params
-            .chunks_exact(b_n)
-            .map(|run| &run.as_chunks::<R>().0[..groups]);
-        let ps: [_; G] = std::array::from_fn(|_| ps.next().expect("G runs"));
         for (i, rows) in rows.iter().enumerate() {
-            convert(
-                runs.start + n * G,
-                rows,
-                ps.map(|p| &p[i]),
-                outs.each_mut().map(|o| &mut o[i]),
-            );
+            let ps = std::array::from_fn(|k| {
+                let at = (i * R + k) * stride + r;
+                params.items[at..at + G].try_into().expect("G runs")
+            });
+            convert(r, rows, ps, outs.each_mut().map(|o| &mut o[i]));
         }
     }
 }
@@ -140,7 +145,7 @@ fn for_each_group_in<const G: usize, const R: usize, P>(
 #[inline(always)]
 pub(super) fn for_each_run<P>(
     rows: &[&[u8]],
-    params: &[P],
+    params: RowMajor<P>,
     tile: &mut Tile,
     runs: usize,
     mut convert: impl FnMut(&[u8], &P, usize, &mut [i8; RUN]),

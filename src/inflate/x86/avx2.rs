@@ -3,7 +3,7 @@
 //! array.
 
 use super::super::params::{scaled_codes, TileParams};
-use super::super::tile::{for_each_block, for_each_block_group, Tile};
+use super::super::tile::{for_each_block, for_each_block_group, Tile, GROUP};
 use super::super::RUN;
 use super::{load16, rescale_table};
 use crate::quant::GgmlType;
@@ -38,6 +38,33 @@ fn table32(c: &[__m256; 2], [f, g]: [f32; 2]) -> __m256i {
     let p = _mm256_packs_epi32(step(c[0]), step(c[1]));
     let t = _mm_packs_epi16(_mm256_castsi256_si128(p), _mm256_extracti128_si256::<1>(p));
     _mm256_broadcastsi128_si256(t)
+}
+
+/// The tables of two runs `[f, g]` (`fg`, adjacent in the row's parameters): lane 0 run 0's
+/// 16 entries, lane 1 run 1's. `codes[k]` holds codes `4k..4k + 4` in both lanes; `packs`
+/// works within lanes, so each lane's entries come out in order.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn table_pair(codes: &[__m256; 4], fg: &[[f32; 2]; 2]) -> __m256i {
+    // SAFETY: `fg` is 16 readable bytes; unaligned load (the permutes read only those lanes).
+    let v = _mm256_castps128_ps256(unsafe { _mm_loadu_ps(fg.as_ptr().cast()) });
+    let f = _mm256_permutevar8x32_ps(v, _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2));
+    let g = _mm256_permutevar8x32_ps(v, _mm256_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3));
+    let step = |c: __m256| _mm256_cvtps_epi32(_mm256_add_ps(_mm256_mul_ps(c, f), g));
+    _mm256_packs_epi16(
+        _mm256_packs_epi32(step(codes[0]), step(codes[1])),
+        _mm256_packs_epi32(step(codes[2]), step(codes[3])),
+    )
+}
+
+/// The `codes` of [`table_pair`].
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn pair_codes() -> [__m256; 4] {
+    std::array::from_fn(|k| {
+        let c = 4.0 * k as f32;
+        _mm256_setr_ps(c, c + 1.0, c + 2.0, c + 3.0, c, c + 1.0, c + 2.0, c + 3.0)
+    })
 }
 
 /// [`ORDER`] as two vectors.
@@ -84,7 +111,7 @@ fn lane_multipliers(m0: i16, m1: i16) -> __m256i {
 #[target_feature(enable = "avx2,f16c")]
 pub(super) fn q4_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
     let c: [i16; 16] = scaled_codes(GgmlType::Q4_0);
-    for_each_block::<1, 18, 72, _>(rows, &params.m, tile, runs, |[blk], &[m], [out]| {
+    for_each_block::<1, 18, 72, _>(rows, params.m(), tile, runs, |[blk], [m], [out]| {
         let lut = _mm256_broadcastsi128_si256(rescale_table(&c, m));
         store32(out, _mm256_shuffle_epi8(lut, nibbles(load16(&blk[2..]))));
     });
@@ -92,11 +119,31 @@ pub(super) fn q4_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
 
 #[target_feature(enable = "avx2,f16c")]
 pub(super) fn q4_1(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
-    let c = codes();
-    for_each_block::<1, 20, 80, _>(rows, &params.fg, tile, runs, |[blk], &[fg], [out]| {
+    let (c, pairs) = (codes(), pair_codes());
+    let full = runs / GROUP * GROUP;
+    let fg = params.fg();
+    // Runs two at a time: one table pair, each table in both lanes for its run's 32 weights.
+    for_each_block_group::<GROUP, 1, 80, _>(rows, fg, tile, 0..full, |_, [blk], [p], out| {
+        let blk = blk.as_chunks::<20>().0;
+        let [[o0], [o1], [o2], [o3]] = out;
+        for (i, (even, odd)) in [(o0, o1), (o2, o3)].into_iter().enumerate() {
+            let t = table_pair(&pairs, p[2 * i..2 * i + 2].try_into().expect("2 runs"));
+            let lut0 = _mm256_permute2x128_si256::<0x00>(t, t);
+            let lut1 = _mm256_permute2x128_si256::<0x11>(t, t);
+            store32(
+                even,
+                _mm256_shuffle_epi8(lut0, nibbles(load16(&blk[2 * i][4..]))),
+            );
+            store32(
+                odd,
+                _mm256_shuffle_epi8(lut1, nibbles(load16(&blk[2 * i + 1][4..]))),
+            );
+        }
+    });
+    for_each_block_group::<1, 1, 20, _>(rows, fg, tile, full..runs, |_, [blk], [[fg]], [[out]]| {
         store32(
             out,
-            _mm256_shuffle_epi8(table32(&c, fg), nibbles(load16(&blk[4..]))),
+            _mm256_shuffle_epi8(table32(&c, *fg), nibbles(load16(&blk[4..]))),
         );
     });
 }
@@ -111,7 +158,7 @@ pub(super) fn q5_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
         0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
         2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3,
     );
-    for_each_block::<1, 22, 88, _>(rows, &params.m, tile, runs, |[blk], &[m], [out]| {
+    for_each_block::<1, 22, 88, _>(rows, params.m(), tile, runs, |[blk], [m], [out]| {
         let qh = i32::from_le_bytes([blk[2], blk[3], blk[4], blk[5]]);
         let qh = _mm256_shuffle_epi8(_mm256_set1_epi32(qh), spread);
         let fifth = _mm256_cmpeq_epi8(_mm256_and_si256(qh, bits), bits);
@@ -125,35 +172,37 @@ pub(super) fn q5_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
 
 #[target_feature(enable = "avx2,f16c")]
 pub(super) fn q8_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
-    for_each_block::<1, 34, 136, _>(rows, &params.m, tile, runs, |[blk], &[m], [out]| {
+    for_each_block::<1, 34, 136, _>(rows, params.m(), tile, runs, |[blk], [m], [out]| {
         store32(out, rescale::<8>(load32(&blk[2..]), _mm256_set1_epi16(m)));
     });
 }
 
 #[target_feature(enable = "avx2,f16c")]
 pub(super) fn q4_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
-    let c = codes();
+    let pairs = pair_codes();
     let low = _mm256_set1_epi8(15);
-    // Runs 2p, 2p + 1 of a super-block: the low and high nibbles of its quant bytes 32p..32p+32.
+    // Runs 2p, 2p + 1 of a super-block: the low and high nibbles of its quant bytes 32p..32p+32,
+    // their tables from one table pair.
     let pair = |blk: &[u8; 144],
                 p: usize,
-                fg: [[f32; 2]; 2],
+                fg: &[[f32; 2]; 2],
                 even: &mut [i8; RUN],
                 odd: &mut [i8; RUN]| {
+        let t = table_pair(&pairs, fg);
         let q = load32(&blk[16 + 32 * p..]);
-        store32(
-            even,
-            _mm256_shuffle_epi8(table32(&c, fg[0]), _mm256_and_si256(q, low)),
-        );
+        let lut0 = _mm256_permute2x128_si256::<0x00>(t, t);
+        store32(even, _mm256_shuffle_epi8(lut0, _mm256_and_si256(q, low)));
         let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q), low);
-        store32(odd, _mm256_shuffle_epi8(table32(&c, fg[1]), hi));
+        let lut1 = _mm256_permute2x128_si256::<0x11>(t, t);
+        store32(odd, _mm256_shuffle_epi8(lut1, hi));
     };
-    for_each_block_group::<8, 1, 144, _>(rows, &params.fg, tile, 0..runs, |_, [blk], p, out| {
+    for_each_block_group::<8, 1, 144, _>(rows, params.fg(), tile, 0..runs, |_, [blk], [p], out| {
         let [[e0], [o0], [e1], [o1], [e2], [o2], [e3], [o3]] = out;
-        pair(blk, 0, [p[0][0], p[1][0]], e0, o0);
-        pair(blk, 1, [p[2][0], p[3][0]], e1, o1);
-        pair(blk, 2, [p[4][0], p[5][0]], e2, o2);
-        pair(blk, 3, [p[6][0], p[7][0]], e3, o3);
+        let p = p.as_chunks::<2>().0;
+        pair(blk, 0, &p[0], e0, o0);
+        pair(blk, 1, &p[1], e1, o1);
+        pair(blk, 2, &p[2], e2, o2);
+        pair(blk, 3, &p[3], e3, o3);
     });
 }
 
@@ -204,20 +253,10 @@ pub(super) fn q6_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
             m[3],
         );
     };
-    let m = params.m.as_chunks::<2>().0;
-    for_each_block_group::<8, 1, 210, _>(rows, m, tile, 0..runs, |_, [blk], m, out| {
+    let m = params.m_pairs();
+    for_each_block_group::<8, 1, 210, _>(rows, m, tile, 0..runs, |_, [blk], [m], out| {
         let [[o0], [o1], [o2], [o3], [o4], [o5], [o6], [o7]] = out;
-        half(
-            blk,
-            0,
-            [m[0][0], m[1][0], m[2][0], m[3][0]],
-            [o0, o1, o2, o3],
-        );
-        half(
-            blk,
-            1,
-            [m[4][0], m[5][0], m[6][0], m[7][0]],
-            [o4, o5, o6, o7],
-        );
+        half(blk, 0, [m[0], m[1], m[2], m[3]], [o0, o1, o2, o3]);
+        half(blk, 1, [m[4], m[5], m[6], m[7]], [o4, o5, o6, o7]);
     });
 }

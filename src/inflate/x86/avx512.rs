@@ -4,7 +4,7 @@
 //! lanes 2, 3 to the second; in-lane operations (`pshufb`, `packs`, `unpack`) then never mix rows.
 
 use super::super::params::{scaled_codes, TileParams};
-use super::super::tile::{for_each_block, for_each_block_group, Tile, GROUP};
+use super::super::tile::{for_each_block_group, Tile, GROUP};
 use super::super::RUN;
 use crate::quant::GgmlType;
 use std::arch::x86_64::*;
@@ -69,18 +69,73 @@ fn lane_pairs(m: &[i16; 2]) -> __m512i {
     _mm512_shuffle_epi8(_mm512_set1_epi32(both), spread)
 }
 
-/// `[m0, m1, m2, m3]`: each of four multipliers in all eight 16-bit lanes of one 128-bit lane.
+/// The multipliers of a group of runs of two rows, `a` (row `a`'s, `N` 16-bit items) then `b`,
+/// in one vector.
 #[inline]
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
-fn lane_quads(m: &[[i16; 2]; 2]) -> __m512i {
-    let word = |i: usize| (m[i / 2][i % 2] as u16 as u64) << (16 * i);
-    let all = (word(0) | word(1) | word(2) | word(3)) as i64;
-    let spread = |l: i64| 0x0100_0100_0100_0100 + l * 0x0202_0202_0202_0202;
-    #[rustfmt::skip]
-    let spread = _mm512_set_epi64(
-        spread(3), spread(3), spread(2), spread(2), spread(1), spread(1), spread(0), spread(0),
+fn group_multipliers<const N: usize>(a: &[i16; N], b: &[i16; N]) -> __m512i {
+    const { assert!(N == 4 || N == 16) };
+    // SAFETY: `a` and `b` are `2·N` readable bytes each (8 or 32); unaligned loads.
+    unsafe {
+        if N == 4 {
+            let v = _mm_loadl_epi64(a.as_ptr().cast());
+            let v = _mm_castpd_si128(_mm_loadh_pd(_mm_castsi128_pd(v), b.as_ptr().cast()));
+            _mm512_broadcast_i32x4(v)
+        } else {
+            _mm512_inserti64x4::<1>(
+                _mm512_castsi256_si512(_mm256_loadu_si256(a.as_ptr().cast())),
+                _mm256_loadu_si256(b.as_ptr().cast()),
+            )
+        }
+    }
+}
+
+/// For the formats of one `BB`-byte block per run and one multiplier (Q4_0, Q5_0, Q8_0):
+/// `step([a, b], m, out)` for run `r` of every pair of tile rows (`a`, `b`: their block `r`;
+/// `m`: `[m_a, m_a, m_b, m_b]`, each multiplier in all eight 16-bit lanes of two 128-bit lanes).
+/// Runs go [`GROUP`] at a time, the group's eight multipliers loaded together and spread by one
+/// `pshufb` per run; the last `runs % GROUP` one at a time.
+#[inline]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
+fn for_each_block_pair<const BB: usize, const GB: usize>(
+    rows: &[&[u8]],
+    params: &TileParams,
+    tile: &mut Tile,
+    runs: usize,
+    mut step: impl FnMut([&[u8; BB]; ROWS], __m512i, &mut [[i8; RUN]; ROWS]),
+) {
+    const { assert!(GB == GROUP * BB) };
+    let full = runs / GROUP * GROUP;
+    // Run g: bytes 2g, 2g + 1 (row a's multiplier) in lanes 0, 1; 8 + 2g, 9 + 2g in lanes 2, 3.
+    let spread: [__m512i; GROUP] = std::array::from_fn(|g| {
+        let pair = |at: i32| at | (at + 1) << 8;
+        let (a, b) = (pair(2 * g as i32), pair(8 + 2 * g as i32));
+        let (a, b) = (a | a << 16, b | b << 16);
+        #[rustfmt::skip]
+        let v = _mm512_set_epi32(b, b, b, b, b, b, b, b, a, a, a, a, a, a, a, a);
+        v
+    });
+    let m = params.m();
+    for_each_block_group::<GROUP, ROWS, GB, _>(
+        rows,
+        m,
+        tile,
+        0..full,
+        |_, [a, b], [ma, mb], out| {
+            let v = group_multipliers(ma, mb);
+            let (a, b) = (a.as_chunks::<BB>().0, b.as_chunks::<BB>().0);
+            for (g, out) in out.into_iter().enumerate() {
+                step([&a[g], &b[g]], _mm512_shuffle_epi8(v, spread[g]), out);
+            }
+        },
     );
-    _mm512_shuffle_epi8(_mm512_set1_epi64(all), spread)
+    for_each_block_group::<1, ROWS, BB, _>(
+        rows,
+        m,
+        tile,
+        full..runs,
+        |_, [a, b], [ma, mb], [out]| step([a, b], lane_pairs(&[ma[0], mb[0]]), out),
+    );
 }
 
 /// The four nibble vectors of two 16-byte quant runs `[qa, qb]`: lanes `[qa & 15, qa >> 4, qb &
@@ -126,8 +181,7 @@ fn code_halves(c: &[i16; 16]) -> (__m512i, __m512i) {
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
 pub(super) fn q4_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
     let (c_lo, c_hi) = code_halves(&scaled_codes(GgmlType::Q4_0));
-    for_each_block::<ROWS, 18, 72, _>(rows, &params.m, tile, runs, |[a, b], m, out| {
-        let m = lane_pairs(m);
+    for_each_block_pair::<18, 72>(rows, params, tile, runs, |[a, b], m, out| {
         // Lane l: the 16-entry table of its row (codes 0..8 from c_lo, 8..16 from c_hi).
         let lut = _mm512_packs_epi16(_mm512_mulhrs_epi16(c_lo, m), _mm512_mulhrs_epi16(c_hi, m));
         store(
@@ -140,7 +194,7 @@ pub(super) fn q4_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
 pub(super) fn q5_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
     let sixteen = _mm512_set1_epi8(16);
-    for_each_block::<ROWS, 22, 88, _>(rows, &params.m, tile, runs, |[a, b], m, out| {
+    for_each_block_pair::<22, 88>(rows, params, tile, runs, |[a, b], m, out| {
         let qh = |blk: &[u8; 22]| u32::from_le_bytes([blk[2], blk[3], blk[4], blk[5]]) as u64;
         // Byte i of the vector is weight i % 32 of its row: bit i of the pair's qh.
         let fifth: __mmask64 = qh(a) | qh(b) << 32;
@@ -148,34 +202,15 @@ pub(super) fn q5_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
         // c = q - 16: the nibble, less 16 where the fifth bit is clear.
         let c = _mm512_mask_sub_epi8(q, !fifth, q, sixteen);
         // 8·c = the scaled code.
-        store(out, rescale::<5>(c, lane_pairs(m)));
+        store(out, rescale::<5>(c, m));
     });
 }
 
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
 pub(super) fn q8_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
-    for_each_block::<ROWS, 34, 136, _>(rows, &params.m, tile, runs, |[a, b], m, out| {
-        store(out, rescale::<8>(load32x2(&a[2..], &b[2..]), lane_pairs(m)));
+    for_each_block_pair::<34, 136>(rows, params, tile, runs, |[a, b], m, out| {
+        store(out, rescale::<8>(load32x2(&a[2..], &b[2..]), m));
     });
-}
-
-/// `[f0, f0, f1, f1]` and `[g0, g0, g1, g1]`, each in all four lanes of a 128-bit lane, from
-/// the two rows' `[f, g]`.
-#[inline]
-#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
-fn lane_fg(fg: &[[f32; 2]; 2]) -> (__m512, __m512) {
-    // SAFETY: `fg` is 16 readable bytes; unaligned load.
-    let v = _mm512_castps128_ps512(unsafe { _mm_loadu_ps(fg.as_ptr().cast()) });
-    (
-        _mm512_permutexvar_ps(
-            _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0),
-            v,
-        ),
-        _mm512_permutexvar_ps(
-            _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1),
-            v,
-        ),
-    )
 }
 
 /// Lane `l` of the result: `sat8(rne(fl(fl(q·f) + g)))` for the 16 codes `q`, with lane `l`'s
@@ -202,28 +237,28 @@ fn lane_codes() -> [__m512; 4] {
     })
 }
 
-/// The tables of runs `r` and `r + 1` of two rows (their `[f, g]` in `p0`, `p1`): lanes `[a
-/// run r, a run r, b run r, b run r]` and the same for run `r + 1`, ready for `pshufb`.
+/// The `vpermt2ps` indices that spread runs `r`, `r + 1` (`r = 2p`) of two rows, each row's
+/// `[f, g]` pairs of a group of runs at items `0..` (first row) and `first_b..` (second row) of
+/// the two-vector table, over the four 128-bit lanes `[a run r, a run r + 1, b run r, b run r +
+/// 1]`: `f` (and `g`, one item later) of each lane's run in all four of its 32-bit lanes.
 #[inline]
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
-fn run_pair_tables(codes: &[__m512; 4], p0: &[[f32; 2]; 2], p1: &[[f32; 2]; 2]) -> [__m512i; 2] {
-    // [fa, ga, fb, gb] of runs r and r + 1.
-    // SAFETY: `p0`, `p1` are 16 readable bytes each; unaligned loads.
-    let fg = unsafe {
-        _mm512_insertf32x4::<1>(
-            _mm512_castps128_ps512(_mm_loadu_ps(p0.as_ptr().cast())),
-            _mm_loadu_ps(p1.as_ptr().cast()),
-        )
+fn pair_spread(p: usize, first_b: usize) -> [__m512i; 2] {
+    let item = |lane: usize| (lane / 2 * first_b + 2 * (2 * p + lane % 2)) as i32;
+    let spread = |g: i32| {
+        let (a0, a1, b0, b1) = (item(0) + g, item(1) + g, item(2) + g, item(3) + g);
+        #[rustfmt::skip]
+        let v = _mm512_set_epi32(b1, b1, b1, b1, b0, b0, b0, b0, a1, a1, a1, a1, a0, a0, a0, a0);
+        v
     };
-    // Lanes: row a run r, row a run r + 1, row b run r, row b run r + 1.
-    let f = _mm512_permutexvar_ps(
-        _mm512_set_epi32(6, 6, 6, 6, 2, 2, 2, 2, 4, 4, 4, 4, 0, 0, 0, 0),
-        fg,
-    );
-    let g = _mm512_permutexvar_ps(
-        _mm512_set_epi32(7, 7, 7, 7, 3, 3, 3, 3, 5, 5, 5, 5, 1, 1, 1, 1),
-        fg,
-    );
+    [spread(0), spread(1)]
+}
+
+/// The tables of runs `r` and `r + 1` of two rows from [`pair_spread`]'s `f` and `g` lanes:
+/// lanes `[a run r, a run r, b run r, b run r]` and the same for run `r + 1`, ready for `pshufb`.
+#[inline]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
+fn run_pair_tables(codes: &[__m512; 4], f: __m512, g: __m512) -> [__m512i; 2] {
     let luts = lane_tables(codes, f, g);
     [
         _mm512_shuffle_i32x4::<0b10_10_00_00>(luts, luts),
@@ -231,16 +266,39 @@ fn run_pair_tables(codes: &[__m512; 4], p0: &[[f32; 2]; 2], p1: &[[f32; 2]; 2]) 
     ]
 }
 
+/// `N` runs' `[f, g]` (`N·8` bytes) at the start of `p` as a vector.
+#[inline]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
+fn load_fg<const N: usize>(p: &[[f32; 2]; N]) -> __m512 {
+    const { assert!(N == 4 || N == 8) };
+    // SAFETY: `p` is `8·N` readable bytes (32 or 64); unaligned loads.
+    unsafe {
+        if N == 8 {
+            _mm512_loadu_ps(p.as_ptr().cast())
+        } else {
+            _mm512_castps256_ps512(_mm256_loadu_ps(p.as_ptr().cast()))
+        }
+    }
+}
+
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
 pub(super) fn q4_1(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
     let codes = lane_codes();
     let full = runs / GROUP * GROUP;
-    let fg = &params.fg;
+    let fg = params.fg();
+    // The group's [f, g] of both rows in one vector: row a at items 0..8, row b at 8..16.
+    let spread = [pair_spread(0, 8), pair_spread(1, 8)];
     for_each_block_group::<GROUP, ROWS, 80, _>(rows, fg, tile, 0..full, |_, [a, b], p, out| {
         let (a, b) = (a.as_chunks::<20>().0, b.as_chunks::<20>().0);
+        let (va, vb) = (load_fg(p[0]), _mm512_castps512_ps256(load_fg(p[1])));
+        let v = _mm512_castpd_ps(_mm512_insertf64x4::<1>(
+            _mm512_castps_pd(va),
+            _mm256_castps_pd(vb),
+        ));
         let [o0, o1, o2, o3] = out;
         for (i, (even, odd)) in [(o0, o1), (o2, o3)].into_iter().enumerate() {
-            let [lut0, lut1] = run_pair_tables(&codes, p[2 * i], p[2 * i + 1]);
+            let [f, g] = spread[i].map(|s| _mm512_permutexvar_ps(s, v));
+            let [lut0, lut1] = run_pair_tables(&codes, f, g);
             let (r0, r1) = (2 * i, 2 * i + 1);
             store(
                 even,
@@ -252,8 +310,15 @@ pub(super) fn q4_1(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
             );
         }
     });
-    for_each_block_group::<1, ROWS, 20, _>(rows, fg, tile, full..runs, |_, [a, b], [fg], [out]| {
-        let (f, g) = lane_fg(fg);
+    // The last runs one at a time: lanes [a, a, b, b].
+    let (f_at, g_at) = (
+        _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0),
+        _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1),
+    );
+    for_each_block_group::<1, ROWS, 20, _>(rows, fg, tile, full..runs, |_, [a, b], p, [out]| {
+        let v = _mm512_castps128_ps512(_mm_setr_ps(p[0][0][0], p[0][0][1], p[1][0][0], p[1][0][1]));
+        let f = _mm512_permutexvar_ps(f_at, v);
+        let g = _mm512_permutexvar_ps(g_at, v);
         let lut = lane_tables(&codes, f, g);
         store(
             out,
@@ -266,34 +331,31 @@ pub(super) fn q4_1(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
 pub(super) fn q4_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
     let codes = lane_codes();
     let low = _mm512_set1_epi8(15);
-    // Runs 2p, 2p + 1 of a super-block: the low and high nibbles of its quant bytes 32p..32p+32.
-    let pair = |a: &[u8; 144],
-                b: &[u8; 144],
-                p: usize,
-                p0: &[[f32; 2]; 2],
-                p1: &[[f32; 2]; 2],
-                even: &mut [[i8; RUN]; ROWS],
-                odd: &mut [[i8; RUN]; ROWS]| {
-        let [lut0, lut1] = run_pair_tables(&codes, p0, p1);
-        let at = 16 + 32 * p;
-        let q = load32x2(&a[at..], &b[at..]);
-        store(even, _mm512_shuffle_epi8(lut0, _mm512_and_si512(q, low)));
-        store(
-            odd,
-            _mm512_shuffle_epi8(lut1, _mm512_and_si512(_mm512_srli_epi16::<4>(q), low)),
-        );
-    };
+    // A super-block's [f, g] of row a in one vector (items 0..16), row b's in another (16..32).
+    let spread: [[__m512i; 2]; 4] = std::array::from_fn(|p| pair_spread(p, 16));
     for_each_block_group::<8, ROWS, 144, _>(
         rows,
-        &params.fg,
+        params.fg(),
         tile,
         0..runs,
-        |_, [a, b], p, out| {
+        |_, [a, b], [pa, pb], out| {
+            let (va, vb) = (load_fg(pa), load_fg(pb));
             let [e0, o0, e1, o1, e2, o2, e3, o3] = out;
-            pair(a, b, 0, p[0], p[1], e0, o0);
-            pair(a, b, 1, p[2], p[3], e1, o1);
-            pair(a, b, 2, p[4], p[5], e2, o2);
-            pair(a, b, 3, p[6], p[7], e3, o3);
+            // Runs 2p, 2p + 1: the low and high nibbles of the quant bytes 32p..32p + 32.
+            for (p, (even, odd)) in [(e0, o0), (e1, o1), (e2, o2), (e3, o3)]
+                .into_iter()
+                .enumerate()
+            {
+                let [f, g] = spread[p].map(|s| _mm512_permutex2var_ps(va, s, vb));
+                let [lut0, lut1] = run_pair_tables(&codes, f, g);
+                let at = 16 + 32 * p;
+                let q = load32x2(&a[at..], &b[at..]);
+                store(even, _mm512_shuffle_epi8(lut0, _mm512_and_si512(q, low)));
+                store(
+                    odd,
+                    _mm512_shuffle_epi8(lut1, _mm512_and_si512(_mm512_srli_epi16::<4>(q), low)),
+                );
+            }
         },
     );
 }
@@ -306,18 +368,15 @@ pub(super) fn q6_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
         _mm512_set1_epi8(32),
     );
     // 4·(q - 32) with each 16-weight half's multiplier.
-    let put = |out: &mut [[i8; RUN]; ROWS], code: __m512i, m: &[[i16; 2]; 2]| {
-        store(
-            out,
-            rescale::<6>(_mm512_sub_epi8(code, bias), lane_quads(m)),
-        )
+    let put = |out: &mut [[i8; RUN]; ROWS], code: __m512i, m: __m512i| {
+        store(out, rescale::<6>(_mm512_sub_epi8(code, bias), m))
     };
     // The four runs of 128-weight half `h` of a super-block: low (runs 0, 1) and high (2, 3)
     // nibbles of ql[64h..][..32], ql[64h + 32..][..32], and bits 2t, 2t + 1 of qh[32h..][..32].
     let half = |a: &[u8; 210],
                 b: &[u8; 210],
                 h: usize,
-                m: [&[[i16; 2]; 2]; 4],
+                m: [__m512i; 4],
                 out: [&mut [[i8; RUN]; ROWS]; 4]| {
         let (ql, qh) = (64 * h, 128 + 32 * h);
         let (ql0, ql1) = (
@@ -349,8 +408,32 @@ pub(super) fn q6_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
             m[3],
         );
     };
-    let m = params.m.as_chunks::<2>().0;
-    for_each_block_group::<8, ROWS, 210, _>(rows, m, tile, 0..runs, |_, [a, b], m, out| {
+    // Run t's lanes [a's first half, a's second half, b's first, b's second]: words 2t, 2t + 1
+    // of row a's 16 multipliers, 16 + 2t, 17 + 2t of row b's, each in all eight words of a lane.
+    let spread: [__m512i; 8] = std::array::from_fn(|t| {
+        let w = |l: i16| {
+            [
+                2 * t as i16,
+                2 * t as i16 + 1,
+                16 + 2 * t as i16,
+                17 + 2 * t as i16,
+            ][l as usize]
+        };
+        let (w0, w1, w2, w3) = (w(0), w(1), w(2), w(3));
+        #[rustfmt::skip]
+        let v = _mm512_set_epi16(
+            w3, w3, w3, w3, w3, w3, w3, w3, w2, w2, w2, w2, w2, w2, w2, w2,
+            w1, w1, w1, w1, w1, w1, w1, w1, w0, w0, w0, w0, w0, w0, w0, w0,
+        );
+        v
+    });
+    let m = params.m_pairs();
+    for_each_block_group::<8, ROWS, 210, _>(rows, m, tile, 0..runs, |_, [a, b], [ma, mb], out| {
+        let v = group_multipliers::<16>(
+            ma.as_flattened().try_into().expect("16"),
+            mb.as_flattened().try_into().expect("16"),
+        );
+        let m: [__m512i; 8] = std::array::from_fn(|t| _mm512_permutexvar_epi16(spread[t], v));
         let [o0, o1, o2, o3, o4, o5, o6, o7] = out;
         half(a, b, 0, [m[0], m[1], m[2], m[3]], [o0, o1, o2, o3]);
         half(a, b, 1, [m[4], m[5], m[6], m[7]], [o4, o5, o6, o7]);
