@@ -20,6 +20,33 @@
 //! weight; the SIMD paths (`x86.rs`, `neon.rs`) take eight rows per step, the scalar code here is their
 //! reference and does the rows of a strip that do not fill a step.
 
+/// The (type, rows, chunk) → kernel table of a SIMD path: the module that expands it defines the
+/// kernels `q4_0`, `q4_1`, ... and `unsafe_call!` (why calling them is sound on that path).
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+macro_rules! kernel_table {
+    ($src:expr) => {{
+        let k: Kernel = match ($src.ty, $src.rows, $src.chunk) {
+            (GgmlType::Q4_0, 1, _) => |s, p, o| unsafe_call!(q4_0::<1, 0>(s, p, o)),
+            (GgmlType::Q4_0, 4, 4) => |s, p, o| unsafe_call!(q4_0::<4, 4>(s, p, o)),
+            (GgmlType::Q4_0, 4, 8) => |s, p, o| unsafe_call!(q4_0::<4, 8>(s, p, o)),
+            (GgmlType::Q4_0, 8, 8) => |s, p, o| unsafe_call!(q4_0::<8, 8>(s, p, o)),
+            (GgmlType::Q4_1, 1, _) => |s, p, o| unsafe_call!(q4_1(s, p, o)),
+            (GgmlType::Q5_0, 1, _) => |s, p, o| unsafe_call!(q5_0(s, p, o)),
+            (GgmlType::Q8_0, 1, _) => |s, p, o| unsafe_call!(q8_0::<1, 0>(s, p, o)),
+            (GgmlType::Q8_0, 4, 4) => |s, p, o| unsafe_call!(q8_0::<4, 4>(s, p, o)),
+            (GgmlType::Q8_0, 4, 8) => |s, p, o| unsafe_call!(q8_0::<4, 8>(s, p, o)),
+            (GgmlType::Q4_K, 1, _) => |s, p, o| unsafe_call!(q4_k::<1, 0>(s, p, o)),
+            (GgmlType::Q4_K, 8, 4) => |s, p, o| unsafe_call!(q4_k::<8, 4>(s, p, o)),
+            (GgmlType::Q4_K, 8, 8) => |s, p, o| unsafe_call!(q4_k::<8, 8>(s, p, o)),
+            (GgmlType::Q6_K, 1, _) => |s, p, o| unsafe_call!(q6_k::<1, 0>(s, p, o)),
+            (GgmlType::Q6_K, 8, 4) => |s, p, o| unsafe_call!(q6_k::<8, 4>(s, p, o)),
+            (GgmlType::Q6_K, 8, 8) => |s, p, o| unsafe_call!(q6_k::<8, 8>(s, p, o)),
+            _ => return None,
+        };
+        Some(k)
+    }};
+}
+
 #[cfg(target_arch = "aarch64")]
 mod neon;
 #[cfg(target_arch = "x86_64")]
@@ -485,16 +512,19 @@ trait Decode {
     }
 
     /// `(a, b)` of row `r`, block `x`, parameter set `s` (its bytes at `set`), from the block's
-    /// fp16 fields `d` and `m` (0 if none).
+    /// fp16 fields `d` and `m` (0 if none); by default the block's scale alone.
+    #[inline(always)]
     fn params<const R: usize>(
-        src: &Source,
-        r: usize,
-        x: usize,
-        s: usize,
-        set: Loc,
+        _src: &Source,
+        _r: usize,
+        _x: usize,
+        _s: usize,
+        _set: Loc,
         d: f32,
-        m: f32,
-    ) -> (f32, f32);
+        _m: f32,
+    ) -> (f32, f32) {
+        (d, 0.0)
+    }
 
     /// The weight of column `col` from its code's bytes `q` (as stored) and its row's
     /// parameters.
@@ -509,19 +539,6 @@ struct Q4K;
 struct Q6K;
 
 impl Decode for Q4_0 {
-    #[inline(always)]
-    fn params<const R: usize>(
-        _: &Source,
-        _: usize,
-        _: usize,
-        _: usize,
-        _: Loc,
-        d: f32,
-        _: f32,
-    ) -> (f32, f32) {
-        (d, 0.0)
-    }
-
     #[inline(always)]
     fn weight(q: [u8; 2], col: &Column, a: f32, _: f32) -> f32 {
         let c = (((q[0] ^ col.flip) >> col.shift[0]) & 15) as i32 - 8;
@@ -556,19 +573,6 @@ impl Decode for Q5_0 {
     const TWO_BYTES: bool = true;
 
     #[inline(always)]
-    fn params<const R: usize>(
-        _: &Source,
-        _: usize,
-        _: usize,
-        _: usize,
-        _: Loc,
-        d: f32,
-        _: f32,
-    ) -> (f32, f32) {
-        (d, 0.0)
-    }
-
-    #[inline(always)]
     fn weight(q: [u8; 2], col: &Column, a: f32, _: f32) -> f32 {
         let (lo, hi) = ((q[0] >> col.shift[0]) & 15, (q[1] >> col.shift[1]) & 1);
         let c = (lo | hi << 4) as i32 - 16;
@@ -577,19 +581,6 @@ impl Decode for Q5_0 {
 }
 
 impl Decode for Q8_0 {
-    #[inline(always)]
-    fn params<const R: usize>(
-        _: &Source,
-        _: usize,
-        _: usize,
-        _: usize,
-        _: Loc,
-        d: f32,
-        _: f32,
-    ) -> (f32, f32) {
-        (d, 0.0)
-    }
-
     #[inline(always)]
     fn weight(q: [u8; 2], _: &Column, a: f32, _: f32) -> f32 {
         q[0] as i8 as f32 * a

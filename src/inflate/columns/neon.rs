@@ -31,25 +31,7 @@ pub(super) fn kernel(isa: Isa, src: &Source) -> Option<Kernel> {
     if !matches!(isa, Isa::Neon | Isa::NeonDot) {
         return None;
     }
-    let k: Kernel = match (src.ty, src.rows, src.chunk) {
-        (GgmlType::Q4_0, 1, _) => |s, p, o| unsafe_call!(q4_0::<1, 0>(s, p, o)),
-        (GgmlType::Q4_0, 4, 4) => |s, p, o| unsafe_call!(q4_0::<4, 4>(s, p, o)),
-        (GgmlType::Q4_0, 4, 8) => |s, p, o| unsafe_call!(q4_0::<4, 8>(s, p, o)),
-        (GgmlType::Q4_0, 8, 8) => |s, p, o| unsafe_call!(q4_0::<8, 8>(s, p, o)),
-        (GgmlType::Q4_1, 1, _) => |s, p, o| unsafe_call!(q4_1(s, p, o)),
-        (GgmlType::Q5_0, 1, _) => |s, p, o| unsafe_call!(q5_0(s, p, o)),
-        (GgmlType::Q8_0, 1, _) => |s, p, o| unsafe_call!(q8_0::<1, 0>(s, p, o)),
-        (GgmlType::Q8_0, 4, 4) => |s, p, o| unsafe_call!(q8_0::<4, 4>(s, p, o)),
-        (GgmlType::Q8_0, 4, 8) => |s, p, o| unsafe_call!(q8_0::<4, 8>(s, p, o)),
-        (GgmlType::Q4_K, 1, _) => |s, p, o| unsafe_call!(q4_k::<1, 0>(s, p, o)),
-        (GgmlType::Q4_K, 8, 4) => |s, p, o| unsafe_call!(q4_k::<8, 4>(s, p, o)),
-        (GgmlType::Q4_K, 8, 8) => |s, p, o| unsafe_call!(q4_k::<8, 8>(s, p, o)),
-        (GgmlType::Q6_K, 1, _) => |s, p, o| unsafe_call!(q6_k::<1, 0>(s, p, o)),
-        (GgmlType::Q6_K, 8, 4) => |s, p, o| unsafe_call!(q6_k::<8, 4>(s, p, o)),
-        (GgmlType::Q6_K, 8, 8) => |s, p, o| unsafe_call!(q6_k::<8, 8>(s, p, o)),
-        _ => return None,
-    };
-    Some(k)
+    kernel_table!(src)
 }
 
 /// Lane `j`: the four bytes at offset `at` of row `r + j`'s block `x`, plain blocks (`at + 4`
