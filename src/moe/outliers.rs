@@ -10,7 +10,7 @@
 //! times its channel scale ([`native_column`]: N bytes read from the cached native B, no
 //! dequantization). Cost: `|O| · N` CPU multiply-adds per row, plus the columns.
 
-use super::quantize::{quantize_row_scaled, RowScale};
+use super::quantize::{quantize_row_scaled, quantize_row_with, RowMax, RowScale};
 use crate::layout::Tiles;
 
 /// When a channel is an outlier.
@@ -42,8 +42,14 @@ pub fn split_row(
     out: &mut [i8],
 ) -> RowScale {
     channels.clear();
-    let energy: f64 = x.iter().map(|&v| v as f64 * v as f64).sum();
-    let threshold = rule.factor as f64 * (energy / x.len().max(1) as f64).sqrt();
+    let threshold = rule.factor as f64 * mean_square(x).sqrt();
+    let max = RowMax::of(x);
+    // Most rows have no outlier, and one pass over the row (the maximum the quantization needs
+    // anyway) says so. A NaN or infinite threshold selects nothing, as the filter would.
+    let any_outlier = max.amax as f64 > threshold;
+    if !any_outlier {
+        return quantize_row_with(x, max, out);
+    }
     channels.extend((0..x.len()).filter(|&c| (x[c].abs() as f64) > threshold));
     channels.sort_by(|&a, &b| x[b].abs().total_cmp(&x[a].abs()).then(a.cmp(&b)));
     channels.truncate(rule.max_channels);
@@ -53,6 +59,23 @@ pub fn split_row(
         scratch[c] = 0.0;
     }
     quantize_row_scaled(scratch, out)
+}
+
+/// The mean of `x_c²`, in f64, summed in eight interleaved lanes (channel `c` in lane `c % 8`,
+/// the lanes added in order): independent chains that vectorize, where one running sum is a
+/// serial chain of dependent adds, and the same bits on every target.
+fn mean_square(x: &[f32]) -> f64 {
+    let mut lanes = [0f64; 8];
+    let mut chunks = x.chunks_exact(8);
+    for c in &mut chunks {
+        for (lane, &v) in lanes.iter_mut().zip(c) {
+            *lane += v as f64 * v as f64;
+        }
+    }
+    for (lane, &v) in lanes.iter_mut().zip(chunks.remainder()) {
+        *lane += v as f64 * v as f64;
+    }
+    lanes.iter().sum::<f64>() / x.len().max(1) as f64
 }
 
 /// `Σ_{c ∈ channels} x_c · column_c[n]` in f32, channel order: the row's correction for output
@@ -109,6 +132,37 @@ mod tests {
             }
         };
         assert_eq!(correction(&x, &[7, 100], 2, col), -40.0 * 0.5 + 20.0 * 0.25);
+    }
+
+    #[test]
+    fn a_row_without_outliers_is_quantized_as_it_is() {
+        let mut rng = crate::testutil::Rng::new(5);
+        let (mut scratch, mut ch) = (vec![0f32; 768], vec![3]);
+        for len in [1, 7, 8, 13, 768] {
+            let x: Vec<f32> = (0..len).map(|_| rng.uniform(-1.0, 1.0)).collect();
+            let (mut q, mut want) = (vec![1i8; 800], vec![2i8; 800]);
+            let rs = split_row(&x, Rule::DEFAULT, &mut scratch, &mut ch, &mut q);
+            assert_eq!(rs, quantize_row_scaled(&x, &mut want));
+            assert!(ch.is_empty());
+            assert_eq!(q, want, "len {len}");
+        }
+        for bad in [f32::NAN, f32::INFINITY] {
+            let mut x = vec![0.5f32; 64];
+            x[3] = bad;
+            let mut q = vec![1i8; 64];
+            let rs = split_row(&x, Rule::DEFAULT, &mut scratch, &mut ch, &mut q);
+            assert!(ch.is_empty() && rs.scale.is_nan() && q.iter().all(|&v| v == 0));
+        }
+    }
+
+    #[test]
+    fn mean_square_counts_every_channel_once() {
+        // Small integers: every partial sum is exact, so any lane order gives the same value.
+        for len in [0usize, 1, 5, 8, 13, 2048] {
+            let x: Vec<f32> = (0..len).map(|i| (i % 17) as f32 - 8.0).collect();
+            let want: f64 = x.iter().map(|&v| (v * v) as f64).sum::<f64>() / len.max(1) as f64;
+            assert_eq!(mean_square(&x), want, "len {len}");
+        }
     }
 
     #[test]

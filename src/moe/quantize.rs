@@ -104,32 +104,54 @@ pub fn quantize_row_rotated(
 /// Quantizes `x` into `out[..x.len()]` and returns its [`RowScale`]; `out[x.len()..]` (K
 /// padding) is zeroed.
 pub fn quantize_row_scaled(x: &[f32], out: &mut [i8]) -> RowScale {
-    let (body, pad) = out.split_at_mut(x.len());
-    pad.fill(0);
-    // Eight independent lanes with compare-and-select (not `f32::max`, whose NaN rule blocks
-    // vectorization); non-finite values are caught by their exponent bits instead.
-    let mut lanes = [0f32; 8];
-    let mut exp_all_ones = 0u32;
-    let mut chunks = x.chunks_exact(8);
-    for c in &mut chunks {
-        for j in 0..8 {
-            let a = c[j].abs();
-            lanes[j] = if a > lanes[j] { a } else { lanes[j] };
-            exp_all_ones |= ((c[j].to_bits() & 0x7f80_0000) == 0x7f80_0000) as u32;
+    quantize_row_with(x, RowMax::of(x), out)
+}
+
+/// A row's largest magnitude, and whether every value is finite: what its quantization needs.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RowMax {
+    /// `max |x_i|` over the row (0 for an empty row; meaningless when not `finite`).
+    pub amax: f32,
+    pub finite: bool,
+}
+
+impl RowMax {
+    pub fn of(x: &[f32]) -> RowMax {
+        // Eight independent lanes with compare-and-select (not `f32::max`, whose NaN rule blocks
+        // vectorization); non-finite values are caught by their exponent bits instead.
+        let mut lanes = [0f32; 8];
+        let mut exp_all_ones = 0u32;
+        let mut chunks = x.chunks_exact(8);
+        for c in &mut chunks {
+            for j in 0..8 {
+                let a = c[j].abs();
+                lanes[j] = if a > lanes[j] { a } else { lanes[j] };
+                exp_all_ones |= ((c[j].to_bits() & 0x7f80_0000) == 0x7f80_0000) as u32;
+            }
+        }
+        for &v in chunks.remainder() {
+            lanes[0] = if v.abs() > lanes[0] {
+                v.abs()
+            } else {
+                lanes[0]
+            };
+            exp_all_ones |= ((v.to_bits() & 0x7f80_0000) == 0x7f80_0000) as u32;
+        }
+        let amax = lanes
+            .into_iter()
+            .fold(0f32, |m, a| if a > m { a } else { m });
+        RowMax {
+            amax,
+            finite: exp_all_ones == 0,
         }
     }
-    for &v in chunks.remainder() {
-        lanes[0] = if v.abs() > lanes[0] {
-            v.abs()
-        } else {
-            lanes[0]
-        };
-        exp_all_ones |= ((v.to_bits() & 0x7f80_0000) == 0x7f80_0000) as u32;
-    }
-    let amax = lanes
-        .into_iter()
-        .fold(0f32, |m, a| if a > m { a } else { m });
-    let finite = exp_all_ones == 0;
+}
+
+/// [`quantize_row_scaled`] with the row's [`RowMax`] already known (`max` must be `x`'s).
+pub fn quantize_row_with(x: &[f32], max: RowMax, out: &mut [i8]) -> RowScale {
+    let (body, pad) = out.split_at_mut(x.len());
+    pad.fill(0);
+    let RowMax { amax, finite } = max;
     let plain = |scale| RowScale { scale, exp2: 0 };
     if !finite {
         body.fill(0);
