@@ -47,6 +47,62 @@ macro_rules! kernel_table {
     }};
 }
 
+/// Defines a SIMD path's `drive` (`x86.rs`, `neon.rs`; with the path's target features, its vector
+/// type of [`LANES`] f32, that vector's zero and its store): the reference's loops
+/// ([`scalar_runs`]) eight rows at a time. Per strip and block, `block(r, x)` of each vector's
+/// rows `r..r + 8` (what the block's runs share); per run, `params(block, r, run, set)`, the rows'
+/// `(a, b)` (`set`: [`Decode::set`]); per column, `prepare(column, r0, x, vectors)` of the strip's
+/// vectors from row `r0`, then `weight(prepared, u, a, b)` of vector `u`. The rows of a strip that
+/// fill no vector take the reference. A macro, not one generic function: the loop's closure must
+/// be written inside the `#[target_feature]` function to compile with its features (as a generic
+/// function's closure the kernels' intrinsics stayed calls, 5× slower).
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+macro_rules! simd_drive {
+    ($features:literal, $vector:ty, $zero:expr, $store:ident) => {
+        #[allow(clippy::too_many_arguments)]
+        #[inline]
+        #[target_feature(enable = $features)]
+        fn drive<D: Decode, const R: usize, const C: usize, B: Copy, P>(
+            src: &Source,
+            plan: &Plan,
+            out: &mut [f32],
+            zero: B,
+            mut block: impl FnMut(usize, usize) -> B,
+            mut params: impl FnMut(&B, usize, &Run, Loc) -> ($vector, $vector),
+            mut prepare: impl FnMut(&Column, usize, usize, usize) -> P,
+            mut weight: impl FnMut(&P, usize, $vector, $vector) -> $vector,
+        ) {
+            let n = src.n;
+            super::walk(n, plan, |rows, runs| {
+                let units = rows.len() / LANES;
+                let x = runs[0].x;
+                let first = |u: usize| rows.start + u * LANES;
+                let mut shared = [zero; super::UNITS];
+                for (u, b) in shared[..units].iter_mut().enumerate() {
+                    *b = block(first(u), x);
+                }
+                for run in runs {
+                    let set = D::set(src, run.s);
+                    let (mut a, mut b) = ([$zero; super::UNITS], [$zero; super::UNITS]);
+                    for u in 0..units {
+                        (a[u], b[u]) = params(&shared[u], first(u), run, set);
+                    }
+                    for col in &plan.columns[run.range.clone()] {
+                        let prepared = prepare(col, rows.start, x, units);
+                        let dst = &mut out[col.slot * n + rows.start..][..units * LANES];
+                        for (u, dst) in dst.chunks_exact_mut(LANES).enumerate() {
+                            $store(dst, weight(&prepared, u, a[u], b[u]));
+                        }
+                    }
+                }
+                if units * LANES < rows.len() {
+                    super::scalar_runs::<D, R, C>(src, plan, first(units)..rows.end, runs, out);
+                }
+            })
+        }
+    };
+}
+
 #[cfg(target_arch = "aarch64")]
 mod neon;
 #[cfg(target_arch = "x86_64")]

@@ -7,8 +7,7 @@
 //! than the crate's Rust).
 
 use super::super::params::q4k_scales_mins;
-use super::{scalar_runs, walk, Column, Decode, Kernel, Loc, Plan, Run, Source, Window};
-use super::{LANES, UNITS};
+use super::{Column, Decode, Kernel, Loc, Plan, Run, Source, Window, LANES};
 use super::{Q4K, Q4_0, Q4_1, Q5_0, Q6K, Q8_0};
 use crate::isa::Isa;
 use crate::quant::{GgmlType, K_SCALE_SIZE};
@@ -236,51 +235,7 @@ fn zero_u() -> U8x {
     [vdupq_n_u32(0); 2]
 }
 
-/// `x86.rs`'s `drive`: the reference's loops ([`super::scalar_runs`]) eight rows at a time, per
-/// strip and block `block(r, x)`, per run `params(block, r, run, set)`, per column
-/// `prepare(column, r0, x, vectors)` and `weight(prepared, u, a, b)`; the rows of a strip that
-/// fill no vector take the reference.
-#[allow(clippy::too_many_arguments)]
-#[inline]
-#[target_feature(enable = "neon")]
-fn drive<D: Decode, const R: usize, const C: usize, B: Copy, P>(
-    src: &Source,
-    plan: &Plan,
-    out: &mut [f32],
-    zero: B,
-    mut block: impl FnMut(usize, usize) -> B,
-    mut params: impl FnMut(&B, usize, &Run, Loc) -> (F8x, F8x),
-    mut prepare: impl FnMut(&Column, usize, usize, usize) -> P,
-    mut weight: impl FnMut(&P, usize, F8x, F8x) -> F8x,
-) {
-    let n = src.n;
-    walk(n, plan, |rows, runs| {
-        let units = rows.len() / LANES;
-        let x = runs[0].x;
-        let first = |u: usize| rows.start + u * LANES;
-        let mut shared = [zero; UNITS];
-        for (u, b) in shared[..units].iter_mut().enumerate() {
-            *b = block(first(u), x);
-        }
-        for run in runs {
-            let set = D::set(src, run.s);
-            let (mut a, mut b) = ([zero_f(); UNITS], [zero_f(); UNITS]);
-            for u in 0..units {
-                (a[u], b[u]) = params(&shared[u], first(u), run, set);
-            }
-            for col in &plan.columns[run.range.clone()] {
-                let prepared = prepare(col, rows.start, x, units);
-                let dst = &mut out[col.slot * n + rows.start..][..units * LANES];
-                for (u, dst) in dst.chunks_exact_mut(LANES).enumerate() {
-                    store8(dst, weight(&prepared, u, a[u], b[u]));
-                }
-            }
-        }
-        if units * LANES < rows.len() {
-            scalar_runs::<D, R, C>(src, plan, first(units)..rows.end, runs, out);
-        }
-    });
-}
+simd_drive!("neon", F8x, zero_f(), store8);
 
 #[target_feature(enable = "neon")]
 fn q4_0<const R: usize, const C: usize>(src: &Source, plan: &Plan, out: &mut [f32]) {

@@ -7,8 +7,7 @@
 //! these too.
 
 use super::super::params::q4k_scales_mins;
-use super::{scalar_runs, walk, Column, Decode, Kernel, Loc, Plan, Run, Source, Window};
-use super::{LANES, UNITS};
+use super::{Column, Decode, Kernel, Loc, Plan, Run, Source, Window, LANES};
 use super::{Q4K, Q4_0, Q4_1, Q5_0, Q6K, Q8_0};
 use crate::isa::Isa;
 use crate::quant::{GgmlType, K_SCALE_SIZE};
@@ -186,53 +185,7 @@ fn low(v: __m256i, mask: i32) -> __m256i {
     _mm256_and_si256(v, _mm256_set1_epi32(mask))
 }
 
-/// The reference's loops ([`super::scalar_runs`]) eight rows at a time: per strip and block,
-/// `block(r, x)` of each vector's rows `r..r + 8` (what the block's runs share); per run,
-/// `params(block, r, run, set)`, the rows' `(a, b)` (`set`: [`Decode::set`]); per column,
-/// `prepare(column, r0, x, vectors)` of the strip's vectors from row `r0`, then
-/// `weight(prepared, u, a, b)` of vector `u`. The rows of a strip that fill no vector take the
-/// reference.
-#[allow(clippy::too_many_arguments)]
-#[inline]
-#[target_feature(enable = "avx2,f16c")]
-fn drive<D: Decode, const R: usize, const C: usize, B: Copy, P>(
-    src: &Source,
-    plan: &Plan,
-    out: &mut [f32],
-    zero: B,
-    mut block: impl FnMut(usize, usize) -> B,
-    mut params: impl FnMut(&B, usize, &Run, Loc) -> (__m256, __m256),
-    mut prepare: impl FnMut(&Column, usize, usize, usize) -> P,
-    mut weight: impl FnMut(&P, usize, __m256, __m256) -> __m256,
-) {
-    let n = src.n;
-    walk(n, plan, |rows, runs| {
-        let units = rows.len() / LANES;
-        let x = runs[0].x;
-        let first = |u: usize| rows.start + u * LANES;
-        let mut shared = [zero; UNITS];
-        for (u, b) in shared[..units].iter_mut().enumerate() {
-            *b = block(first(u), x);
-        }
-        for run in runs {
-            let set = D::set(src, run.s);
-            let (mut a, mut b) = ([_mm256_setzero_ps(); UNITS], [_mm256_setzero_ps(); UNITS]);
-            for u in 0..units {
-                (a[u], b[u]) = params(&shared[u], first(u), run, set);
-            }
-            for col in &plan.columns[run.range.clone()] {
-                let prepared = prepare(col, rows.start, x, units);
-                let dst = &mut out[col.slot * n + rows.start..][..units * LANES];
-                for (u, dst) in dst.chunks_exact_mut(LANES).enumerate() {
-                    store8(dst, weight(&prepared, u, a[u], b[u]));
-                }
-            }
-        }
-        if units * LANES < rows.len() {
-            scalar_runs::<D, R, C>(src, plan, first(units)..rows.end, runs, out);
-        }
-    });
-}
+simd_drive!("avx2,f16c", __m256, _mm256_setzero_ps(), store8);
 
 /// `c·a` lane by lane, `c` integer codes.
 #[inline]
