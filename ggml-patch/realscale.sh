@@ -19,6 +19,9 @@
 #             (ggml-cpu/tiled, AVX2/AVX-512 VNNI) then run Q4_K/Q6_K prefill, faster than the repacked path;
 #             for Q4_0 and for decode repack is faster. ggml's best is the better of the two per test.
 #   library   ORK_MOE_PLUGIN=<lib>, the library's defaults (ORK_CACHE_MB 1024 unless set)
+#   library0  the library with --repack 0: it inflates from the plain blocks and ggml's dense matmuls
+#             take the tiled kernels; against norepack it is the like-for-like pair of the x86 tiled
+#             setting (those kernels are x86-only: on aarch64 ggml's best is repack on)
 #   stream    the library with ORK_CACHE_MB=$ORK_REALSCALE_STREAM_MB (default 64): the share of the experts
 #             that stays resident is then that of the whole Qwen3-30B-A3B in 1 GiB (47 layers' 27 GB)
 # and prints tokens/s and library/ggml ratios, then the library's counters (calls handled; cache hits and
@@ -27,7 +30,7 @@
 #
 # Env: ORK_CACHE, ORK_LLAMA_BUILD (a llama.cpp build dir instead of build.sh's), ORK_REALSCALE_THREADS
 # (default nproc), ORK_REALSCALE_ROUNDS (3), ORK_REALSCALE_REPS (3), ORK_REALSCALE_TYPES ("Q4_0 Q4_K_M"),
-# ORK_REALSCALE_MODES ("plain norepack library stream"), ORK_REALSCALE_STREAM_MB (64).
+# ORK_REALSCALE_MODES ("plain norepack library library0 stream"), ORK_REALSCALE_STREAM_MB (64).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -37,7 +40,7 @@ threads=${ORK_REALSCALE_THREADS:-$(nproc)}
 rounds=${ORK_REALSCALE_ROUNDS:-3}
 reps=${ORK_REALSCALE_REPS:-3}
 types=${ORK_REALSCALE_TYPES:-Q4_0 Q4_K_M}
-modes=${ORK_REALSCALE_MODES:-plain norepack library stream}
+modes=${ORK_REALSCALE_MODES:-plain norepack library library0 stream}
 stream_mb=${ORK_REALSCALE_STREAM_MB:-64}
 layers=4
 gen_args=(--layers $layers --experts 128 --embd-std 1)
@@ -74,8 +77,9 @@ bench() {
     plain) run=(env ORK_MOE=0) ;;
     norepack) run=(env ORK_MOE=0) args=(--repack 0) ;;
     library) run=(env ORK_MOE_PLUGIN="$lib" ORK_MOE_STATS=1 ORK_LOG=debug) ;;
+    library0) run=(env ORK_MOE_PLUGIN="$lib" ORK_MOE_STATS=1 ORK_LOG=debug) args=(--repack 0) ;;
     stream) run=(env ORK_MOE_PLUGIN="$lib" ORK_MOE_STATS=1 ORK_LOG=debug ORK_CACHE_MB="$stream_mb") ;;
-    *) die "unknown mode $mode (plain, norepack, library, stream)" ;;
+    *) die "unknown mode $mode (plain, norepack, library, library0, stream)" ;;
     esac
     # -v: llama-bench passes the library's log lines (through the patch into ggml's log) to stderr
     "${run[@]}" "$bin/llama-bench" -m "$models/$q.gguf" -p 512 -n 128 -t "$threads" -r "$reps" "${args[@]}" \
