@@ -61,8 +61,9 @@ options (each subcommand uses those that apply to it):
   --quick              fewer rows per expert and repeats
   --calls N            (inflate) only run the direct inflate N times per shape and type, untimed:
                        a workload for instruction counters (callgrind, qemu) (board: seconds, for CI;
-                       columns: the column decode N times per type and layout)
-  --layouts L,...      (columns) plain and/or repacked layouts as RxC, e.g. plain,8x8 (default: all)
+                       columns: the column decode N times per type and layout; repacked: the
+                       inflate from each layout N times)
+  --layouts L,...      (columns, repacked) plain and/or repacked layouts as RxC, e.g. plain,8x8 (default: all)
   --columns C          (columns) columns decoded per expert (default 55)
   --profile FILE       (board) where to write the profile (default board-profile.json)
   --data DIR           (accuracy) real-weights vectors (default: tests/data/accuracy/minilm)

@@ -6,7 +6,8 @@
 use super::bench::{print_json, time, Json, Options};
 use super::inflate::median;
 use ork_moe::inflate::{
-    from_plain, inflate_expert_in_with, inflate_expert_with, to_plain_with, ExpertWeights, Layout,
+    from_plain, inflate_expert_in_with, inflate_expert_with, to_plain_with, ExpertWeights,
+    InflateError, Layout,
 };
 use ork_moe::isa::Isa;
 use ork_moe::layout::Tiles;
@@ -40,10 +41,16 @@ pub fn run(opts: &Options, cfg: &Config) -> Result<ExitCode, String> {
         GgmlType::Q4_K,
         GgmlType::Q6_K,
     ]);
+    if let Some(calls) = opts.calls {
+        return calls_only(isa, &tiles, &types, calls, opts);
+    }
     let mut rows = Vec::new();
     for (k, n) in opts.shapes() {
         for (ty, layout) in Layout::REPACKED {
-            if types.contains(&ty) && k % ty.block_elems() == 0 && n % layout.rows() == 0 {
+            if wanted(opts, &types, ty, layout)
+                && k % ty.block_elems() == 0
+                && n % layout.rows() == 0
+            {
                 rows.push(measure(isa, &tiles, ty, layout, k, n)?);
             }
         }
@@ -75,6 +82,53 @@ pub fn run(opts: &Options, cfg: &Config) -> Result<ExitCode, String> {
     } else {
         ExitCode::from(1)
     })
+}
+
+/// Whether `--types` and `--layouts` (default: all) select `layout` of `ty`.
+fn wanted(opts: &Options, types: &[GgmlType], ty: GgmlType, layout: Layout) -> bool {
+    types.contains(&ty) && opts.layouts.as_ref().is_none_or(|l| l.contains(&layout))
+}
+
+/// `--calls`: the inflate from each layout `calls` times per shape, nothing else (the counts of
+/// two runs with different `calls`, differenced, are those of the inflate alone; instruction
+/// counts under qemu, docs/BOARD-MODEL.md).
+fn calls_only(
+    isa: Isa,
+    tiles: &Tiles,
+    types: &[GgmlType],
+    calls: usize,
+    opts: &Options,
+) -> Result<ExitCode, String> {
+    for (k, n) in opts.shapes() {
+        for (ty, layout) in Layout::REPACKED {
+            if !wanted(opts, types, ty, layout)
+                || k % ty.block_elems() != 0
+                || n % layout.rows() != 0
+            {
+                continue;
+            }
+            let fail = |e: InflateError| format!("{} k={k} n={n}: {e}", layout.name(ty));
+            let plain = crate::inflate::expert_blocks(ty, k, n);
+            let w = ExpertWeights::contiguous(ty, &plain, k, n).map_err(fail)?;
+            let mut packed = vec![0u8; plain.len()];
+            from_plain(layout, &w, &mut packed).map_err(fail)?;
+            let wp = ExpertWeights { data: &packed, ..w };
+            let mut b = vec![0i8; tiles.b_len(tiles.pad(k), tiles.pad(n))];
+            let mut scales = vec![0f32; tiles.pad(n)];
+            for _ in 0..calls {
+                inflate_expert_in_with(isa, layout, black_box(&wp), tiles, &mut b, &mut scales)
+                    .map_err(fail)?;
+                black_box(&b);
+            }
+            println!(
+                "{} k={k} n={n}: {calls} calls, kernel path {}, {} runs of 32 weights each",
+                layout.name(ty),
+                isa.name(),
+                tiles.pad(k) / 32 * tiles.pad(n)
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn print_table(isa: Isa, rows: &[Row], names: &[String]) {
