@@ -375,12 +375,24 @@ impl Span {
     }
 }
 
-/// The byte transpose that undoes an interleaved field.
+/// The byte transposes that undo a multi-block's fields.
 trait Chunks {
     /// For every multi-block `x` of `span`, gives row `j` (of `R`) the field's bytes at
     /// `out[j·row_bytes + x·block_bytes + plain..]`: chunk `i` (`C` bytes) of the field goes to
     /// row `i % R` at byte `(i / R)·C`, every byte XOR `flip`.
     fn untangle<const R: usize, const C: usize>(src: &[u8], out: &mut [u8], span: &Span);
+
+    /// One multi-block's Q4_K scales (`packings`, eight of 12 bytes, packing `s` holding
+    /// sub-block `s` of the 8 rows) into each row's 12 scale bytes, row `j`'s at
+    /// `out[j·row_bytes..]`: [`transpose_q4k_scales`], the reference.
+    #[inline(always)]
+    fn q4k_scales(packings: &[u8; 8 * K_SCALE_SIZE], out: &mut [u8], row_bytes: usize) {
+        let groups = packings.as_chunks::<K_SCALE_SIZE>().0;
+        let rows = transpose_q4k_scales(std::array::from_fn(|s| &groups[s]));
+        for (j, scales) in rows.iter().enumerate() {
+            out[j * row_bytes..j * row_bytes + K_SCALE_SIZE].copy_from_slice(scales);
+        }
+    }
 }
 
 /// The reference: one chunk at a time, as one 64-bit word.
@@ -466,12 +478,8 @@ fn untangle_group<T: Chunks>(g: &Groups, src: &[u8], out: &mut [u8]) {
             Field::Q4KScales { plain, packed } => {
                 for x in 0..g.blocks {
                     let at = x * g.rows * g.block_bytes + packed;
-                    let groups = src[at..at + 8 * K_SCALE_SIZE].as_chunks::<K_SCALE_SIZE>().0;
-                    let rows = transpose_q4k_scales(std::array::from_fn(|s| &groups[s]));
-                    for (j, scales) in rows.iter().enumerate() {
-                        let to = j * g.row_bytes + x * g.block_bytes + plain;
-                        out[to..to + K_SCALE_SIZE].copy_from_slice(scales);
-                    }
+                    let packings = src[at..at + 8 * K_SCALE_SIZE].try_into().expect("96 bytes");
+                    T::q4k_scales(packings, &mut out[x * g.block_bytes + plain..], g.row_bytes);
                 }
             }
         }

@@ -3,6 +3,7 @@
 //! move bytes, so the result is [`super::Scalar`]'s exactly.
 
 use super::{halves_checked_once, Chunks, Scalar, Span};
+use crate::quant::K_SCALE_SIZE;
 use std::arch::aarch64::*;
 
 pub(super) struct Neon;
@@ -20,6 +21,75 @@ impl Chunks for Neon {
             Scalar::untangle::<R, C>(src, out, span);
         }
     }
+
+    #[inline(always)]
+    fn q4k_scales(packings: &[u8; 8 * K_SCALE_SIZE], out: &mut [u8], row_bytes: usize) {
+        assert!(
+            out.len() >= 7 * row_bytes + K_SCALE_SIZE,
+            "eight rows of scales"
+        );
+        // SAFETY: Advanced SIMD is part of every aarch64 CPU; `out` holds the eight rows' 12
+        // bytes (asserted above).
+        unsafe { q4k_scales(packings, out, row_bytes) }
+    }
+}
+
+/// [`Chunks::q4k_scales`] four packings (or rows) per vector, one per 32-bit lane: each
+/// packing's words decoded into its rows' 6-bit scales and mins (the word operations of
+/// `q4k_scales_mins`, lane by lane), a 4×4 byte transpose per vector turns packings into rows,
+/// and the encoding of `q4k_pack` runs on the rows' lanes. Byte moves and masks only, so the
+/// bytes are the reference's.
+#[inline]
+#[target_feature(enable = "neon")]
+unsafe fn q4k_scales(packings: &[u8; 8 * K_SCALE_SIZE], out: &mut [u8], row_bytes: usize) {
+    // Lane `s` of `transposed(v)` holds byte `s` of every lane of `v`.
+    const TRANSPOSE: [u8; 16] = [0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15];
+    let transpose = vld1q_u8(TRANSPOSE.as_ptr());
+    let transposed = |v: uint32x4_t| vqtbl1q_u8(vreinterpretq_u8_u32(v), transpose);
+    let (low6, low4, top2) = (
+        vdupq_n_u32(0x3f3f_3f3f),
+        vdupq_n_u32(0x0f0f_0f0f),
+        vdupq_n_u32(0x0303_0303),
+    );
+    // Per half (packings 0..4 for sub-blocks 0..4, 4..8 for 4..8): rows 0..4 and 4..8 of the
+    // scales and of the mins, each as [row r's four sub-blocks] per lane after the transpose.
+    let half = |at: usize| {
+        // SAFETY: `at + 48 <= 96` bytes of `packings`; vld3 reads 48 bytes, one packing per lane.
+        let w = unsafe { vld3q_u32(packings.as_ptr().add(at).cast()) };
+        let (w0, w1, w2) = (w.0, w.1, w.2);
+        let high = |w: uint32x4_t| vshlq_n_u32::<4>(vandq_u32(vshrq_n_u32::<6>(w), top2));
+        [
+            vandq_u32(w0, low6),
+            vorrq_u32(vandq_u32(w2, low4), high(w0)),
+            vandq_u32(w1, low6),
+            vorrq_u32(vandq_u32(vshrq_n_u32::<4>(w2), low4), high(w1)),
+        ]
+        .map(transposed)
+    };
+    let ([s03, s47, m03, m47], [t03, t47, n03, n47]) = (half(0), half(48));
+    // Rows r0..r0+4: sub-blocks 0..4 (`a`) keep six bits plus the top two of 4..8 (`b`); the
+    // last word holds 4..8's low nibbles (scale | min << 4).
+    let encode = |a: uint8x16_t, b: uint8x16_t, am: uint8x16_t, bm: uint8x16_t| {
+        uint32x4x3_t(
+            vreinterpretq_u32_u8(vorrq_u8(a, vshlq_n_u8::<6>(vshrq_n_u8::<4>(b)))),
+            vreinterpretq_u32_u8(vorrq_u8(am, vshlq_n_u8::<6>(vshrq_n_u8::<4>(bm)))),
+            vreinterpretq_u32_u8(vorrq_u8(vandq_u8(b, vdupq_n_u8(0x0f)), vshlq_n_u8::<4>(bm))),
+        )
+    };
+    let base = out.as_mut_ptr();
+    let store = |r0: usize, words: uint32x4x3_t| {
+        let at = |j: usize| base.add((r0 + j) * row_bytes).cast::<u32>();
+        // SAFETY: row `r0 + j < 8` has 12 bytes at `at(j)` (asserted by the caller); each
+        // store writes lane `j` of the three words, 12 bytes.
+        unsafe {
+            vst3q_lane_u32::<0>(at(0), words);
+            vst3q_lane_u32::<1>(at(1), words);
+            vst3q_lane_u32::<2>(at(2), words);
+            vst3q_lane_u32::<3>(at(3), words);
+        }
+    };
+    store(0, encode(s03, t03, m03, n03));
+    store(4, encode(s47, t47, m47, n47));
 }
 
 /// [`Chunks::untangle`] for 4- and 8-byte chunks (any multiple of 16 bytes per row) and for 16

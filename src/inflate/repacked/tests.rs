@@ -90,3 +90,23 @@ fn every_layout_round_trips_on_every_path() {
         }
     }
 }
+
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[test]
+fn the_simd_q4k_scale_transpose_is_the_references() {
+    #[cfg(target_arch = "aarch64")]
+    type Simd = neon::Neon;
+    #[cfg(target_arch = "x86_64")]
+    type Simd = x86::Sse2;
+    let mut rng = Rng::new(14);
+    for row_bytes in [K_SCALE_SIZE, 13, 144, 432] {
+        for _ in 0..200 {
+            let mut packings = [0u8; 8 * K_SCALE_SIZE];
+            rng.fill_bytes(&mut packings);
+            let (mut want, mut got) = (vec![0xa5u8; 8 * row_bytes], vec![0xa5u8; 8 * row_bytes]);
+            <Scalar as Chunks>::q4k_scales(&packings, &mut want, row_bytes);
+            <Simd as Chunks>::q4k_scales(&packings, &mut got, row_bytes);
+            assert_eq!(got, want, "row bytes {row_bytes}");
+        }
+    }
+}
