@@ -6,7 +6,9 @@ use super::system::{on_cpu, pin, Cpus};
 use super::{Effort, Findings};
 use crate::bench::time;
 use crate::moe::{self as probe_moe, Case};
-use ork_moe::inflate::{inflate_expert_with, ExpertWeights};
+use ork_moe::inflate::{
+    from_plain, inflate_expert_in_with, inflate_expert_with, ExpertWeights, InflateError, Layout,
+};
 use ork_moe::isa::Isa;
 use ork_moe::layout::Tiles;
 use ork_moe::moe::outliers::split_row;
@@ -42,7 +44,62 @@ pub struct InflateRow {
     pub little_gbps: Option<f64>,
 }
 
-/// GB/s of native int8 B written by the inflate of one expert of each type, on the calling thread.
+/// The layout the pinned ggml-cpu stores `ty` in on this CPU (docs/REPACK.md), read from the
+/// instruction sets the CPU has: ggml chooses by those it was compiled for, so this is the layout
+/// of a native build (GGML_NATIVE, the default when llama.cpp is built on the board; SVE builds,
+/// which no RK3588 runs, are not covered).
+pub fn ggml_layout(ty: GgmlType) -> Layout {
+    let repacked = |rows, chunk| Layout::Repacked { rows, chunk };
+    #[cfg(target_arch = "aarch64")]
+    {
+        use std::arch::is_aarch64_feature_detected as has;
+        let chunk = if has!("i8mm") {
+            8
+        } else if has!("dotprod") {
+            4
+        } else {
+            return Layout::Plain;
+        };
+        match ty {
+            GgmlType::Q4_0 | GgmlType::Q8_0 => repacked(4, chunk),
+            GgmlType::Q4_K | GgmlType::Q6_K => repacked(8, chunk),
+            _ => Layout::Plain,
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        // AVX2 repacks Q4_0 and Q4_K only; Q8_0 and Q6_K stay plain on x86.
+        match ty {
+            GgmlType::Q4_0 | GgmlType::Q4_K if std::arch::is_x86_feature_detected!("avx2") => {
+                repacked(8, 8)
+            }
+            _ => Layout::Plain,
+        }
+    }
+    #[cfg(not(any(target_arch = "aarch64", target_arch = "x86_64")))]
+    {
+        let _ = (ty, repacked);
+        Layout::Plain
+    }
+}
+
+/// One expert of `ty` in the layout ggml gives it here: the plain blocks and that layout's bytes.
+fn expert_in_layout(ty: GgmlType) -> Result<(Layout, Vec<u8>, Vec<u8>), String> {
+    let layout = ggml_layout(ty);
+    let plain = crate::inflate::expert_blocks(ty, K, N);
+    let w = ExpertWeights::contiguous(ty, &plain, K, N).map_err(|e| e.to_string())?;
+    let mut stored = vec![0u8; plain.len()];
+    from_plain(layout, &w, &mut stored).map_err(|e| e.to_string())?;
+    Ok((layout, plain, stored))
+}
+
+/// Copies of one expert's bytes, together this large, so that each inflate reads its weights
+/// from DRAM as at real scale (far beyond an RK3588's 3 MiB L3, and this x86's).
+const WORKING_SET: usize = 96 << 20;
+
+/// GB/s of native int8 B written by the inflate of each type from the layout ggml gives it here
+/// ([`ggml_layout`]), on the calling thread: one output buffer (the engine's recycled one),
+/// the weights of a different copy each time ([`WORKING_SET`]).
 fn inflate_rates(isa: Isa, effort: Effort) -> Result<Vec<f64>, String> {
     let tiles = Tiles::RK3588;
     let out_len = tiles.b_len(tiles.pad(K), tiles.pad(N));
@@ -51,10 +108,15 @@ fn inflate_rates(isa: Isa, effort: Effort) -> Result<Vec<f64>, String> {
     GgmlType::QUANTIZED
         .iter()
         .map(|&ty| {
-            let data = crate::inflate::expert_blocks(ty, K, N);
-            let w = ExpertWeights::contiguous(ty, &data, K, N).map_err(|e| e.to_string())?;
+            let (layout, _, stored) = expert_in_layout(ty)?;
+            let copies = WORKING_SET.div_ceil(stored.len());
+            let set: Vec<u8> = stored.repeat(copies);
+            let mut next = 0;
             let t = time(effort.pick(1, 3), effort.pick(3, 15), || {
-                inflate_expert_with(isa, black_box(&w), &tiles, &mut b, &mut scales)
+                let data = &set[next * stored.len()..(next + 1) * stored.len()];
+                next = (next + 1) % copies;
+                let w = ExpertWeights::contiguous(ty, black_box(data), K, N).expect("checked");
+                inflate_expert_in_with(isa, layout, &w, &tiles, &mut b, &mut scales)
                     .expect("inflated once before");
                 black_box(&b);
             });
@@ -63,24 +125,27 @@ fn inflate_rates(isa: Isa, effort: Effort) -> Result<Vec<f64>, String> {
         .collect()
 }
 
-/// Whether the kernel path `isa` inflates every type exactly as the scalar reference.
+/// Whether the kernel path `isa`, inflating every type from the layout ggml gives it here,
+/// gives the scalar reference's bits from the plain blocks.
 fn inflate_exact(isa: Isa) -> Result<Vec<bool>, String> {
     let tiles = Tiles::RK3588;
     let out_len = tiles.b_len(tiles.pad(K), tiles.pad(N));
     GgmlType::QUANTIZED
         .iter()
         .map(|&ty| {
-            let data = crate::inflate::expert_blocks(ty, K, N);
-            let w = ExpertWeights::contiguous(ty, &data, K, N).map_err(|e| e.to_string())?;
+            let (layout, plain, stored) = expert_in_layout(ty)?;
+            let fail = |e: InflateError| format!("{} inflate: {e}", layout.name(ty));
             let mut out = [
                 (vec![0i8; out_len], vec![0f32; tiles.pad(N)]),
                 Default::default(),
             ];
             out[1] = out[0].clone();
-            for (path, (b, s)) in [isa, Isa::Scalar].into_iter().zip(out.iter_mut()) {
-                inflate_expert_with(path, &w, &tiles, b, s)
-                    .map_err(|e| format!("{} inflate: {e}", ty.name()))?;
-            }
+            let w = ExpertWeights::contiguous(ty, &stored, K, N).map_err(fail)?;
+            inflate_expert_in_with(isa, layout, &w, &tiles, &mut out[0].0, &mut out[0].1)
+                .map_err(fail)?;
+            let w = ExpertWeights::contiguous(ty, &plain, K, N).map_err(fail)?;
+            inflate_expert_with(Isa::Scalar, &w, &tiles, &mut out[1].0, &mut out[1].1)
+                .map_err(fail)?;
             let bits = |s: &[f32]| s.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
             Ok(out[0].0 == out[1].0 && bits(&out[0].1) == bits(&out[1].1))
         })
@@ -116,8 +181,10 @@ pub fn inflate(
             inflate_param(r.ty),
             r.big_gbps,
             format!(
-                "{} inflate of one {K}x{N} expert on cpu {big_cpu} ({}), int8 bytes written per second",
+                "{} inflate of a {K}x{N} expert from {} (ggml's layout here), weights out of cache, \
+                 on cpu {big_cpu} ({}), int8 bytes written per second",
                 r.ty.name(),
+                ggml_layout(r.ty).name(r.ty),
                 isa.name()
             ),
         );

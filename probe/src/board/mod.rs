@@ -522,11 +522,14 @@ fn print_report(
         );
     }
     println!();
-    println!("inflate of one 2048x768 expert (the kernel path against the scalar reference; GB/s of int8 written):");
+    println!(
+        "inflate of a 2048x768 expert from ggml's layout here, weights out of cache (the kernel \
+         path against the scalar reference; GB/s of int8 written):"
+    );
     for x in &r.inflate {
         println!(
-            "  {:<5} exact {:<5}  big core {:>6.2}  little core {}",
-            x.ty.name(),
+            "  {:<9} exact {:<5}  big core {:>6.2}  little core {}",
+            cpu::ggml_layout(x.ty).name(x.ty),
             x.bit_exact,
             x.big_gbps,
             x.little_gbps.map_or("-".into(), |v| format!("{v:.2}"))
