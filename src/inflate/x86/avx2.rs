@@ -120,32 +120,53 @@ pub(super) fn q4_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
 #[target_feature(enable = "avx2,f16c")]
 pub(super) fn q4_1(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
     let (c, pairs) = (codes(), pair_codes());
-    let full = runs / GROUP * GROUP;
+    let low = _mm256_set1_epi8(15);
+    // Runs r, r + 1 (blocks `b0`, `b1`): one table pair (lane 0 run r's table, lane 1 run r +
+    // 1's) looks up both runs' quant bytes at once, their low nibbles (weights 0..16) in one
+    // vector, high nibbles (16..32) in another; two lane permutes put each run together.
+    let pair = |b0: &[u8; 20],
+                b1: &[u8; 20],
+                fg: &[[f32; 2]; 2],
+                even: &mut [i8; RUN],
+                odd: &mut [i8; RUN]| {
+        let t = table_pair(&pairs, fg);
+        let q = _mm256_set_m128i(load16(&b1[4..]), load16(&b0[4..]));
+        let first = _mm256_shuffle_epi8(t, _mm256_and_si256(q, low));
+        let second = _mm256_shuffle_epi8(t, _mm256_and_si256(_mm256_srli_epi16::<4>(q), low));
+        store32(even, _mm256_permute2x128_si256::<0x20>(first, second));
+        store32(odd, _mm256_permute2x128_si256::<0x31>(first, second));
+    };
     let fg = params.fg();
-    // Runs two at a time: one table pair, each table in both lanes for its run's 32 weights.
-    for_each_block_group::<GROUP, 1, 80, _>(rows, fg, tile, 0..full, |_, [blk], [p], out| {
+    // Eight runs per step (one bounds check per row and step), then four, then one at a time.
+    let (eights, fours) = (runs / 8 * 8, runs / GROUP * GROUP);
+    for_each_block_group::<8, 1, 160, _>(rows, fg, tile, 0..eights, |_, [blk], [p], out| {
         let blk = blk.as_chunks::<20>().0;
+        let p = p.as_chunks::<2>().0;
+        let [[o0], [o1], [o2], [o3], [o4], [o5], [o6], [o7]] = out;
+        pair(&blk[0], &blk[1], &p[0], o0, o1);
+        pair(&blk[2], &blk[3], &p[1], o2, o3);
+        pair(&blk[4], &blk[5], &p[2], o4, o5);
+        pair(&blk[6], &blk[7], &p[3], o6, o7);
+    });
+    for_each_block_group::<GROUP, 1, 80, _>(rows, fg, tile, eights..fours, |_, [blk], [p], out| {
+        let blk = blk.as_chunks::<20>().0;
+        let p = p.as_chunks::<2>().0;
         let [[o0], [o1], [o2], [o3]] = out;
-        for (i, (even, odd)) in [(o0, o1), (o2, o3)].into_iter().enumerate() {
-            let t = table_pair(&pairs, p[2 * i..2 * i + 2].try_into().expect("2 runs"));
-            let lut0 = _mm256_permute2x128_si256::<0x00>(t, t);
-            let lut1 = _mm256_permute2x128_si256::<0x11>(t, t);
-            store32(
-                even,
-                _mm256_shuffle_epi8(lut0, nibbles(load16(&blk[2 * i][4..]))),
-            );
-            store32(
-                odd,
-                _mm256_shuffle_epi8(lut1, nibbles(load16(&blk[2 * i + 1][4..]))),
-            );
-        }
+        pair(&blk[0], &blk[1], &p[0], o0, o1);
+        pair(&blk[2], &blk[3], &p[1], o2, o3);
     });
-    for_each_block_group::<1, 1, 20, _>(rows, fg, tile, full..runs, |_, [blk], [[fg]], [[out]]| {
-        store32(
-            out,
-            _mm256_shuffle_epi8(table32(&c, *fg), nibbles(load16(&blk[4..]))),
-        );
-    });
+    for_each_block_group::<1, 1, 20, _>(
+        rows,
+        fg,
+        tile,
+        fours..runs,
+        |_, [blk], [[fg]], [[out]]| {
+            store32(
+                out,
+                _mm256_shuffle_epi8(table32(&c, *fg), nibbles(load16(&blk[4..]))),
+            );
+        },
+    );
 }
 
 #[target_feature(enable = "avx2,f16c")]
