@@ -101,6 +101,13 @@ fn rescale<const SHIFT: i32>(x: __m256i, m: __m256i) -> __m256i {
     _mm256_packs_epi16(_mm256_mulhrs_epi16(lo, m), _mm256_mulhrs_epi16(hi, m))
 }
 
+/// 16 signed bytes at the start of `src` as 16-bit lanes.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn widen16(src: &[u8]) -> __m256i {
+    _mm256_cvtepi8_epi16(load16(src))
+}
+
 /// `m0` in the 16-bit lanes of lane 0, `m1` in those of lane 1.
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
@@ -171,8 +178,17 @@ pub(super) fn q4_1(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
 
 #[target_feature(enable = "avx2,f16c")]
 pub(super) fn q5_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
+    let c: [i16; 32] = scaled_codes(GgmlType::Q5_0);
+    // Lane 0: codes 0..8 and 8..16, lane 1: 16..24 and 24..32, so that one pair of multiplies
+    // and one pack give lane 0 the table of the codes 0..16, lane 1 that of 16..32.
+    // SAFETY: each load reads 8 of `c`'s 32 i16 (16 bytes, in bounds); unaligned.
+    let [c_lo, c_hi] = [0, 8].map(|at| unsafe {
+        _mm256_set_m128i(
+            _mm_loadu_si128(c[16 + at..].as_ptr().cast()),
+            _mm_loadu_si128(c[at..].as_ptr().cast()),
+        )
+    });
     let bits = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
-    let sixteen = _mm256_set1_epi8(16);
     // Byte i of the vector (weight i of the run) takes byte i / 8 of qh.
     #[rustfmt::skip]
     let spread = _mm256_setr_epi8(
@@ -180,21 +196,28 @@ pub(super) fn q5_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
         2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3,
     );
     for_each_block::<1, 22, 88, _>(rows, params.m(), tile, runs, |[blk], [m], [out]| {
+        let m = _mm256_set1_epi16(m);
+        let t = _mm256_packs_epi16(_mm256_mulhrs_epi16(c_lo, m), _mm256_mulhrs_epi16(c_hi, m));
         let qh = i32::from_le_bytes([blk[2], blk[3], blk[4], blk[5]]);
         let qh = _mm256_shuffle_epi8(_mm256_set1_epi32(qh), spread);
         let fifth = _mm256_cmpeq_epi8(_mm256_and_si256(qh, bits), bits);
-        // c = q - 16: the nibble, plus 16 where the fifth bit is set, less 16.
-        let q = _mm256_or_si256(nibbles(load16(&blk[6..])), _mm256_and_si256(fifth, sixteen));
-        let c = _mm256_sub_epi8(q, sixteen);
-        // 8·c = the scaled code.
-        store32(out, rescale::<5>(c, _mm256_set1_epi16(m)));
+        // Each weight's nibble through the table of its fifth bit's half of the codes.
+        let q = nibbles(load16(&blk[6..]));
+        let low = _mm256_shuffle_epi8(_mm256_permute2x128_si256::<0x00>(t, t), q);
+        let high = _mm256_shuffle_epi8(_mm256_permute2x128_si256::<0x11>(t, t), q);
+        store32(out, _mm256_blendv_epi8(low, high, fifth));
     });
 }
 
 #[target_feature(enable = "avx2,f16c")]
 pub(super) fn q8_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
     for_each_block::<1, 34, 136, _>(rows, params.m(), tile, runs, |[blk], [m], [out]| {
-        store32(out, rescale::<8>(load32(&blk[2..]), _mm256_set1_epi16(m)));
+        // The quants sign-extended to 16 bits straight from memory (weights 0..16, 16..32);
+        // `packs` interleaves their lanes, one quadword permute restores the order.
+        let (lo, hi) = (widen16(&blk[2..]), widen16(&blk[18..]));
+        let m = _mm256_set1_epi16(m);
+        let y = _mm256_packs_epi16(_mm256_mulhrs_epi16(lo, m), _mm256_mulhrs_epi16(hi, m));
+        store32(out, _mm256_permute4x64_epi64::<0b11_01_10_00>(y));
     });
 }
 
