@@ -108,13 +108,6 @@ fn widen16(src: &[u8]) -> __m256i {
     _mm256_cvtepi8_epi16(load16(src))
 }
 
-/// `m0` in the 16-bit lanes of lane 0, `m1` in those of lane 1.
-#[inline]
-#[target_feature(enable = "avx2,f16c")]
-fn lane_multipliers(m0: i16, m1: i16) -> __m256i {
-    _mm256_set_m128i(_mm_set1_epi16(m1), _mm_set1_epi16(m0))
-}
-
 #[target_feature(enable = "avx2,f16c")]
 pub(super) fn q4_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
     let c: [i16; 16] = scaled_codes(GgmlType::Q4_0);
@@ -257,16 +250,28 @@ pub(super) fn q6_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
         _mm256_set1_epi8(0x30),
         _mm256_set1_epi8(32),
     );
+    // Run t's multipliers: words 2t (lane 0) and 2t + 1 (lane 1) of the group's 16, each in
+    // all 16-bit lanes of its 128-bit lane (a dword broadcast, then a byte shuffle).
+    #[rustfmt::skip]
+    let halves = _mm256_setr_epi8(
+        0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1,
+        2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3,
+    );
+    let spread = |m: &[[i16; 2]; 8]| -> [__m256i; 8] {
+        // SAFETY: `m` is 32 readable bytes; unaligned load.
+        let v = unsafe { _mm256_loadu_si256(m.as_ptr().cast()) };
+        std::array::from_fn(|t| {
+            let pair = _mm256_permutevar8x32_epi32(v, _mm256_set1_epi32(t as i32));
+            _mm256_shuffle_epi8(pair, halves)
+        })
+    };
     // 4·(q - 32) with each 16-weight half's multiplier.
-    let put = |out: &mut [i8; RUN], code: __m256i, m: [i16; 2]| {
-        store32(
-            out,
-            rescale::<6>(_mm256_sub_epi8(code, bias), lane_multipliers(m[0], m[1])),
-        )
+    let put = |out: &mut [i8; RUN], code: __m256i, m: __m256i| {
+        store32(out, rescale::<6>(_mm256_sub_epi8(code, bias), m))
     };
     // The four runs of 128-weight half `h` of a super-block: low (runs 0, 1) and high (2, 3)
     // nibbles of ql[64h..][..32], ql[64h + 32..][..32], and bits 2t, 2t + 1 of qh[32h..][..32].
-    let half = |blk: &[u8; 210], h: usize, m: [[i16; 2]; 4], out: [&mut [i8; RUN]; 4]| {
+    let half = |blk: &[u8; 210], h: usize, m: [__m256i; 4], out: [&mut [i8; RUN]; 4]| {
         let (ql, qh) = (64 * h, 128 + 32 * h);
         let (ql0, ql1, qh) = (
             load32(&blk[ql..]),
@@ -300,6 +305,7 @@ pub(super) fn q6_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
     let m = params.m_pairs();
     for_each_block_group::<8, 1, 210, _>(rows, m, tile, 0..runs, |_, [blk], [m], out| {
         let [[o0], [o1], [o2], [o3], [o4], [o5], [o6], [o7]] = out;
+        let m = spread(m);
         half(blk, 0, [m[0], m[1], m[2], m[3]], [o0, o1, o2, o3]);
         half(blk, 1, [m[4], m[5], m[6], m[7]], [o4, o5, o6, o7]);
     });
