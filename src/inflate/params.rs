@@ -19,8 +19,11 @@ pub(super) struct TileParams {
     /// Q15 multipliers `m_j`: Q4_0, Q5_0, Q8_0: block `r`'s at `j·stride + r`; Q6_K: sub-blocks
     /// `2r`, `2r + 1` (the two halves of run `r`) at `2(j·stride + r)`, `2(j·stride + r) + 1`.
     m: Vec<i16>,
-    /// Q4_1, Q4_K: `[f_j, g_j] = [fl(a_j·inv_n), fl(b_j·inv_n)]` of run `r` at `j·stride + r`.
+    /// Q4_1, Q4_K: `[f_j, g_j] = [fl(a_j·inv_n), fl(b_j·inv_n)]` of run `r` at `j·stride + r`,
+    /// or, after [`Self::prepare_unscaled`], still `[a_j, b_j]`.
     fg: Vec<[f32; 2]>,
+    /// Whether `fg` holds `[f_j, g_j]`.
+    scaled: bool,
     scratch: Scratch,
 }
 
@@ -96,6 +99,7 @@ impl TileParams {
             stride,
             m: vec![0; m * rows],
             fg: vec![[0.0; 2]; tile(table, stride)],
+            scaled: true,
             scratch: Scratch {
                 rows,
                 h0: vec![0; tile(true, stride)],
@@ -125,12 +129,28 @@ impl TileParams {
         }
     }
 
-    /// Q4_1, Q4_K: each run's `[f_j, g_j]`.
+    /// Q4_1, Q4_K: each run's `[f_j, g_j]` (after [`Self::prepare`]).
     pub fn fg(&self) -> RowMajor<'_, [f32; 2]> {
+        assert!(self.scaled, "fg of a tile prepared unscaled");
         RowMajor {
             items: &self.fg,
             stride: self.stride,
         }
+    }
+
+    /// Q4_1, Q4_K after [`Self::prepare_unscaled`]: each run's `[a_j, b_j]`; with row `j`'s
+    /// `inv()[j]` they give `[f_j, g_j] = [fl(a_j·inv_n), fl(b_j·inv_n)]`.
+    pub fn ab(&self) -> RowMajor<'_, [f32; 2]> {
+        assert!(!self.scaled, "ab of a tile prepared scaled");
+        RowMajor {
+            items: &self.fg,
+            stride: self.stride,
+        }
+    }
+
+    /// Q4_1, Q4_K: each tile row's `inv_n` (0 for padding and all-zero rows).
+    pub fn inv(&self) -> &[f32] {
+        &self.scratch.factor
     }
 
     /// Fills the parameters of a tile whose first `rows.len()` rows are `rows` (the others are
@@ -145,7 +165,32 @@ impl TileParams {
         rows: &[&[u8]],
         scales: &mut [f32],
     ) -> Result<(), (usize, usize)> {
+        self.prepare_in(ops, rows, scales, true)
+    }
+
+    /// [`Self::prepare`], but Q4_1 and Q4_K keep `[a_j, b_j]` ([`Self::ab`]) and leave the
+    /// multiplication by `inv_n` to the kernel, which does it as it loads them: a pass over
+    /// the parameters, and the reload of what the scan just stored, fewer.
+    #[inline(always)]
+    pub fn prepare_unscaled(
+        &mut self,
+        ops: impl ScanOps,
+        rows: &[&[u8]],
+        scales: &mut [f32],
+    ) -> Result<(), (usize, usize)> {
+        self.prepare_in(ops, rows, scales, false)
+    }
+
+    #[inline(always)]
+    fn prepare_in(
+        &mut self,
+        ops: impl ScanOps,
+        rows: &[&[u8]],
+        scales: &mut [f32],
+        scale_fg: bool,
+    ) -> Result<(), (usize, usize)> {
         let (ty, stride, n) = (self.ty, self.stride, rows.len());
+        self.scaled = scale_fg;
         let sc = &mut self.scratch;
         // Q4_1 and Q4_K hold `[a_j, b_j]` in `fg` until the row's `inv_n` is known.
         let ab = &mut self.fg;
@@ -171,6 +216,7 @@ impl TileParams {
                     ops.half_multipliers(h, unit, m);
                 }
             }
+            GgmlType::Q4_1 | GgmlType::Q4_K if !scale_fg => {}
             GgmlType::Q4_1 | GgmlType::Q4_K => {
                 for (fg, &inv) in self.fg.chunks_exact_mut(stride).zip(&sc.factor) {
                     // [a_j, b_j] becomes [fl(a_j·inv_n), fl(b_j·inv_n)].

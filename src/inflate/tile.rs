@@ -54,9 +54,11 @@ pub(super) fn for_each_group<const G: usize, const R: usize, P>(
     params: RowMajor<P>,
     tile: &mut Tile,
     runs: usize,
-    convert: impl FnMut(usize, &[&[u8]; R], [&[P; G]; R], [&mut [[i8; RUN]; R]; G]),
+    mut convert: impl FnMut(usize, &[&[u8]; R], [&[P; G]; R], [&mut [[i8; RUN]; R]; G]),
 ) {
-    for_each_group_in::<G, R, P>(rows, params, tile, 0..runs, convert);
+    for_each_group_in::<G, R, P>(rows, params, tile, 0..runs, |r, _, rows, p, outs| {
+        convert(r, rows, p, outs)
+    });
 }
 
 /// [`for_each_group`] over the runs `runs` only, handing `convert` each row's `GB` bytes that
@@ -70,16 +72,27 @@ pub(super) fn for_each_block_group<const G: usize, const R: usize, const GB: usi
     runs: std::ops::Range<usize>,
     mut convert: impl FnMut(usize, [&[u8; GB]; R], [&[P; G]; R], [&mut [[i8; RUN]; R]; G]),
 ) {
-    for_each_group_in::<G, R, P>(rows, params, tile, runs, |r, rows, p, outs| {
+    for_each_row_block_group::<G, R, GB, P>(rows, params, tile, runs, |r, _, rows, p, outs| {
+        convert(r, rows, p, outs)
+    });
+}
+
+/// [`for_each_block_group`] that also hands `convert` the group's first tile row (`i` in
+/// `convert(r, i, rows, params, outs)`), for kernels with per-row operands of their own.
+#[inline(always)]
+pub(super) fn for_each_row_block_group<const G: usize, const R: usize, const GB: usize, P>(
+    rows: &[&[u8]],
+    params: RowMajor<P>,
+    tile: &mut Tile,
+    runs: std::ops::Range<usize>,
+    mut convert: impl FnMut(usize, usize, [&[u8; GB]; R], [&[P; G]; R], [&mut [[i8; RUN]; R]; G]),
+) {
+    for_each_group_in::<G, R, P>(rows, params, tile, runs, |r, i, rows, p, outs| {
         // Runs r..r + G are bytes `r / G · GB..` of each row: a slice, not a division of the
         // row's length by GB.
         let at = r / G * GB;
-        convert(
-            r,
-            rows.map(|row| row[at..at + GB].try_into().expect("GB bytes")),
-            p,
-            outs,
-        )
+        let rows = rows.map(|row| row[at..at + GB].try_into().expect("GB bytes"));
+        convert(r, i, rows, p, outs)
     });
 }
 
@@ -117,7 +130,7 @@ fn for_each_group_in<const G: usize, const R: usize, P>(
     params: RowMajor<P>,
     tile: &mut Tile,
     runs: std::ops::Range<usize>,
-    mut convert: impl FnMut(usize, &[&[u8]; R], [&[P; G]; R], [&mut [[i8; RUN]; R]; G]),
+    mut convert: impl FnMut(usize, usize, &[&[u8]; R], [&[P; G]; R], [&mut [[i8; RUN]; R]; G]),
 ) {
     let b_n = tile.b_n;
     let stride = params.stride;
@@ -148,7 +161,7 @@ fn for_each_group_in<const G: usize, const R: usize, P>(
                     .try_into()
                     .expect("G runs")
             });
-            convert(r, rows, ps, outs.each_mut().map(|o| &mut o[i]));
+            convert(r, i * R, rows, ps, outs.each_mut().map(|o| &mut o[i]));
         }
     }
 }

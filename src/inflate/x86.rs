@@ -85,11 +85,11 @@ pub(super) fn scan_tile(isa: Isa) -> Option<ScanTile> {
     type Res = Result<(), (usize, usize)>;
     #[target_feature(enable = "avx2,f16c")]
     fn avx2(p: &mut TileParams, rows: &[&[u8]], scales: &mut [f32]) -> Res {
-        p.prepare(scan::OpsAvx2::new(), rows, scales)
+        p.prepare_unscaled(scan::OpsAvx2::new(), rows, scales)
     }
     #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
     fn avx512(p: &mut TileParams, rows: &[&[u8]], scales: &mut [f32]) -> Res {
-        p.prepare(scan::OpsAvx512::new(), rows, scales)
+        p.prepare_unscaled(scan::OpsAvx512::new(), rows, scales)
     }
     let s: ScanTile = match isa {
         Isa::Avx2 => |p, rows, s| unsafe_call!(avx2(p, rows, s)),

@@ -3,7 +3,9 @@
 //! array.
 
 use super::super::params::{scaled_codes, TileParams};
-use super::super::tile::{for_each_block, for_each_block_group, Tile, GROUP};
+use super::super::tile::{
+    for_each_block, for_each_block_group, for_each_row_block_group, Tile, GROUP,
+};
 use super::super::RUN;
 use super::{load16, rescale_table};
 use crate::quant::GgmlType;
@@ -29,25 +31,28 @@ fn store32(dst: &mut [i8; RUN], v: __m256i) {
     unsafe { _mm256_storeu_si256(dst.as_mut_ptr().cast(), v) }
 }
 
-/// `lut[q] = sat8(rne(fl(fl(q·f) + g)))` for the 16 codes, in both 128-bit lanes.
+/// `lut[q] = sat8(rne(fl(fl(q·f) + g)))` for the 16 codes, in both 128-bit lanes, with
+/// `[f, g] = [fl(a·inv), fl(b·inv)]`.
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
-fn table32(c: &[__m256; 2], [f, g]: [f32; 2]) -> __m256i {
-    let (vf, vg) = (_mm256_set1_ps(f), _mm256_set1_ps(g));
+fn table32(c: &[__m256; 2], [a, b]: [f32; 2], inv: f32) -> __m256i {
+    let (vf, vg) = (_mm256_set1_ps(a * inv), _mm256_set1_ps(b * inv));
     let step = |c: __m256| _mm256_cvtps_epi32(_mm256_add_ps(_mm256_mul_ps(c, vf), vg));
     let p = _mm256_packs_epi32(step(c[0]), step(c[1]));
     let t = _mm_packs_epi16(_mm256_castsi256_si128(p), _mm256_extracti128_si256::<1>(p));
     _mm256_broadcastsi128_si256(t)
 }
 
-/// The tables of two runs `[f, g]` (`fg`, adjacent in the row's parameters): lane 0 run 0's
-/// 16 entries, lane 1 run 1's. `codes[k]` holds codes `4k..4k + 4` in both lanes; `packs`
+/// The tables of two runs `[a, b]` (`ab`, adjacent in the row's parameters) of a row with
+/// factor `inv` (in every lane): lane 0 run 0's 16 entries, lane 1 run 1's, `[f, g] = [fl(a·inv),
+/// fl(b·inv)]`. `codes[k]` holds codes `4k..4k + 4` in both lanes; `packs`
 /// works within lanes, so each lane's entries come out in order.
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
-fn table_pair(codes: &[__m256; 4], fg: &[[f32; 2]; 2]) -> __m256i {
-    // SAFETY: `fg` is 16 readable bytes; unaligned load (the permutes read only those lanes).
-    let v = _mm256_castps128_ps256(unsafe { _mm_loadu_ps(fg.as_ptr().cast()) });
+fn table_pair(codes: &[__m256; 4], ab: &[[f32; 2]; 2], inv: __m128) -> __m256i {
+    // SAFETY: `ab` is 16 readable bytes; unaligned load (the permutes read only those lanes).
+    let v = _mm_mul_ps(unsafe { _mm_loadu_ps(ab.as_ptr().cast()) }, inv);
+    let v = _mm256_castps128_ps256(v);
     let f = _mm256_permutevar8x32_ps(v, _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2));
     let g = _mm256_permutevar8x32_ps(v, _mm256_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3));
     let step = |c: __m256| _mm256_cvtps_epi32(_mm256_add_ps(_mm256_mul_ps(c, f), g));
@@ -126,45 +131,58 @@ pub(super) fn q4_1(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
     // vector, high nibbles (16..32) in another; two lane permutes put each run together.
     let pair = |b0: &[u8; 20],
                 b1: &[u8; 20],
-                fg: &[[f32; 2]; 2],
+                ab: &[[f32; 2]; 2],
+                inv: __m128,
                 even: &mut [i8; RUN],
                 odd: &mut [i8; RUN]| {
-        let t = table_pair(&pairs, fg);
+        let t = table_pair(&pairs, ab, inv);
         let q = _mm256_set_m128i(load16(&b1[4..]), load16(&b0[4..]));
         let first = _mm256_shuffle_epi8(t, _mm256_and_si256(q, low));
         let second = _mm256_shuffle_epi8(t, _mm256_and_si256(_mm256_srli_epi16::<4>(q), low));
         store32(even, _mm256_permute2x128_si256::<0x20>(first, second));
         store32(odd, _mm256_permute2x128_si256::<0x31>(first, second));
     };
-    let fg = params.fg();
+    let (ab, inv) = (params.ab(), params.inv());
     // Eight runs per step (one bounds check per row and step), then four, then one at a time.
     let (eights, fours) = (runs / 8 * 8, runs / GROUP * GROUP);
-    for_each_block_group::<8, 1, 160, _>(rows, fg, tile, 0..eights, |_, [blk], [p], out| {
-        let blk = blk.as_chunks::<20>().0;
-        let p = p.as_chunks::<2>().0;
+    for_each_row_block_group::<8, 1, 160, _>(rows, ab, tile, 0..eights, |_, j, [blk], [p], out| {
+        let (blk, p, inv) = (
+            blk.as_chunks::<20>().0,
+            p.as_chunks::<2>().0,
+            _mm_set1_ps(inv[j]),
+        );
         let [[o0], [o1], [o2], [o3], [o4], [o5], [o6], [o7]] = out;
-        pair(&blk[0], &blk[1], &p[0], o0, o1);
-        pair(&blk[2], &blk[3], &p[1], o2, o3);
-        pair(&blk[4], &blk[5], &p[2], o4, o5);
-        pair(&blk[6], &blk[7], &p[3], o6, o7);
+        pair(&blk[0], &blk[1], &p[0], inv, o0, o1);
+        pair(&blk[2], &blk[3], &p[1], inv, o2, o3);
+        pair(&blk[4], &blk[5], &p[2], inv, o4, o5);
+        pair(&blk[6], &blk[7], &p[3], inv, o6, o7);
     });
-    for_each_block_group::<GROUP, 1, 80, _>(rows, fg, tile, eights..fours, |_, [blk], [p], out| {
-        let blk = blk.as_chunks::<20>().0;
-        let p = p.as_chunks::<2>().0;
-        let [[o0], [o1], [o2], [o3]] = out;
-        pair(&blk[0], &blk[1], &p[0], o0, o1);
-        pair(&blk[2], &blk[3], &p[1], o2, o3);
-    });
-    for_each_block_group::<1, 1, 20, _>(
+    let fours_range = eights..fours;
+    for_each_row_block_group::<GROUP, 1, 80, _>(
         rows,
-        fg,
+        ab,
         tile,
-        fours..runs,
-        |_, [blk], [[fg]], [[out]]| {
-            store32(
-                out,
-                _mm256_shuffle_epi8(table32(&c, *fg), nibbles(load16(&blk[4..]))),
+        fours_range,
+        |_, j, [blk], [p], out| {
+            let (blk, p, inv) = (
+                blk.as_chunks::<20>().0,
+                p.as_chunks::<2>().0,
+                _mm_set1_ps(inv[j]),
             );
+            let [[o0], [o1], [o2], [o3]] = out;
+            pair(&blk[0], &blk[1], &p[0], inv, o0, o1);
+            pair(&blk[2], &blk[3], &p[1], inv, o2, o3);
+        },
+    );
+    let last = fours..runs;
+    for_each_row_block_group::<1, 1, 20, _>(
+        rows,
+        ab,
+        tile,
+        last,
+        |_, j, [blk], [[ab]], [[out]]| {
+            let lut = table32(&c, *ab, inv[j]);
+            store32(out, _mm256_shuffle_epi8(lut, nibbles(load16(&blk[4..]))));
         },
     );
 }
@@ -222,10 +240,11 @@ pub(super) fn q4_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
     // their tables from one table pair.
     let pair = |blk: &[u8; 144],
                 p: usize,
-                fg: &[[f32; 2]; 2],
+                ab: &[[f32; 2]; 2],
+                inv: __m128,
                 even: &mut [i8; RUN],
                 odd: &mut [i8; RUN]| {
-        let t = table_pair(&pairs, fg);
+        let t = table_pair(&pairs, ab, inv);
         let q = load32(&blk[16 + 32 * p..]);
         let lut0 = _mm256_permute2x128_si256::<0x00>(t, t);
         store32(even, _mm256_shuffle_epi8(lut0, _mm256_and_si256(q, low)));
@@ -233,13 +252,14 @@ pub(super) fn q4_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
         let lut1 = _mm256_permute2x128_si256::<0x11>(t, t);
         store32(odd, _mm256_shuffle_epi8(lut1, hi));
     };
-    for_each_block_group::<8, 1, 144, _>(rows, params.fg(), tile, 0..runs, |_, [blk], [p], out| {
+    let (ab, inv) = (params.ab(), params.inv());
+    for_each_row_block_group::<8, 1, 144, _>(rows, ab, tile, 0..runs, |_, j, [blk], [p], out| {
         let [[e0], [o0], [e1], [o1], [e2], [o2], [e3], [o3]] = out;
-        let p = p.as_chunks::<2>().0;
-        pair(blk, 0, &p[0], e0, o0);
-        pair(blk, 1, &p[1], e1, o1);
-        pair(blk, 2, &p[2], e2, o2);
-        pair(blk, 3, &p[3], e3, o3);
+        let (p, inv) = (p.as_chunks::<2>().0, _mm_set1_ps(inv[j]));
+        pair(blk, 0, &p[0], inv, e0, o0);
+        pair(blk, 1, &p[1], inv, e1, o1);
+        pair(blk, 2, &p[2], inv, e2, o2);
+        pair(blk, 3, &p[3], inv, e3, o3);
     });
 }
 
