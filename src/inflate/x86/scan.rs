@@ -456,15 +456,18 @@ fn store_multipliers8(m: &mut [i16; 8], x: __m256) {
     unsafe { _mm_storeu_si128(m.as_mut_ptr().cast(), v) }
 }
 
-/// [`ScanOps::half_multipliers`] 16 at a time, then 8; the last `len % 8` as defined.
+/// [`ScanOps::half_multipliers`] 16 at a time, then 8; the last `len % 8` with the items
+/// before them, again (an elementwise map, so recomputing items is harmless); fewer than 8 as
+/// defined.
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
 fn half_multipliers_avx2(h: &[u16], unit: f32, m: &mut [i16]) {
     let n = m.len().min(h.len());
-    let (groups, tail) = m[..n].as_chunks_mut::<16>();
-    let (h, h_tail) = h[..n].as_chunks::<16>();
+    let (m, h) = (&mut m[..n], &h[..n]);
     let unit_v = _mm256_set1_ps(unit);
-    for (m, h) in groups.iter_mut().zip(h) {
+    let (groups, tail) = m.as_chunks_mut::<16>();
+    let (h16, h_tail) = h.as_chunks::<16>();
+    for (m, h) in groups.iter_mut().zip(h16) {
         let (lo, hi) = h.split_at(8);
         let x0 = _mm256_mul_ps(halves8(lo.try_into().expect("8")), unit_v);
         let x1 = _mm256_mul_ps(halves8(hi.try_into().expect("8")), unit_v);
@@ -473,8 +476,13 @@ fn half_multipliers_avx2(h: &[u16], unit: f32, m: &mut [i16]) {
     if let (Some(m), Some(h)) = (tail.first_chunk_mut::<8>(), h_tail.first_chunk::<8>()) {
         store_multipliers8(m, _mm256_mul_ps(halves8(h), unit_v));
     }
-    let done = tail.len() / 8 * 8;
-    PlainOps.half_multipliers(&h_tail[done..], unit, &mut tail[done..]);
+    if n.is_multiple_of(8) {
+        return;
+    }
+    match (m.last_chunk_mut::<8>(), h.last_chunk::<8>()) {
+        (Some(m), Some(h)) => store_multipliers8(m, _mm256_mul_ps(halves8(h), unit_v)),
+        _ => PlainOps.half_multipliers(h, unit, m),
+    }
 }
 
 /// [`ScanOps::multipliers`] 16 at a time, then 8; the last `len % 8` as defined.
