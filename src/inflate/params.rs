@@ -194,9 +194,7 @@ impl TileParams {
         let sc = &mut self.scratch;
         // Q4_1 and Q4_K hold `[a_j, b_j]` in `fg` until the row's `inv_n` is known.
         let ab = &mut self.fg;
-        for (j, row) in rows.iter().enumerate() {
-            sc.fields(ops, ty, row, j, stride, ab);
-        }
+        sc.fields(ops, ty, rows, stride, ab);
         if n < sc.rows {
             // Padding channels: zero fields, so zero parameters.
             sc.zero_rows(n);
@@ -237,33 +235,41 @@ impl TileParams {
 }
 
 impl Scratch {
-    /// Row `j`'s scale fields (Q4_1, Q4_K: its `[a_j, b_j]` into `ab`; Q6_K: its `e`) into the
-    /// row-by-row arrays, the largest magnitude of its fp16 fields into `largest_half` and the
-    /// largest value its blocks can take (`M_n`, `E_n`; from finite fields) into `top`.
+    /// Each row's scale fields (Q4_1, Q4_K: its `[a_j, b_j]` into `ab`; Q6_K: its `e`) into
+    /// the row-by-row arrays, the largest magnitude of its fp16 fields into `largest_half` and
+    /// the largest value its blocks can take (`M_n`, `E_n`; from finite fields) into `top`. One
+    /// loop per type, over the rows' chunks of the arrays: no per-row dispatch or offsets.
     #[inline(always)]
     fn fields(
         &mut self,
         ops: impl ScanOps,
         ty: GgmlType,
-        row: &[u8],
-        j: usize,
+        rows: &[&[u8]],
         stride: usize,
         ab: &mut [[f32; 2]],
     ) {
-        let at = j * stride..(j + 1) * stride;
-        let h0 = &mut self.h0[at.clone()];
+        let found = self.largest_half.iter_mut().zip(self.top.iter_mut());
+        let h0 = self.h0.chunks_exact_mut(stride);
         // The largest |d| is the largest fp16 magnitude.
         let same = |largest: u16| (largest, largest as u32);
-        let (largest, top) = match ty {
-            GgmlType::Q4_0 => same(ops.halves::<18, 0>(row, h0)),
-            GgmlType::Q5_0 => same(ops.halves::<22, 0>(row, h0)),
-            GgmlType::Q8_0 => same(ops.halves::<34, 0>(row, h0)),
-            GgmlType::Q4_1 => ops.q4_1_values(row, &mut ab[at]),
-            GgmlType::Q4_K => ops.q4_k_values(row, &mut ab[at]),
-            GgmlType::Q6_K => ops.q6_k_values(row, &mut self.e[2 * at.start..2 * at.end]),
+        match ty {
+            GgmlType::Q4_0 => each_row(rows, h0, found, |r, h| same(ops.halves::<18, 0>(r, h))),
+            GgmlType::Q5_0 => each_row(rows, h0, found, |r, h| same(ops.halves::<22, 0>(r, h))),
+            GgmlType::Q8_0 => each_row(rows, h0, found, |r, h| same(ops.halves::<34, 0>(r, h))),
+            GgmlType::Q4_1 => {
+                let ab = ab.chunks_exact_mut(stride);
+                each_row(rows, ab, found, |r, ab| ops.q4_1_values(r, ab))
+            }
+            GgmlType::Q4_K => {
+                let ab = ab.chunks_exact_mut(stride);
+                each_row(rows, ab, found, |r, ab| ops.q4_k_values(r, ab))
+            }
+            GgmlType::Q6_K => {
+                let e = self.e.chunks_exact_mut(2 * stride);
+                each_row(rows, e, found, |r, e| ops.q6_k_values(r, e))
+            }
             GgmlType::F32 | GgmlType::F16 => unreachable!("checked by the caller"),
-        };
-        (self.largest_half[j], self.top[j]) = (largest as u32, top);
+        }
     }
 
     /// Rows `n..` of the scratch arrays: zero.
@@ -336,6 +342,20 @@ impl Scratch {
         bad(&self.h0[at.clone()])
             .or_else(|| self.h1.get(at).and_then(bad))
             .expect("a non-finite half exists")
+    }
+}
+
+/// `(largest_half, top) = step(row, items)` for each row and its chunk of a row-by-row array.
+#[inline(always)]
+fn each_row<'a, T: 'a>(
+    rows: &[&[u8]],
+    items: impl Iterator<Item = &'a mut [T]>,
+    found: impl Iterator<Item = (&'a mut u32, &'a mut u32)>,
+    mut step: impl FnMut(&[u8], &mut [T]) -> (u16, u32),
+) {
+    for ((row, items), (largest, top)) in rows.iter().zip(items).zip(found) {
+        let (l, t) = step(row, items);
+        (*largest, *top) = (l as u32, t);
     }
 }
 

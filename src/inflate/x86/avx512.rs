@@ -208,9 +208,44 @@ pub(super) fn q5_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
 
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
 pub(super) fn q8_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
-    for_each_block_pair::<34, 136>(rows, params, tile, runs, |[a, b], m, out| {
-        store(out, rescale::<8>(load32x2(&a[2..], &b[2..]), m));
-    });
+    // Each row's run of quants sign-extended to 16 bits straight from memory and rescaled by
+    // its multiplier; `packs` interleaves the two rows' quadwords (lane l: row a's, row b's),
+    // one quadword permute puts each row's 32 bytes together.
+    let order = _mm512_set_epi64(7, 5, 3, 1, 6, 4, 2, 0);
+    let step = |a: &[u8; 34], b: &[u8; 34], ma: i16, mb: i16, out: &mut [[i8; RUN]; ROWS]| {
+        let widen = |blk: &[u8; 34]| {
+            let q: &[u8; 32] = blk[2..].try_into().expect("32 quants");
+            // SAFETY: `q` is 32 readable bytes; unaligned load.
+            _mm512_cvtepi8_epi16(unsafe { _mm256_loadu_si256(q.as_ptr().cast()) })
+        };
+        let ya = _mm512_mulhrs_epi16(widen(a), _mm512_set1_epi16(ma));
+        let yb = _mm512_mulhrs_epi16(widen(b), _mm512_set1_epi16(mb));
+        store(
+            out,
+            _mm512_permutexvar_epi64(order, _mm512_packs_epi16(ya, yb)),
+        );
+    };
+    let m = params.m();
+    let full = runs / GROUP * GROUP;
+    for_each_block_group::<GROUP, ROWS, 136, _>(
+        rows,
+        m,
+        tile,
+        0..full,
+        |_, [a, b], [ma, mb], out| {
+            let (a, b) = (a.as_chunks::<34>().0, b.as_chunks::<34>().0);
+            for (g, out) in out.into_iter().enumerate() {
+                step(&a[g], &b[g], ma[g], mb[g], out);
+            }
+        },
+    );
+    for_each_block_group::<1, ROWS, 34, _>(
+        rows,
+        m,
+        tile,
+        full..runs,
+        |_, [a, b], [ma, mb], [out]| step(a, b, ma[0], mb[0], out),
+    );
 }
 
 /// Lane `l` of the result: `sat8(rne(fl(fl(q·f) + g)))` for the 16 codes `q`, with lane `l`'s
