@@ -116,8 +116,41 @@ fn widen16(src: &[u8]) -> __m256i {
 #[target_feature(enable = "avx2,f16c")]
 pub(super) fn q4_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
     let c: [i16; 16] = scaled_codes(GgmlType::Q4_0);
-    for_each_block::<1, 18, 72, _>(rows, params.m(), tile, runs, |[blk], [m], [out]| {
-        let lut = _mm256_broadcastsi128_si256(rescale_table(&c, m));
+    // SAFETY: each load reads 8 of `c`'s 16 i16 (16 bytes, in bounds); unaligned.
+    let [c_lo, c_hi] = [0, 8]
+        .map(|at| unsafe { _mm256_broadcastsi128_si256(_mm_loadu_si128(c[at..].as_ptr().cast())) });
+    let low = _mm256_set1_epi8(15);
+    // Words 0 (lane 0) and 1 (lane 1) of a multiplier pair, in all 16-bit lanes of theirs.
+    #[rustfmt::skip]
+    let halves = _mm256_setr_epi8(
+        0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1,
+        2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3,
+    );
+    // Runs r, r + 1 (blocks `b0`, `b1`, multipliers `m`): one table pair (lane 0 run r's
+    // table, lane 1 run r + 1's) from one pair of multiplies and one pack; it looks up both
+    // runs' quant bytes at once, their low nibbles (weights 0..16) in one vector, high nibbles
+    // (16..32) in another, and two lane permutes put each run together.
+    let pair =
+        |b0: &[u8; 18], b1: &[u8; 18], m: &[i16], even: &mut [i8; RUN], odd: &mut [i8; RUN]| {
+            let m = (m[0] as u16 as u32 | (m[1] as u16 as u32) << 16) as i32;
+            let m = _mm256_shuffle_epi8(_mm256_set1_epi32(m), halves);
+            let t = _mm256_packs_epi16(_mm256_mulhrs_epi16(c_lo, m), _mm256_mulhrs_epi16(c_hi, m));
+            let q = _mm256_set_m128i(load16(&b1[2..]), load16(&b0[2..]));
+            let first = _mm256_shuffle_epi8(t, _mm256_and_si256(q, low));
+            let second = _mm256_shuffle_epi8(t, _mm256_and_si256(_mm256_srli_epi16::<4>(q), low));
+            store32(even, _mm256_permute2x128_si256::<0x20>(first, second));
+            store32(odd, _mm256_permute2x128_si256::<0x31>(first, second));
+        };
+    let m = params.m();
+    let full = runs / GROUP * GROUP;
+    for_each_block_group::<GROUP, 1, 72, _>(rows, m, tile, 0..full, |_, [blk], [m], out| {
+        let blk = blk.as_chunks::<18>().0;
+        let [[o0], [o1], [o2], [o3]] = out;
+        pair(&blk[0], &blk[1], &m[..2], o0, o1);
+        pair(&blk[2], &blk[3], &m[2..], o2, o3);
+    });
+    for_each_block_group::<1, 1, 18, _>(rows, m, tile, full..runs, |_, [blk], [[m]], [[out]]| {
+        let lut = _mm256_broadcastsi128_si256(rescale_table(&c, *m));
         store32(out, _mm256_shuffle_epi8(lut, nibbles(load16(&blk[2..]))));
     });
 }
