@@ -113,6 +113,20 @@ fn widen16(src: &[u8]) -> __m256i {
     _mm256_cvtepi8_epi16(load16(src))
 }
 
+/// `m[0]` in the 16-bit lanes of lane 0, `m[1]` in those of lane 1: the multipliers of two
+/// runs, one per 128-bit lane.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn pair_multipliers(m: &[i16]) -> __m256i {
+    let pair = (m[0] as u16 as u32 | (m[1] as u16 as u32) << 16) as i32;
+    #[rustfmt::skip]
+    let halves = _mm256_setr_epi8(
+        0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1,
+        2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3,
+    );
+    _mm256_shuffle_epi8(_mm256_set1_epi32(pair), halves)
+}
+
 #[target_feature(enable = "avx2,f16c")]
 pub(super) fn q4_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
     let c: [i16; 16] = scaled_codes(GgmlType::Q4_0);
@@ -120,20 +134,13 @@ pub(super) fn q4_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
     let [c_lo, c_hi] = [0, 8]
         .map(|at| unsafe { _mm256_broadcastsi128_si256(_mm_loadu_si128(c[at..].as_ptr().cast())) });
     let low = _mm256_set1_epi8(15);
-    // Words 0 (lane 0) and 1 (lane 1) of a multiplier pair, in all 16-bit lanes of theirs.
-    #[rustfmt::skip]
-    let halves = _mm256_setr_epi8(
-        0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1,
-        2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3,
-    );
     // Runs r, r + 1 (blocks `b0`, `b1`, multipliers `m`): one table pair (lane 0 run r's
     // table, lane 1 run r + 1's) from one pair of multiplies and one pack; it looks up both
     // runs' quant bytes at once, their low nibbles (weights 0..16) in one vector, high nibbles
     // (16..32) in another, and two lane permutes put each run together.
     let pair =
         |b0: &[u8; 18], b1: &[u8; 18], m: &[i16], even: &mut [i8; RUN], odd: &mut [i8; RUN]| {
-            let m = (m[0] as u16 as u32 | (m[1] as u16 as u32) << 16) as i32;
-            let m = _mm256_shuffle_epi8(_mm256_set1_epi32(m), halves);
+            let m = pair_multipliers(m);
             let t = _mm256_packs_epi16(_mm256_mulhrs_epi16(c_lo, m), _mm256_mulhrs_epi16(c_hi, m));
             let q = _mm256_set_m128i(load16(&b1[2..]), load16(&b0[2..]));
             let first = _mm256_shuffle_epi8(t, _mm256_and_si256(q, low));
@@ -223,33 +230,81 @@ pub(super) fn q4_1(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
 #[target_feature(enable = "avx2,f16c")]
 pub(super) fn q5_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
     let c: [i16; 32] = scaled_codes(GgmlType::Q5_0);
-    // Lane 0: codes 0..8 and 8..16, lane 1: 16..24 and 24..32, so that one pair of multiplies
-    // and one pack give lane 0 the table of the codes 0..16, lane 1 that of 16..32.
+    // `codes[k]`: the codes 8k..8k + 8 in both lanes.
     // SAFETY: each load reads 8 of `c`'s 32 i16 (16 bytes, in bounds); unaligned.
-    let [c_lo, c_hi] = [0, 8].map(|at| unsafe {
-        _mm256_set_m128i(
-            _mm_loadu_si128(c[16 + at..].as_ptr().cast()),
-            _mm_loadu_si128(c[at..].as_ptr().cast()),
-        )
-    });
+    let codes = [0, 8, 16, 24]
+        .map(|at| unsafe { _mm256_broadcastsi128_si256(_mm_loadu_si128(c[at..].as_ptr().cast())) });
     let bits = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
-    // Byte i of the vector (weight i of the run) takes byte i / 8 of qh.
+    let low = _mm256_set1_epi8(15);
+    // Byte i of a lane (weight i, or 16 + i, of its run) takes byte i / 8 (or 2 + i / 8) of its
+    // run's qh.
     #[rustfmt::skip]
-    let spread = _mm256_setr_epi8(
-        0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
-        2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3,
+    let (spread_first, spread_second) = (
+        _mm256_setr_epi8(
+            0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+            0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+        ),
+        _mm256_setr_epi8(
+            2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3,
+            2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3,
+        ),
     );
-    for_each_block::<1, 22, 88, _>(rows, params.m(), tile, runs, |[blk], [m], [out]| {
+    let fifth = |qh: __m256i, spread: __m256i| {
+        _mm256_cmpeq_epi8(
+            _mm256_and_si256(_mm256_shuffle_epi8(qh, spread), bits),
+            bits,
+        )
+    };
+    let qh = |blk: &[u8; 22]| i32::from_le_bytes([blk[2], blk[3], blk[4], blk[5]]);
+    // Runs r, r + 1 (blocks `b0`, `b1`): two table pairs (lane 0 run r's table of the codes
+    // 0..16, or 16..32, lane 1 run r + 1's) from two pairs of multiplies and two packs; each
+    // weight's nibble goes through both and its fifth bit picks one. Both runs' low nibbles
+    // (weights 0..16) in one vector, high nibbles in another; two lane permutes put each run
+    // together.
+    let pair =
+        |b0: &[u8; 22], b1: &[u8; 22], m: &[i16], even: &mut [i8; RUN], odd: &mut [i8; RUN]| {
+            let m = pair_multipliers(m);
+            let table =
+                |c0, c1| _mm256_packs_epi16(_mm256_mulhrs_epi16(c0, m), _mm256_mulhrs_epi16(c1, m));
+            let (t_lo, t_hi) = (table(codes[0], codes[1]), table(codes[2], codes[3]));
+            let qh = _mm256_set_m128i(_mm_set1_epi32(qh(b1)), _mm_set1_epi32(qh(b0)));
+            let q = _mm256_set_m128i(load16(&b1[6..]), load16(&b0[6..]));
+            let pick = |n: __m256i, fifth: __m256i| {
+                let (x, y) = (_mm256_shuffle_epi8(t_lo, n), _mm256_shuffle_epi8(t_hi, n));
+                _mm256_blendv_epi8(x, y, fifth)
+            };
+            let first = pick(_mm256_and_si256(q, low), fifth(qh, spread_first));
+            let high = _mm256_and_si256(_mm256_srli_epi16::<4>(q), low);
+            let second = pick(high, fifth(qh, spread_second));
+            store32(even, _mm256_permute2x128_si256::<0x20>(first, second));
+            store32(odd, _mm256_permute2x128_si256::<0x31>(first, second));
+        };
+    // One run: the tables of the codes 0..16 and 16..32 in the two lanes of one vector.
+    let (c_lo, c_hi) = (
+        _mm256_permute2x128_si256::<0x20>(codes[0], codes[2]),
+        _mm256_permute2x128_si256::<0x20>(codes[1], codes[3]),
+    );
+    // Byte i of the vector (weight i of the run) takes byte i / 8 of qh.
+    let spread = _mm256_permute2x128_si256::<0x30>(spread_first, spread_second);
+    let single = |blk: &[u8; 22], m: i16, out: &mut [i8; RUN]| {
         let m = _mm256_set1_epi16(m);
         let t = _mm256_packs_epi16(_mm256_mulhrs_epi16(c_lo, m), _mm256_mulhrs_epi16(c_hi, m));
-        let qh = i32::from_le_bytes([blk[2], blk[3], blk[4], blk[5]]);
-        let qh = _mm256_shuffle_epi8(_mm256_set1_epi32(qh), spread);
-        let fifth = _mm256_cmpeq_epi8(_mm256_and_si256(qh, bits), bits);
-        // Each weight's nibble through the table of its fifth bit's half of the codes.
+        let fifth = fifth(_mm256_set1_epi32(qh(blk)), spread);
         let q = nibbles(load16(&blk[6..]));
         let low = _mm256_shuffle_epi8(_mm256_permute2x128_si256::<0x00>(t, t), q);
         let high = _mm256_shuffle_epi8(_mm256_permute2x128_si256::<0x11>(t, t), q);
         store32(out, _mm256_blendv_epi8(low, high, fifth));
+    };
+    let m = params.m();
+    let full = runs / GROUP * GROUP;
+    for_each_block_group::<GROUP, 1, 88, _>(rows, m, tile, 0..full, |_, [blk], [m], out| {
+        let blk = blk.as_chunks::<22>().0;
+        let [[o0], [o1], [o2], [o3]] = out;
+        pair(&blk[0], &blk[1], &m[..2], o0, o1);
+        pair(&blk[2], &blk[3], &m[2..], o2, o3);
+    });
+    for_each_block_group::<1, 1, 22, _>(rows, m, tile, full..runs, |_, [blk], [[m]], [[out]]| {
+        single(blk, *m, out)
     });
 }
 
