@@ -1,6 +1,8 @@
-//! AVX2 kernels: one tile row per step, a whole 32-byte run per 256-bit vector (lane 0: the
+//! AVX2 kernels: one tile row per step, a whole 32-byte run per 256-bit store (lane 0: the
 //! run's weights 0..16, lane 1: 16..32), each row's blocks of a group of runs as one fixed-size
-//! array.
+//! array. The table types build two runs' tables per set of 256-bit operations (lane 0 one
+//! run's, lane 1 the next's; Q4_0, Q4_1 and Q5_0 also look both runs up at once and put each
+//! run together with two lane permutes), so that a table costs half the operations.
 
 use super::super::params::{scaled_codes, TileParams};
 use super::super::tile::{
