@@ -249,24 +249,32 @@ impl Scratch {
         ab: &mut [[f32; 2]],
     ) {
         let found = self.largest_half.iter_mut().zip(self.top.iter_mut());
+        // A loop written out per type (not a closure, which would keep the x86 steps, built
+        // for their instruction sets, from being inlined into it).
+        macro_rules! each_row {
+            ($items:expr, |$row:ident, $chunk:ident| $step:expr) => {
+                for ((&$row, $chunk), (largest, top)) in rows.iter().zip($items).zip(found) {
+                    let (l, t): (u16, u32) = $step;
+                    (*largest, *top) = (l as u32, t);
+                }
+            };
+        }
         let h0 = self.h0.chunks_exact_mut(stride);
         // The largest |d| is the largest fp16 magnitude.
         let same = |largest: u16| (largest, largest as u32);
         match ty {
-            GgmlType::Q4_0 => each_row(rows, h0, found, |r, h| same(ops.halves::<18, 0>(r, h))),
-            GgmlType::Q5_0 => each_row(rows, h0, found, |r, h| same(ops.halves::<22, 0>(r, h))),
-            GgmlType::Q8_0 => each_row(rows, h0, found, |r, h| same(ops.halves::<34, 0>(r, h))),
+            GgmlType::Q4_0 => each_row!(h0, |r, h| same(ops.halves::<18, 0>(r, h))),
+            GgmlType::Q5_0 => each_row!(h0, |r, h| same(ops.halves::<22, 0>(r, h))),
+            GgmlType::Q8_0 => each_row!(h0, |r, h| same(ops.halves::<34, 0>(r, h))),
             GgmlType::Q4_1 => {
-                let ab = ab.chunks_exact_mut(stride);
-                each_row(rows, ab, found, |r, ab| ops.q4_1_values(r, ab))
+                each_row!(ab.chunks_exact_mut(stride), |r, ab| ops.q4_1_values(r, ab))
             }
             GgmlType::Q4_K => {
-                let ab = ab.chunks_exact_mut(stride);
-                each_row(rows, ab, found, |r, ab| ops.q4_k_values(r, ab))
+                each_row!(ab.chunks_exact_mut(stride), |r, ab| ops.q4_k_values(r, ab))
             }
             GgmlType::Q6_K => {
                 let e = self.e.chunks_exact_mut(2 * stride);
-                each_row(rows, e, found, |r, e| ops.q6_k_values(r, e))
+                each_row!(e, |r, e| ops.q6_k_values(r, e))
             }
             GgmlType::F32 | GgmlType::F16 => unreachable!("checked by the caller"),
         }
@@ -342,20 +350,6 @@ impl Scratch {
         bad(&self.h0[at.clone()])
             .or_else(|| self.h1.get(at).and_then(bad))
             .expect("a non-finite half exists")
-    }
-}
-
-/// `(largest_half, top) = step(row, items)` for each row and its chunk of a row-by-row array.
-#[inline(always)]
-fn each_row<'a, T: 'a>(
-    rows: &[&[u8]],
-    items: impl Iterator<Item = &'a mut [T]>,
-    found: impl Iterator<Item = (&'a mut u32, &'a mut u32)>,
-    mut step: impl FnMut(&[u8], &mut [T]) -> (u16, u32),
-) {
-    for ((row, items), (largest, top)) in rows.iter().zip(items).zip(found) {
-        let (l, t) = step(row, items);
-        (*largest, *top) = (l as u32, t);
     }
 }
 
