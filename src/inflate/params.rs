@@ -140,6 +140,7 @@ impl TileParams {
 
     /// Q4_1, Q4_K after [`Self::prepare_unscaled`]: each run's `[a_j, b_j]`; with row `j`'s
     /// `inv()[j]` they give `[f_j, g_j] = [fl(a_j·inv_n), fl(b_j·inv_n)]`.
+    #[cfg(target_arch = "x86_64")]
     pub fn ab(&self) -> RowMajor<'_, [f32; 2]> {
         assert!(!self.scaled, "ab of a tile prepared scaled");
         RowMajor {
@@ -149,6 +150,7 @@ impl TileParams {
     }
 
     /// Q4_1, Q4_K: each tile row's `inv_n` (0 for padding and all-zero rows).
+    #[cfg(target_arch = "x86_64")]
     pub fn inv(&self) -> &[f32] {
         &self.scratch.factor
     }
@@ -171,6 +173,7 @@ impl TileParams {
     /// [`Self::prepare`], but Q4_1 and Q4_K keep `[a_j, b_j]` ([`Self::ab`]) and leave the
     /// multiplication by `inv_n` to the kernel, which does it as it loads them: a pass over
     /// the parameters, and the reload of what the scan just stored, fewer.
+    #[cfg(target_arch = "x86_64")]
     #[inline(always)]
     pub fn prepare_unscaled(
         &mut self,
