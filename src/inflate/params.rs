@@ -19,8 +19,11 @@ pub(super) struct TileParams {
     /// Q15 multipliers `m_j`: Q4_0, Q5_0, Q8_0: block `r`'s at `j·stride + r`; Q6_K: sub-blocks
     /// `2r`, `2r + 1` (the two halves of run `r`) at `2(j·stride + r)`, `2(j·stride + r) + 1`.
     m: Vec<i16>,
-    /// Q4_1, Q4_K: `[f_j, g_j] = [fl(a_j·inv_n), fl(b_j·inv_n)]` of run `r` at `j·stride + r`.
+    /// Q4_1, Q4_K: `[f_j, g_j] = [fl(a_j·inv_n), fl(b_j·inv_n)]` of run `r` at `j·stride + r`,
+    /// or, after [`Self::prepare_unscaled`], still `[a_j, b_j]`.
     fg: Vec<[f32; 2]>,
+    /// Whether `fg` holds `[f_j, g_j]`.
+    scaled: bool,
     scratch: Scratch,
 }
 
@@ -96,6 +99,7 @@ impl TileParams {
             stride,
             m: vec![0; m * rows],
             fg: vec![[0.0; 2]; tile(table, stride)],
+            scaled: true,
             scratch: Scratch {
                 rows,
                 h0: vec![0; tile(true, stride)],
@@ -125,12 +129,30 @@ impl TileParams {
         }
     }
 
-    /// Q4_1, Q4_K: each run's `[f_j, g_j]`.
+    /// Q4_1, Q4_K: each run's `[f_j, g_j]` (after [`Self::prepare`]).
     pub fn fg(&self) -> RowMajor<'_, [f32; 2]> {
+        assert!(self.scaled, "fg of a tile prepared unscaled");
         RowMajor {
             items: &self.fg,
             stride: self.stride,
         }
+    }
+
+    /// Q4_1, Q4_K after [`Self::prepare_unscaled`]: each run's `[a_j, b_j]`; with row `j`'s
+    /// `inv()[j]` they give `[f_j, g_j] = [fl(a_j·inv_n), fl(b_j·inv_n)]`.
+    #[cfg(target_arch = "x86_64")]
+    pub fn ab(&self) -> RowMajor<'_, [f32; 2]> {
+        assert!(!self.scaled, "ab of a tile prepared scaled");
+        RowMajor {
+            items: &self.fg,
+            stride: self.stride,
+        }
+    }
+
+    /// Q4_1, Q4_K: each tile row's `inv_n` (0 for padding and all-zero rows).
+    #[cfg(target_arch = "x86_64")]
+    pub fn inv(&self) -> &[f32] {
+        &self.scratch.factor
     }
 
     /// Fills the parameters of a tile whose first `rows.len()` rows are `rows` (the others are
@@ -145,13 +167,37 @@ impl TileParams {
         rows: &[&[u8]],
         scales: &mut [f32],
     ) -> Result<(), (usize, usize)> {
+        self.prepare_in(ops, rows, scales, true)
+    }
+
+    /// [`Self::prepare`], but Q4_1 and Q4_K keep `[a_j, b_j]` ([`Self::ab`]) and leave the
+    /// multiplication by `inv_n` to the kernel, which does it as it loads them: a pass over
+    /// the parameters, and the reload of what the scan just stored, fewer.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    pub fn prepare_unscaled(
+        &mut self,
+        ops: impl ScanOps,
+        rows: &[&[u8]],
+        scales: &mut [f32],
+    ) -> Result<(), (usize, usize)> {
+        self.prepare_in(ops, rows, scales, false)
+    }
+
+    #[inline(always)]
+    fn prepare_in(
+        &mut self,
+        ops: impl ScanOps,
+        rows: &[&[u8]],
+        scales: &mut [f32],
+        scale_fg: bool,
+    ) -> Result<(), (usize, usize)> {
         let (ty, stride, n) = (self.ty, self.stride, rows.len());
+        self.scaled = scale_fg;
         let sc = &mut self.scratch;
         // Q4_1 and Q4_K hold `[a_j, b_j]` in `fg` until the row's `inv_n` is known.
         let ab = &mut self.fg;
-        for (j, row) in rows.iter().enumerate() {
-            sc.fields(ops, ty, row, j, stride, ab);
-        }
+        sc.fields(ops, ty, rows, stride, ab);
         if n < sc.rows {
             // Padding channels: zero fields, so zero parameters.
             sc.zero_rows(n);
@@ -171,6 +217,7 @@ impl TileParams {
                     ops.half_multipliers(h, unit, m);
                 }
             }
+            GgmlType::Q4_1 | GgmlType::Q4_K if !scale_fg => {}
             GgmlType::Q4_1 | GgmlType::Q4_K => {
                 for (fg, &inv) in self.fg.chunks_exact_mut(stride).zip(&sc.factor) {
                     // [a_j, b_j] becomes [fl(a_j·inv_n), fl(b_j·inv_n)].
@@ -191,33 +238,49 @@ impl TileParams {
 }
 
 impl Scratch {
-    /// Row `j`'s scale fields (Q4_1, Q4_K: its `[a_j, b_j]` into `ab`; Q6_K: its `e`) into the
-    /// row-by-row arrays, the largest magnitude of its fp16 fields into `largest_half` and the
-    /// largest value its blocks can take (`M_n`, `E_n`; from finite fields) into `top`.
+    /// Each row's scale fields (Q4_1, Q4_K: its `[a_j, b_j]` into `ab`; Q6_K: its `e`) into
+    /// the row-by-row arrays, the largest magnitude of its fp16 fields into `largest_half` and
+    /// the largest value its blocks can take (`M_n`, `E_n`; from finite fields) into `top`. One
+    /// loop per type, over the rows' chunks of the arrays: no per-row dispatch or offsets.
     #[inline(always)]
     fn fields(
         &mut self,
         ops: impl ScanOps,
         ty: GgmlType,
-        row: &[u8],
-        j: usize,
+        rows: &[&[u8]],
         stride: usize,
         ab: &mut [[f32; 2]],
     ) {
-        let at = j * stride..(j + 1) * stride;
-        let h0 = &mut self.h0[at.clone()];
+        let found = self.largest_half.iter_mut().zip(self.top.iter_mut());
+        // A loop written out per type (not a closure, which would keep the x86 steps, built
+        // for their instruction sets, from being inlined into it).
+        macro_rules! each_row {
+            ($items:expr, |$row:ident, $chunk:ident| $step:expr) => {
+                for ((&$row, $chunk), (largest, top)) in rows.iter().zip($items).zip(found) {
+                    let (l, t): (u16, u32) = $step;
+                    (*largest, *top) = (l as u32, t);
+                }
+            };
+        }
+        let h0 = self.h0.chunks_exact_mut(stride);
         // The largest |d| is the largest fp16 magnitude.
         let same = |largest: u16| (largest, largest as u32);
-        let (largest, top) = match ty {
-            GgmlType::Q4_0 => same(ops.halves::<18, 0>(row, h0)),
-            GgmlType::Q5_0 => same(ops.halves::<22, 0>(row, h0)),
-            GgmlType::Q8_0 => same(ops.halves::<34, 0>(row, h0)),
-            GgmlType::Q4_1 => ops.q4_1_values(row, &mut ab[at]),
-            GgmlType::Q4_K => ops.q4_k_values(row, &mut ab[at]),
-            GgmlType::Q6_K => ops.q6_k_values(row, &mut self.e[2 * at.start..2 * at.end]),
+        match ty {
+            GgmlType::Q4_0 => each_row!(h0, |r, h| same(ops.halves::<18, 0>(r, h))),
+            GgmlType::Q5_0 => each_row!(h0, |r, h| same(ops.halves::<22, 0>(r, h))),
+            GgmlType::Q8_0 => each_row!(h0, |r, h| same(ops.halves::<34, 0>(r, h))),
+            GgmlType::Q4_1 => {
+                each_row!(ab.chunks_exact_mut(stride), |r, ab| ops.q4_1_values(r, ab))
+            }
+            GgmlType::Q4_K => {
+                each_row!(ab.chunks_exact_mut(stride), |r, ab| ops.q4_k_values(r, ab))
+            }
+            GgmlType::Q6_K => {
+                let e = self.e.chunks_exact_mut(2 * stride);
+                each_row!(e, |r, e| ops.q6_k_values(r, e))
+            }
             GgmlType::F32 | GgmlType::F16 => unreachable!("checked by the caller"),
-        };
-        (self.largest_half[j], self.top[j]) = (largest as u32, top);
+        }
     }
 
     /// Rows `n..` of the scratch arrays: zero.

@@ -54,9 +54,11 @@ pub(super) fn for_each_group<const G: usize, const R: usize, P>(
     params: RowMajor<P>,
     tile: &mut Tile,
     runs: usize,
-    convert: impl FnMut(usize, &[&[u8]; R], [&[P; G]; R], [&mut [[i8; RUN]; R]; G]),
+    mut convert: impl FnMut(usize, &[&[u8]; R], [&[P; G]; R], [&mut [[i8; RUN]; R]; G]),
 ) {
-    for_each_group_in::<G, R, P>(rows, params, tile, 0..runs, convert);
+    for_each_group_in::<G, R, P>(rows, params, tile, 0..runs, |r, _, rows, p, outs| {
+        convert(r, rows, p, outs)
+    });
 }
 
 /// [`for_each_group`] over the runs `runs` only, handing `convert` each row's `GB` bytes that
@@ -70,8 +72,27 @@ pub(super) fn for_each_block_group<const G: usize, const R: usize, const GB: usi
     runs: std::ops::Range<usize>,
     mut convert: impl FnMut(usize, [&[u8; GB]; R], [&[P; G]; R], [&mut [[i8; RUN]; R]; G]),
 ) {
-    for_each_group_in::<G, R, P>(rows, params, tile, runs, |r, rows, p, outs| {
-        convert(r, rows.map(|row| &row.as_chunks::<GB>().0[r / G]), p, outs)
+    for_each_row_block_group::<G, R, GB, P>(rows, params, tile, runs, |r, _, rows, p, outs| {
+        convert(r, rows, p, outs)
+    });
+}
+
+/// [`for_each_block_group`] that also hands `convert` the group's first tile row (`i` in
+/// `convert(r, i, rows, params, outs)`), for kernels with per-row operands of their own.
+#[inline(always)]
+pub(super) fn for_each_row_block_group<const G: usize, const R: usize, const GB: usize, P>(
+    rows: &[&[u8]],
+    params: RowMajor<P>,
+    tile: &mut Tile,
+    runs: std::ops::Range<usize>,
+    mut convert: impl FnMut(usize, usize, [&[u8; GB]; R], [&[P; G]; R], [&mut [[i8; RUN]; R]; G]),
+) {
+    for_each_group_in::<G, R, P>(rows, params, tile, runs, |r, i, rows, p, outs| {
+        // Runs r..r + G are bytes `r / G · GB..` of each row: a slice, not a division of the
+        // row's length by GB.
+        let at = r / G * GB;
+        let rows = rows.map(|row| row[at..at + GB].try_into().expect("GB bytes"));
+        convert(r, i, rows, p, outs)
     });
 }
 
@@ -109,7 +130,7 @@ fn for_each_group_in<const G: usize, const R: usize, P>(
     params: RowMajor<P>,
     tile: &mut Tile,
     runs: std::ops::Range<usize>,
-    mut convert: impl FnMut(usize, &[&[u8]; R], [&[P; G]; R], [&mut [[i8; RUN]; R]; G]),
+    mut convert: impl FnMut(usize, usize, &[&[u8]; R], [&[P; G]; R], [&mut [[i8; RUN]; R]; G]),
 ) {
     let b_n = tile.b_n;
     let stride = params.stride;
@@ -125,18 +146,22 @@ fn for_each_group_in<const G: usize, const R: usize, P>(
     let groups = b_n / R;
     let rows = &rows.as_chunks::<R>().0[..groups];
     let out = &mut tile.out.as_chunks_mut::<RUN>().0[runs.start * b_n..runs.end * b_n];
+    // Each row group's parameters as one slice (`R·stride` items), so that a run group's
+    // are an offset into it: no multiply and one bounds check per row.
+    let params = &params.items[..b_n * stride];
     for (n, out) in out.chunks_exact_mut(G * b_n).enumerate() {
         let r = runs.start + n * G;
         let mut outs = out
             .chunks_exact_mut(b_n)
             .map(|run| &mut run.as_chunks_mut::<R>().0[..groups]);
         let mut outs: [_; G] = std::array::from_fn(|_| outs.next().expect("G runs"));
-        for (i, rows) in rows.iter().enumerate() {
+        for (i, (rows, p)) in rows.iter().zip(params.chunks_exact(R * stride)).enumerate() {
             let ps = std::array::from_fn(|k| {
-                let at = (i * R + k) * stride + r;
-                params.items[at..at + G].try_into().expect("G runs")
+                p[k * stride + r..k * stride + r + G]
+                    .try_into()
+                    .expect("G runs")
             });
-            convert(r, rows, ps, outs.each_mut().map(|o| &mut o[i]));
+            convert(r, i * R, rows, ps, outs.each_mut().map(|o| &mut o[i]));
         }
     }
 }

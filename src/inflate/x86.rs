@@ -80,16 +80,18 @@ pub(super) fn tile_kernel(isa: Isa, ty: GgmlType, b_n: usize) -> Option<TileKern
     Some(k)
 }
 
-/// The tile scan compiled for `isa`, if `isa` is an x86 path with a build of its own.
+/// The tile scan compiled for `isa`, if `isa` is an x86 path with a build of its own. It leaves
+/// Q4_1/Q4_K's `[a_j, b_j]` unscaled ([`TileParams::prepare_unscaled`]): every AVX2 and AVX-512
+/// kernel (the two paths' only ones) multiplies them by `inv_n` itself.
 pub(super) fn scan_tile(isa: Isa) -> Option<ScanTile> {
     type Res = Result<(), (usize, usize)>;
     #[target_feature(enable = "avx2,f16c")]
     fn avx2(p: &mut TileParams, rows: &[&[u8]], scales: &mut [f32]) -> Res {
-        p.prepare(scan::OpsAvx2::new(), rows, scales)
+        p.prepare_unscaled(scan::OpsAvx2::new(), rows, scales)
     }
     #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
     fn avx512(p: &mut TileParams, rows: &[&[u8]], scales: &mut [f32]) -> Res {
-        p.prepare(scan::OpsAvx512::new(), rows, scales)
+        p.prepare_unscaled(scan::OpsAvx512::new(), rows, scales)
     }
     let s: ScanTile = match isa {
         Isa::Avx2 => |p, rows, s| unsafe_call!(avx2(p, rows, s)),

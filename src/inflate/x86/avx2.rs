@@ -1,9 +1,13 @@
-//! AVX2 kernels: one tile row per step, a whole 32-byte run per 256-bit vector (lane 0: the
+//! AVX2 kernels: one tile row per step, a whole 32-byte run per 256-bit store (lane 0: the
 //! run's weights 0..16, lane 1: 16..32), each row's blocks of a group of runs as one fixed-size
-//! array.
+//! array. The table types build two runs' tables per set of 256-bit operations (lane 0 one
+//! run's, lane 1 the next's; Q4_0, Q4_1 and Q5_0 also look both runs up at once and put each
+//! run together with two lane permutes), so that a table costs half the operations.
 
 use super::super::params::{scaled_codes, TileParams};
-use super::super::tile::{for_each_block, for_each_block_group, Tile, GROUP};
+use super::super::tile::{
+    for_each_block, for_each_block_group, for_each_row_block_group, Tile, GROUP,
+};
 use super::super::RUN;
 use super::{load16, rescale_table};
 use crate::quant::GgmlType;
@@ -29,25 +33,28 @@ fn store32(dst: &mut [i8; RUN], v: __m256i) {
     unsafe { _mm256_storeu_si256(dst.as_mut_ptr().cast(), v) }
 }
 
-/// `lut[q] = sat8(rne(fl(fl(q·f) + g)))` for the 16 codes, in both 128-bit lanes.
+/// `lut[q] = sat8(rne(fl(fl(q·f) + g)))` for the 16 codes, in both 128-bit lanes, with
+/// `[f, g] = [fl(a·inv), fl(b·inv)]`.
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
-fn table32(c: &[__m256; 2], [f, g]: [f32; 2]) -> __m256i {
-    let (vf, vg) = (_mm256_set1_ps(f), _mm256_set1_ps(g));
+fn table32(c: &[__m256; 2], [a, b]: [f32; 2], inv: f32) -> __m256i {
+    let (vf, vg) = (_mm256_set1_ps(a * inv), _mm256_set1_ps(b * inv));
     let step = |c: __m256| _mm256_cvtps_epi32(_mm256_add_ps(_mm256_mul_ps(c, vf), vg));
     let p = _mm256_packs_epi32(step(c[0]), step(c[1]));
     let t = _mm_packs_epi16(_mm256_castsi256_si128(p), _mm256_extracti128_si256::<1>(p));
     _mm256_broadcastsi128_si256(t)
 }
 
-/// The tables of two runs `[f, g]` (`fg`, adjacent in the row's parameters): lane 0 run 0's
-/// 16 entries, lane 1 run 1's. `codes[k]` holds codes `4k..4k + 4` in both lanes; `packs`
+/// The tables of two runs `[a, b]` (`ab`, adjacent in the row's parameters) of a row with
+/// factor `inv` (in every lane): lane 0 run 0's 16 entries, lane 1 run 1's, `[f, g] = [fl(a·inv),
+/// fl(b·inv)]`. `codes[k]` holds codes `4k..4k + 4` in both lanes; `packs`
 /// works within lanes, so each lane's entries come out in order.
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
-fn table_pair(codes: &[__m256; 4], fg: &[[f32; 2]; 2]) -> __m256i {
-    // SAFETY: `fg` is 16 readable bytes; unaligned load (the permutes read only those lanes).
-    let v = _mm256_castps128_ps256(unsafe { _mm_loadu_ps(fg.as_ptr().cast()) });
+fn table_pair(codes: &[__m256; 4], ab: &[[f32; 2]; 2], inv: __m128) -> __m256i {
+    // SAFETY: `ab` is 16 readable bytes; unaligned load (the permutes read only those lanes).
+    let v = _mm_mul_ps(unsafe { _mm_loadu_ps(ab.as_ptr().cast()) }, inv);
+    let v = _mm256_castps128_ps256(v);
     let f = _mm256_permutevar8x32_ps(v, _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2));
     let g = _mm256_permutevar8x32_ps(v, _mm256_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3));
     let step = |c: __m256| _mm256_cvtps_epi32(_mm256_add_ps(_mm256_mul_ps(c, f), g));
@@ -101,18 +108,58 @@ fn rescale<const SHIFT: i32>(x: __m256i, m: __m256i) -> __m256i {
     _mm256_packs_epi16(_mm256_mulhrs_epi16(lo, m), _mm256_mulhrs_epi16(hi, m))
 }
 
-/// `m0` in the 16-bit lanes of lane 0, `m1` in those of lane 1.
+/// 16 signed bytes at the start of `src` as 16-bit lanes.
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
-fn lane_multipliers(m0: i16, m1: i16) -> __m256i {
-    _mm256_set_m128i(_mm_set1_epi16(m1), _mm_set1_epi16(m0))
+fn widen16(src: &[u8]) -> __m256i {
+    _mm256_cvtepi8_epi16(load16(src))
+}
+
+/// `m[0]` in the 16-bit lanes of lane 0, `m[1]` in those of lane 1: the multipliers of two
+/// runs, one per 128-bit lane.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn pair_multipliers(m: &[i16]) -> __m256i {
+    let pair = (m[0] as u16 as u32 | (m[1] as u16 as u32) << 16) as i32;
+    #[rustfmt::skip]
+    let halves = _mm256_setr_epi8(
+        0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1,
+        2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3,
+    );
+    _mm256_shuffle_epi8(_mm256_set1_epi32(pair), halves)
 }
 
 #[target_feature(enable = "avx2,f16c")]
 pub(super) fn q4_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
     let c: [i16; 16] = scaled_codes(GgmlType::Q4_0);
-    for_each_block::<1, 18, 72, _>(rows, params.m(), tile, runs, |[blk], [m], [out]| {
-        let lut = _mm256_broadcastsi128_si256(rescale_table(&c, m));
+    // SAFETY: each load reads 8 of `c`'s 16 i16 (16 bytes, in bounds); unaligned.
+    let [c_lo, c_hi] = [0, 8]
+        .map(|at| unsafe { _mm256_broadcastsi128_si256(_mm_loadu_si128(c[at..].as_ptr().cast())) });
+    let low = _mm256_set1_epi8(15);
+    // Runs r, r + 1 (blocks `b0`, `b1`, multipliers `m`): one table pair (lane 0 run r's
+    // table, lane 1 run r + 1's) from one pair of multiplies and one pack; it looks up both
+    // runs' quant bytes at once, their low nibbles (weights 0..16) in one vector, high nibbles
+    // (16..32) in another, and two lane permutes put each run together.
+    let pair =
+        |b0: &[u8; 18], b1: &[u8; 18], m: &[i16], even: &mut [i8; RUN], odd: &mut [i8; RUN]| {
+            let m = pair_multipliers(m);
+            let t = _mm256_packs_epi16(_mm256_mulhrs_epi16(c_lo, m), _mm256_mulhrs_epi16(c_hi, m));
+            let q = _mm256_set_m128i(load16(&b1[2..]), load16(&b0[2..]));
+            let first = _mm256_shuffle_epi8(t, _mm256_and_si256(q, low));
+            let second = _mm256_shuffle_epi8(t, _mm256_and_si256(_mm256_srli_epi16::<4>(q), low));
+            store32(even, _mm256_permute2x128_si256::<0x20>(first, second));
+            store32(odd, _mm256_permute2x128_si256::<0x31>(first, second));
+        };
+    let m = params.m();
+    let full = runs / GROUP * GROUP;
+    for_each_block_group::<GROUP, 1, 72, _>(rows, m, tile, 0..full, |_, [blk], [m], out| {
+        let blk = blk.as_chunks::<18>().0;
+        let [[o0], [o1], [o2], [o3]] = out;
+        pair(&blk[0], &blk[1], &m[..2], o0, o1);
+        pair(&blk[2], &blk[3], &m[2..], o2, o3);
+    });
+    for_each_block_group::<1, 1, 18, _>(rows, m, tile, full..runs, |_, [blk], [[m]], [[out]]| {
+        let lut = _mm256_broadcastsi128_si256(rescale_table(&c, *m));
         store32(out, _mm256_shuffle_epi8(lut, nibbles(load16(&blk[2..]))));
     });
 }
@@ -120,60 +167,158 @@ pub(super) fn q4_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
 #[target_feature(enable = "avx2,f16c")]
 pub(super) fn q4_1(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
     let (c, pairs) = (codes(), pair_codes());
-    let full = runs / GROUP * GROUP;
-    let fg = params.fg();
-    // Runs two at a time: one table pair, each table in both lanes for its run's 32 weights.
-    for_each_block_group::<GROUP, 1, 80, _>(rows, fg, tile, 0..full, |_, [blk], [p], out| {
-        let blk = blk.as_chunks::<20>().0;
-        let [[o0], [o1], [o2], [o3]] = out;
-        for (i, (even, odd)) in [(o0, o1), (o2, o3)].into_iter().enumerate() {
-            let t = table_pair(&pairs, p[2 * i..2 * i + 2].try_into().expect("2 runs"));
-            let lut0 = _mm256_permute2x128_si256::<0x00>(t, t);
-            let lut1 = _mm256_permute2x128_si256::<0x11>(t, t);
-            store32(
-                even,
-                _mm256_shuffle_epi8(lut0, nibbles(load16(&blk[2 * i][4..]))),
-            );
-            store32(
-                odd,
-                _mm256_shuffle_epi8(lut1, nibbles(load16(&blk[2 * i + 1][4..]))),
-            );
-        }
-    });
-    for_each_block_group::<1, 1, 20, _>(rows, fg, tile, full..runs, |_, [blk], [[fg]], [[out]]| {
-        store32(
-            out,
-            _mm256_shuffle_epi8(table32(&c, *fg), nibbles(load16(&blk[4..]))),
+    let low = _mm256_set1_epi8(15);
+    // Runs r, r + 1 (blocks `b0`, `b1`): one table pair (lane 0 run r's table, lane 1 run r +
+    // 1's) looks up both runs' quant bytes at once, their low nibbles (weights 0..16) in one
+    // vector, high nibbles (16..32) in another; two lane permutes put each run together.
+    let pair = |b0: &[u8; 20],
+                b1: &[u8; 20],
+                ab: &[[f32; 2]; 2],
+                inv: __m128,
+                even: &mut [i8; RUN],
+                odd: &mut [i8; RUN]| {
+        let t = table_pair(&pairs, ab, inv);
+        let q = _mm256_set_m128i(load16(&b1[4..]), load16(&b0[4..]));
+        let first = _mm256_shuffle_epi8(t, _mm256_and_si256(q, low));
+        let second = _mm256_shuffle_epi8(t, _mm256_and_si256(_mm256_srli_epi16::<4>(q), low));
+        store32(even, _mm256_permute2x128_si256::<0x20>(first, second));
+        store32(odd, _mm256_permute2x128_si256::<0x31>(first, second));
+    };
+    let (ab, inv) = (params.ab(), params.inv());
+    // Eight runs per step (one bounds check per row and step), then four, then one at a time.
+    let (eights, fours) = (runs / 8 * 8, runs / GROUP * GROUP);
+    for_each_row_block_group::<8, 1, 160, _>(rows, ab, tile, 0..eights, |_, j, [blk], [p], out| {
+        let (blk, p, inv) = (
+            blk.as_chunks::<20>().0,
+            p.as_chunks::<2>().0,
+            _mm_set1_ps(inv[j]),
         );
+        let [[o0], [o1], [o2], [o3], [o4], [o5], [o6], [o7]] = out;
+        pair(&blk[0], &blk[1], &p[0], inv, o0, o1);
+        pair(&blk[2], &blk[3], &p[1], inv, o2, o3);
+        pair(&blk[4], &blk[5], &p[2], inv, o4, o5);
+        pair(&blk[6], &blk[7], &p[3], inv, o6, o7);
     });
+    let fours_range = eights..fours;
+    for_each_row_block_group::<GROUP, 1, 80, _>(
+        rows,
+        ab,
+        tile,
+        fours_range,
+        |_, j, [blk], [p], out| {
+            let (blk, p, inv) = (
+                blk.as_chunks::<20>().0,
+                p.as_chunks::<2>().0,
+                _mm_set1_ps(inv[j]),
+            );
+            let [[o0], [o1], [o2], [o3]] = out;
+            pair(&blk[0], &blk[1], &p[0], inv, o0, o1);
+            pair(&blk[2], &blk[3], &p[1], inv, o2, o3);
+        },
+    );
+    let last = fours..runs;
+    for_each_row_block_group::<1, 1, 20, _>(
+        rows,
+        ab,
+        tile,
+        last,
+        |_, j, [blk], [[ab]], [[out]]| {
+            let lut = table32(&c, *ab, inv[j]);
+            store32(out, _mm256_shuffle_epi8(lut, nibbles(load16(&blk[4..]))));
+        },
+    );
 }
 
 #[target_feature(enable = "avx2,f16c")]
 pub(super) fn q5_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
+    let c: [i16; 32] = scaled_codes(GgmlType::Q5_0);
+    // `codes[k]`: the codes 8k..8k + 8 in both lanes.
+    // SAFETY: each load reads 8 of `c`'s 32 i16 (16 bytes, in bounds); unaligned.
+    let codes = [0, 8, 16, 24]
+        .map(|at| unsafe { _mm256_broadcastsi128_si256(_mm_loadu_si128(c[at..].as_ptr().cast())) });
     let bits = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
-    let sixteen = _mm256_set1_epi8(16);
-    // Byte i of the vector (weight i of the run) takes byte i / 8 of qh.
+    let low = _mm256_set1_epi8(15);
+    // Byte i of a lane (weight i, or 16 + i, of its run) takes byte i / 8 (or 2 + i / 8) of its
+    // run's qh.
     #[rustfmt::skip]
-    let spread = _mm256_setr_epi8(
-        0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
-        2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3,
+    let (spread_first, spread_second) = (
+        _mm256_setr_epi8(
+            0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+            0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+        ),
+        _mm256_setr_epi8(
+            2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3,
+            2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3,
+        ),
     );
-    for_each_block::<1, 22, 88, _>(rows, params.m(), tile, runs, |[blk], [m], [out]| {
-        let qh = i32::from_le_bytes([blk[2], blk[3], blk[4], blk[5]]);
-        let qh = _mm256_shuffle_epi8(_mm256_set1_epi32(qh), spread);
-        let fifth = _mm256_cmpeq_epi8(_mm256_and_si256(qh, bits), bits);
-        // c = q - 16: the nibble, plus 16 where the fifth bit is set, less 16.
-        let q = _mm256_or_si256(nibbles(load16(&blk[6..])), _mm256_and_si256(fifth, sixteen));
-        let c = _mm256_sub_epi8(q, sixteen);
-        // 8·c = the scaled code.
-        store32(out, rescale::<5>(c, _mm256_set1_epi16(m)));
+    let fifth = |qh: __m256i, spread: __m256i| {
+        _mm256_cmpeq_epi8(
+            _mm256_and_si256(_mm256_shuffle_epi8(qh, spread), bits),
+            bits,
+        )
+    };
+    let qh = |blk: &[u8; 22]| i32::from_le_bytes([blk[2], blk[3], blk[4], blk[5]]);
+    // Runs r, r + 1 (blocks `b0`, `b1`): two table pairs (lane 0 run r's table of the codes
+    // 0..16, or 16..32, lane 1 run r + 1's) from two pairs of multiplies and two packs; each
+    // weight's nibble goes through both and its fifth bit picks one. Both runs' low nibbles
+    // (weights 0..16) in one vector, high nibbles in another; two lane permutes put each run
+    // together.
+    let pair =
+        |b0: &[u8; 22], b1: &[u8; 22], m: &[i16], even: &mut [i8; RUN], odd: &mut [i8; RUN]| {
+            let m = pair_multipliers(m);
+            let table =
+                |c0, c1| _mm256_packs_epi16(_mm256_mulhrs_epi16(c0, m), _mm256_mulhrs_epi16(c1, m));
+            let (t_lo, t_hi) = (table(codes[0], codes[1]), table(codes[2], codes[3]));
+            let qh = _mm256_set_m128i(_mm_set1_epi32(qh(b1)), _mm_set1_epi32(qh(b0)));
+            let q = _mm256_set_m128i(load16(&b1[6..]), load16(&b0[6..]));
+            let pick = |n: __m256i, fifth: __m256i| {
+                let (x, y) = (_mm256_shuffle_epi8(t_lo, n), _mm256_shuffle_epi8(t_hi, n));
+                _mm256_blendv_epi8(x, y, fifth)
+            };
+            let first = pick(_mm256_and_si256(q, low), fifth(qh, spread_first));
+            let high = _mm256_and_si256(_mm256_srli_epi16::<4>(q), low);
+            let second = pick(high, fifth(qh, spread_second));
+            store32(even, _mm256_permute2x128_si256::<0x20>(first, second));
+            store32(odd, _mm256_permute2x128_si256::<0x31>(first, second));
+        };
+    // One run: the tables of the codes 0..16 and 16..32 in the two lanes of one vector.
+    let (c_lo, c_hi) = (
+        _mm256_permute2x128_si256::<0x20>(codes[0], codes[2]),
+        _mm256_permute2x128_si256::<0x20>(codes[1], codes[3]),
+    );
+    // Byte i of the vector (weight i of the run) takes byte i / 8 of qh.
+    let spread = _mm256_permute2x128_si256::<0x30>(spread_first, spread_second);
+    let single = |blk: &[u8; 22], m: i16, out: &mut [i8; RUN]| {
+        let m = _mm256_set1_epi16(m);
+        let t = _mm256_packs_epi16(_mm256_mulhrs_epi16(c_lo, m), _mm256_mulhrs_epi16(c_hi, m));
+        let fifth = fifth(_mm256_set1_epi32(qh(blk)), spread);
+        let q = nibbles(load16(&blk[6..]));
+        let low = _mm256_shuffle_epi8(_mm256_permute2x128_si256::<0x00>(t, t), q);
+        let high = _mm256_shuffle_epi8(_mm256_permute2x128_si256::<0x11>(t, t), q);
+        store32(out, _mm256_blendv_epi8(low, high, fifth));
+    };
+    let m = params.m();
+    let full = runs / GROUP * GROUP;
+    for_each_block_group::<GROUP, 1, 88, _>(rows, m, tile, 0..full, |_, [blk], [m], out| {
+        let blk = blk.as_chunks::<22>().0;
+        let [[o0], [o1], [o2], [o3]] = out;
+        pair(&blk[0], &blk[1], &m[..2], o0, o1);
+        pair(&blk[2], &blk[3], &m[2..], o2, o3);
+    });
+    for_each_block_group::<1, 1, 22, _>(rows, m, tile, full..runs, |_, [blk], [[m]], [[out]]| {
+        single(blk, *m, out)
     });
 }
 
 #[target_feature(enable = "avx2,f16c")]
 pub(super) fn q8_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
     for_each_block::<1, 34, 136, _>(rows, params.m(), tile, runs, |[blk], [m], [out]| {
-        store32(out, rescale::<8>(load32(&blk[2..]), _mm256_set1_epi16(m)));
+        // The quants sign-extended to 16 bits straight from memory (weights 0..16, 16..32);
+        // `packs` interleaves their lanes, one quadword permute restores the order.
+        let (lo, hi) = (widen16(&blk[2..]), widen16(&blk[18..]));
+        let m = _mm256_set1_epi16(m);
+        let y = _mm256_packs_epi16(_mm256_mulhrs_epi16(lo, m), _mm256_mulhrs_epi16(hi, m));
+        store32(out, _mm256_permute4x64_epi64::<0b11_01_10_00>(y));
     });
 }
 
@@ -185,10 +330,11 @@ pub(super) fn q4_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
     // their tables from one table pair.
     let pair = |blk: &[u8; 144],
                 p: usize,
-                fg: &[[f32; 2]; 2],
+                ab: &[[f32; 2]; 2],
+                inv: __m128,
                 even: &mut [i8; RUN],
                 odd: &mut [i8; RUN]| {
-        let t = table_pair(&pairs, fg);
+        let t = table_pair(&pairs, ab, inv);
         let q = load32(&blk[16 + 32 * p..]);
         let lut0 = _mm256_permute2x128_si256::<0x00>(t, t);
         store32(even, _mm256_shuffle_epi8(lut0, _mm256_and_si256(q, low)));
@@ -196,13 +342,14 @@ pub(super) fn q4_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
         let lut1 = _mm256_permute2x128_si256::<0x11>(t, t);
         store32(odd, _mm256_shuffle_epi8(lut1, hi));
     };
-    for_each_block_group::<8, 1, 144, _>(rows, params.fg(), tile, 0..runs, |_, [blk], [p], out| {
+    let (ab, inv) = (params.ab(), params.inv());
+    for_each_row_block_group::<8, 1, 144, _>(rows, ab, tile, 0..runs, |_, j, [blk], [p], out| {
         let [[e0], [o0], [e1], [o1], [e2], [o2], [e3], [o3]] = out;
-        let p = p.as_chunks::<2>().0;
-        pair(blk, 0, &p[0], e0, o0);
-        pair(blk, 1, &p[1], e1, o1);
-        pair(blk, 2, &p[2], e2, o2);
-        pair(blk, 3, &p[3], e3, o3);
+        let (p, inv) = (p.as_chunks::<2>().0, _mm_set1_ps(inv[j]));
+        pair(blk, 0, &p[0], inv, e0, o0);
+        pair(blk, 1, &p[1], inv, e1, o1);
+        pair(blk, 2, &p[2], inv, e2, o2);
+        pair(blk, 3, &p[3], inv, e3, o3);
     });
 }
 
@@ -213,16 +360,28 @@ pub(super) fn q6_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
         _mm256_set1_epi8(0x30),
         _mm256_set1_epi8(32),
     );
+    // Run t's multipliers: words 2t (lane 0) and 2t + 1 (lane 1) of the group's 16, each in
+    // all 16-bit lanes of its 128-bit lane (a dword broadcast, then a byte shuffle).
+    #[rustfmt::skip]
+    let halves = _mm256_setr_epi8(
+        0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1,
+        2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3,
+    );
+    let spread = |m: &[[i16; 2]; 8]| -> [__m256i; 8] {
+        // SAFETY: `m` is 32 readable bytes; unaligned load.
+        let v = unsafe { _mm256_loadu_si256(m.as_ptr().cast()) };
+        std::array::from_fn(|t| {
+            let pair = _mm256_permutevar8x32_epi32(v, _mm256_set1_epi32(t as i32));
+            _mm256_shuffle_epi8(pair, halves)
+        })
+    };
     // 4·(q - 32) with each 16-weight half's multiplier.
-    let put = |out: &mut [i8; RUN], code: __m256i, m: [i16; 2]| {
-        store32(
-            out,
-            rescale::<6>(_mm256_sub_epi8(code, bias), lane_multipliers(m[0], m[1])),
-        )
+    let put = |out: &mut [i8; RUN], code: __m256i, m: __m256i| {
+        store32(out, rescale::<6>(_mm256_sub_epi8(code, bias), m))
     };
     // The four runs of 128-weight half `h` of a super-block: low (runs 0, 1) and high (2, 3)
     // nibbles of ql[64h..][..32], ql[64h + 32..][..32], and bits 2t, 2t + 1 of qh[32h..][..32].
-    let half = |blk: &[u8; 210], h: usize, m: [[i16; 2]; 4], out: [&mut [i8; RUN]; 4]| {
+    let half = |blk: &[u8; 210], h: usize, m: [__m256i; 4], out: [&mut [i8; RUN]; 4]| {
         let (ql, qh) = (64 * h, 128 + 32 * h);
         let (ql0, ql1, qh) = (
             load32(&blk[ql..]),
@@ -256,6 +415,7 @@ pub(super) fn q6_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
     let m = params.m_pairs();
     for_each_block_group::<8, 1, 210, _>(rows, m, tile, 0..runs, |_, [blk], [m], out| {
         let [[o0], [o1], [o2], [o3], [o4], [o5], [o6], [o7]] = out;
+        let m = spread(m);
         half(blk, 0, [m[0], m[1], m[2], m[3]], [o0, o1, o2, o3]);
         half(blk, 1, [m[4], m[5], m[6], m[7]], [o4, o5, o6, o7]);
     });

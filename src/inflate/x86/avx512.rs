@@ -4,7 +4,7 @@
 //! lanes 2, 3 to the second; in-lane operations (`pshufb`, `packs`, `unpack`) then never mix rows.
 
 use super::super::params::{scaled_codes, TileParams};
-use super::super::tile::{for_each_block_group, Tile, GROUP};
+use super::super::tile::{for_each_block_group, for_each_row_block_group, Tile, GROUP};
 use super::super::RUN;
 use crate::quant::GgmlType;
 use std::arch::x86_64::*;
@@ -208,9 +208,44 @@ pub(super) fn q5_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
 
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
 pub(super) fn q8_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
-    for_each_block_pair::<34, 136>(rows, params, tile, runs, |[a, b], m, out| {
-        store(out, rescale::<8>(load32x2(&a[2..], &b[2..]), m));
-    });
+    // Each row's run of quants sign-extended to 16 bits straight from memory and rescaled by
+    // its multiplier; `packs` interleaves the two rows' quadwords (lane l: row a's, row b's),
+    // one quadword permute puts each row's 32 bytes together.
+    let order = _mm512_set_epi64(7, 5, 3, 1, 6, 4, 2, 0);
+    let step = |a: &[u8; 34], b: &[u8; 34], ma: i16, mb: i16, out: &mut [[i8; RUN]; ROWS]| {
+        let widen = |blk: &[u8; 34]| {
+            let q: &[u8; 32] = blk[2..].try_into().expect("32 quants");
+            // SAFETY: `q` is 32 readable bytes; unaligned load.
+            _mm512_cvtepi8_epi16(unsafe { _mm256_loadu_si256(q.as_ptr().cast()) })
+        };
+        let ya = _mm512_mulhrs_epi16(widen(a), _mm512_set1_epi16(ma));
+        let yb = _mm512_mulhrs_epi16(widen(b), _mm512_set1_epi16(mb));
+        store(
+            out,
+            _mm512_permutexvar_epi64(order, _mm512_packs_epi16(ya, yb)),
+        );
+    };
+    let m = params.m();
+    let full = runs / GROUP * GROUP;
+    for_each_block_group::<GROUP, ROWS, 136, _>(
+        rows,
+        m,
+        tile,
+        0..full,
+        |_, [a, b], [ma, mb], out| {
+            let (a, b) = (a.as_chunks::<34>().0, b.as_chunks::<34>().0);
+            for (g, out) in out.into_iter().enumerate() {
+                step(&a[g], &b[g], ma[g], mb[g], out);
+            }
+        },
+    );
+    for_each_block_group::<1, ROWS, 34, _>(
+        rows,
+        m,
+        tile,
+        full..runs,
+        |_, [a, b], [ma, mb], [out]| step(a, b, ma[0], mb[0], out),
+    );
 }
 
 /// Lane `l` of the result: `sat8(rne(fl(fl(q·f) + g)))` for the 16 codes `q`, with lane `l`'s
@@ -285,38 +320,51 @@ fn load_fg<const N: usize>(p: &[[f32; 2]; N]) -> __m512 {
 pub(super) fn q4_1(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
     let codes = lane_codes();
     let full = runs / GROUP * GROUP;
-    let fg = params.fg();
-    // The group's [f, g] of both rows in one vector: row a at items 0..8, row b at 8..16.
+    let (ab, inv) = (params.ab(), params.inv());
+    // The group's [f, g] of both rows in one vector: row a at items 0..8, row b at 8..16, each
+    // [a, b] times its row's inv_n.
     let spread = [pair_spread(0, 8), pair_spread(1, 8)];
-    for_each_block_group::<GROUP, ROWS, 80, _>(rows, fg, tile, 0..full, |_, [a, b], p, out| {
-        let (a, b) = (a.as_chunks::<20>().0, b.as_chunks::<20>().0);
-        let (va, vb) = (load_fg(p[0]), _mm512_castps512_ps256(load_fg(p[1])));
-        let v = _mm512_castpd_ps(_mm512_insertf64x4::<1>(
-            _mm512_castps_pd(va),
-            _mm256_castps_pd(vb),
-        ));
-        let [o0, o1, o2, o3] = out;
-        for (i, (even, odd)) in [(o0, o1), (o2, o3)].into_iter().enumerate() {
-            let [f, g] = spread[i].map(|s| _mm512_permutexvar_ps(s, v));
-            let [lut0, lut1] = run_pair_tables(&codes, f, g);
-            let (r0, r1) = (2 * i, 2 * i + 1);
-            store(
-                even,
-                _mm512_shuffle_epi8(lut0, nibbles(load16x2(&a[r0][4..], &b[r0][4..]))),
-            );
-            store(
-                odd,
-                _mm512_shuffle_epi8(lut1, nibbles(load16x2(&a[r1][4..], &b[r1][4..]))),
-            );
-        }
-    });
+    for_each_row_block_group::<GROUP, ROWS, 80, _>(
+        rows,
+        ab,
+        tile,
+        0..full,
+        |_, j, [a, b], p, out| {
+            let (a, b) = (a.as_chunks::<20>().0, b.as_chunks::<20>().0);
+            let va = _mm512_mul_ps(load_fg(p[0]), _mm512_set1_ps(inv[j]));
+            let vb = _mm512_castps512_ps256(load_fg(p[1]));
+            let vb = _mm256_mul_ps(vb, _mm256_set1_ps(inv[j + 1]));
+            let v = _mm512_castpd_ps(_mm512_insertf64x4::<1>(
+                _mm512_castps_pd(va),
+                _mm256_castps_pd(vb),
+            ));
+            let [o0, o1, o2, o3] = out;
+            for (i, (even, odd)) in [(o0, o1), (o2, o3)].into_iter().enumerate() {
+                let [f, g] = spread[i].map(|s| _mm512_permutexvar_ps(s, v));
+                let [lut0, lut1] = run_pair_tables(&codes, f, g);
+                let (r0, r1) = (2 * i, 2 * i + 1);
+                store(
+                    even,
+                    _mm512_shuffle_epi8(lut0, nibbles(load16x2(&a[r0][4..], &b[r0][4..]))),
+                );
+                store(
+                    odd,
+                    _mm512_shuffle_epi8(lut1, nibbles(load16x2(&a[r1][4..], &b[r1][4..]))),
+                );
+            }
+        },
+    );
     // The last runs one at a time: lanes [a, a, b, b].
     let (f_at, g_at) = (
         _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0),
         _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1),
     );
-    for_each_block_group::<1, ROWS, 20, _>(rows, fg, tile, full..runs, |_, [a, b], p, [out]| {
-        let v = _mm512_castps128_ps512(_mm_setr_ps(p[0][0][0], p[0][0][1], p[1][0][0], p[1][0][1]));
+    let last = full..runs;
+    for_each_row_block_group::<1, ROWS, 20, _>(rows, ab, tile, last, |_, j, [a, b], p, [out]| {
+        let ([[fa, ga]], [[fb, gb]]) = (*p[0], *p[1]);
+        let (inv_a, inv_b) = (inv[j], inv[j + 1]);
+        let v = _mm_setr_ps(fa * inv_a, ga * inv_a, fb * inv_b, gb * inv_b);
+        let v = _mm512_castps128_ps512(v);
         let f = _mm512_permutexvar_ps(f_at, v);
         let g = _mm512_permutexvar_ps(g_at, v);
         let lut = lane_tables(&codes, f, g);
@@ -333,13 +381,16 @@ pub(super) fn q4_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
     let low = _mm512_set1_epi8(15);
     // A super-block's [f, g] of row a in one vector (items 0..16), row b's in another (16..32).
     let spread: [[__m512i; 2]; 4] = std::array::from_fn(|p| pair_spread(p, 16));
-    for_each_block_group::<8, ROWS, 144, _>(
+    let (ab, inv) = (params.ab(), params.inv());
+    for_each_row_block_group::<8, ROWS, 144, _>(
         rows,
-        params.fg(),
+        ab,
         tile,
         0..runs,
-        |_, [a, b], [pa, pb], out| {
-            let (va, vb) = (load_fg(pa), load_fg(pb));
+        |_, j, [a, b], [pa, pb], out| {
+            // Each row's [a, b] times its inv_n: [f, g].
+            let va = _mm512_mul_ps(load_fg(pa), _mm512_set1_ps(inv[j]));
+            let vb = _mm512_mul_ps(load_fg(pb), _mm512_set1_ps(inv[j + 1]));
             let [e0, o0, e1, o1, e2, o2, e3, o3] = out;
             // Runs 2p, 2p + 1: the low and high nibbles of the quant bytes 32p..32p + 32.
             for (p, (even, odd)) in [(e0, o0), (e1, o1), (e2, o2), (e3, o3)]

@@ -315,13 +315,6 @@ fn halves8(h: &[u16; 8]) -> __m256 {
     _mm256_cvtph_ps(unsafe { _mm_loadu_si128(h.as_ptr().cast()) })
 }
 
-/// `table_block_max` of interleaved pairs `[a0, b0, a1, b1, ...]`, in both lanes of each pair.
-#[inline]
-#[target_feature(enable = "avx2,f16c")]
-fn pair_max(ab: __m256) -> __m256 {
-    block_max(_mm256_moveldup_ps(ab), _mm256_movehdup_ps(ab))
-}
-
 /// [`ScanOps::q4_1_values`] eight blocks per `vpgatherdd` of their first four bytes (`d`, `m`):
 /// as halves, already the pairs `[d, m]` that `vcvtph2ps` turns into `[a_j, b_j]`. A last
 /// `len % 8` with the seven before them, again; fewer than eight blocks as defined.
@@ -345,7 +338,10 @@ fn q4_1_values_avx2(row: &[u8], ab: &mut [[f32; 2]]) -> (u16, u32) {
         largest = _mm256_max_epu16(largest, _mm256_and_si256(h, magnitude));
         let x0 = _mm256_cvtph_ps(_mm256_castsi256_si128(h));
         let x1 = _mm256_cvtph_ps(_mm256_extracti128_si256::<1>(h));
-        w_max = _mm256_max_ps(w_max, _mm256_max_ps(pair_max(x0), pair_max(x1)));
+        // The eight a's and b's (in the same permuted order, which the maximum ignores).
+        let a = _mm256_shuffle_ps::<0b10_00_10_00>(x0, x1);
+        let b = _mm256_shuffle_ps::<0b11_01_11_01>(x0, x1);
+        w_max = _mm256_max_ps(w_max, block_max(a, b));
         // SAFETY: `ab` is 64 writable bytes; unaligned stores.
         unsafe {
             let at = ab.as_mut_ptr().cast::<f32>();
@@ -460,15 +456,18 @@ fn store_multipliers8(m: &mut [i16; 8], x: __m256) {
     unsafe { _mm_storeu_si128(m.as_mut_ptr().cast(), v) }
 }
 
-/// [`ScanOps::half_multipliers`] 16 at a time, then 8; the last `len % 8` as defined.
+/// [`ScanOps::half_multipliers`] 16 at a time, then 8; the last `len % 8` with the items
+/// before them, again (an elementwise map, so recomputing items is harmless); fewer than 8 as
+/// defined.
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
 fn half_multipliers_avx2(h: &[u16], unit: f32, m: &mut [i16]) {
     let n = m.len().min(h.len());
-    let (groups, tail) = m[..n].as_chunks_mut::<16>();
-    let (h, h_tail) = h[..n].as_chunks::<16>();
+    let (m, h) = (&mut m[..n], &h[..n]);
     let unit_v = _mm256_set1_ps(unit);
-    for (m, h) in groups.iter_mut().zip(h) {
+    let (groups, tail) = m.as_chunks_mut::<16>();
+    let (h16, h_tail) = h.as_chunks::<16>();
+    for (m, h) in groups.iter_mut().zip(h16) {
         let (lo, hi) = h.split_at(8);
         let x0 = _mm256_mul_ps(halves8(lo.try_into().expect("8")), unit_v);
         let x1 = _mm256_mul_ps(halves8(hi.try_into().expect("8")), unit_v);
@@ -477,8 +476,13 @@ fn half_multipliers_avx2(h: &[u16], unit: f32, m: &mut [i16]) {
     if let (Some(m), Some(h)) = (tail.first_chunk_mut::<8>(), h_tail.first_chunk::<8>()) {
         store_multipliers8(m, _mm256_mul_ps(halves8(h), unit_v));
     }
-    let done = tail.len() / 8 * 8;
-    PlainOps.half_multipliers(&h_tail[done..], unit, &mut tail[done..]);
+    if n.is_multiple_of(8) {
+        return;
+    }
+    match (m.last_chunk_mut::<8>(), h.last_chunk::<8>()) {
+        (Some(m), Some(h)) => store_multipliers8(m, _mm256_mul_ps(halves8(h), unit_v)),
+        _ => PlainOps.half_multipliers(h, unit, m),
+    }
 }
 
 /// [`ScanOps::multipliers`] 16 at a time, then 8; the last `len % 8` as defined.
