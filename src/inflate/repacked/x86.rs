@@ -3,6 +3,7 @@
 //! instructions only move bytes, so the result is [`super::Scalar`]'s exactly.
 
 use super::{halves_checked_once, Chunks, Scalar, Span};
+use crate::quant::K_SCALE_SIZE;
 use std::arch::x86_64::*;
 
 pub(super) struct Sse2;
@@ -30,6 +31,88 @@ impl Chunks for Sse2 {
             Scalar::untangle::<R, C>(src, out, span);
         }
     }
+
+    #[inline(always)]
+    fn q4k_scales(packings: &[u8; 8 * K_SCALE_SIZE], out: &mut [u8], row_bytes: usize) {
+        assert!(
+            out.len() >= 7 * row_bytes + K_SCALE_SIZE,
+            "eight rows of scales"
+        );
+        if is_x86_feature_detected!("ssse3") {
+            // SAFETY: SSSE3 was just detected; `out` holds the eight rows' 12 bytes (asserted).
+            unsafe { q4k_scales(packings, out, row_bytes) }
+        } else {
+            Scalar::q4k_scales(packings, out, row_bytes)
+        }
+    }
+}
+
+/// [`Chunks::q4k_scales`] four packings (or rows) per vector, one per 32-bit lane, as the
+/// aarch64 version (`neon.rs`): each packing's words decoded into its rows' 6-bit scales and
+/// mins, one `pshufb` per vector to turn packings into rows, then `q4k_pack`'s encoding on the
+/// rows' lanes. Byte moves and masks only, so the bytes are the reference's.
+#[inline]
+#[target_feature(enable = "ssse3")]
+unsafe fn q4k_scales(packings: &[u8; 8 * K_SCALE_SIZE], out: &mut [u8], row_bytes: usize) {
+    // Lane `s` of `transposed(v)` holds byte `s` of every lane of `v`.
+    let transpose = _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    let transposed = |v: __m128i| _mm_shuffle_epi8(v, transpose);
+    let mask = |m: i32| _mm_set1_epi32(m);
+    let (low6, low4, top2) = (mask(0x3f3f_3f3f), mask(0x0f0f_0f0f), mask(0x0303_0303));
+    let half = |at: usize| {
+        // Word `k` (bytes 4k..4k + 4) of the four packings from `at`, one packing per lane.
+        let word = |k: usize| {
+            let d = |p: usize| {
+                let from = at + p * K_SCALE_SIZE + 4 * k;
+                i32::from_le_bytes(packings[from..from + 4].try_into().expect("4 bytes"))
+            };
+            _mm_setr_epi32(d(0), d(1), d(2), d(3))
+        };
+        let (w0, w1, w2) = (word(0), word(1), word(2));
+        let high = |w: __m128i| _mm_slli_epi32::<4>(_mm_and_si128(_mm_srli_epi32::<6>(w), top2));
+        [
+            _mm_and_si128(w0, low6),
+            _mm_or_si128(_mm_and_si128(w2, low4), high(w0)),
+            _mm_and_si128(w1, low6),
+            _mm_or_si128(_mm_and_si128(_mm_srli_epi32::<4>(w2), low4), high(w1)),
+        ]
+        .map(transposed)
+    };
+    let ([s03, s47, m03, m47], [t03, t47, n03, n47]) = (half(0), half(48));
+    // Byte-wise shifts from 32-bit ones and masks (SSE has no 8-bit shifts).
+    let top_of = |b: __m128i| _mm_and_si128(_mm_slli_epi32::<2>(b), mask(0xc0c0_c0c0_u32 as i32));
+    let low_of = |b: __m128i| _mm_and_si128(b, mask(0x0f0f_0f0f));
+    let nibble_up =
+        |b: __m128i| _mm_and_si128(_mm_slli_epi32::<4>(b), mask(0xf0f0_f0f0_u32 as i32));
+    let base = out.as_mut_ptr();
+    let store = |r0: usize, a: __m128i, b: __m128i, am: __m128i, bm: __m128i| {
+        // Sub-blocks 0..4 keep six bits plus the top two of 4..8; the last word holds 4..8's low
+        // nibbles (scale | min << 4).
+        let w0 = _mm_or_si128(a, top_of(b));
+        let w1 = _mm_or_si128(am, top_of(bm));
+        let w2 = _mm_or_si128(low_of(b), nibble_up(bm));
+        let (lo, hi) = (_mm_unpacklo_epi32(w0, w1), _mm_unpackhi_epi32(w0, w1));
+        let thirds = [
+            w2,
+            _mm_srli_si128::<4>(w2),
+            _mm_srli_si128::<8>(w2),
+            _mm_srli_si128::<12>(w2),
+        ];
+        let pairs = [lo, _mm_srli_si128::<8>(lo), hi, _mm_srli_si128::<8>(hi)];
+        for (j, (pair, third)) in pairs.into_iter().zip(thirds).enumerate() {
+            let at = base.add((r0 + j) * row_bytes);
+            // SAFETY: row `r0 + j < 8` has 12 bytes at `at` (asserted by the caller): 8 + 4
+            // bytes, unaligned.
+            unsafe {
+                _mm_storel_epi64(at.cast(), pair);
+                at.add(8)
+                    .cast::<i32>()
+                    .write_unaligned(_mm_cvtsi128_si32(third));
+            }
+        }
+    };
+    store(0, s03, t03, m03, n03);
+    store(4, s47, t47, m47, n47);
 }
 
 /// [`Chunks::untangle`] for 4- and 8-byte chunks (any multiple of 16 bytes per row) and for 16
