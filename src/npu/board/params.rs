@@ -105,20 +105,27 @@ params! {
         "DRAM bytes read+written per second shared by all CPU cores and the NPU: 17-22 GB/s \
          sequential on an RK1 (Turing Pi, RK1 compute module benchmarks); one A76's memcpy \
          already moves 21.6; the Mali GPU reads 25-27 (clpeak, Mixtile Blade 3)";
-    inflate_gbps_big_core: "GB/s" = 5.5;
-        "assumption: Q4_0 inflate, int8 bytes written per second on one A76 = this x86's direct \
-         inflate (6.4-8.1 GB/s, docs/PERFORMANCE.md) x 0.75 (A76 memcpy 10.8 / this x86's \
-         12-15 GB/s); the board check measures it";
-    inflate_gbps_big_core_q4_k: "GB/s" = 4.1;
-        "assumption: Q4_K, derived as inflate_gbps_big_core (x86 4.0-7.1 GB/s x 0.75)";
-    inflate_gbps_big_core_q5_0: "GB/s" = 3.6;
-        "assumption: Q5_0, derived as inflate_gbps_big_core (x86 3.3-5.7 GB/s x 0.75)";
-    inflate_gbps_big_core_q8_0: "GB/s" = 4.9;
-        "assumption: Q8_0, derived as inflate_gbps_big_core (x86 4.6-7.5 GB/s x 0.75)";
-    inflate_gbps_big_core_q6_k: "GB/s" = 3.5;
-        "assumption: Q6_K, derived as inflate_gbps_big_core (x86 3.7-5.3 GB/s x 0.75)";
-    inflate_gbps_big_core_q4_1: "GB/s" = 2.6;
-        "assumption: Q4_1, derived as inflate_gbps_big_core (x86 2.7-4.7 GB/s x 0.75)";
+    inflate_gbps_big_core: "GB/s" = 2.6;
+        "assumption: Q4_0 inflate, int8 bytes written per second on one A76, from the NEON \
+         (dotprod) inflate out of q4_0_4x4 (the layout ggml gives the A76): 42.0 instructions per \
+         32 weights at K=2048 (gate/up), 48.9 at K=768 (down), qemu counts (docs/BOARD-MODEL.md), \
+         weighted 2:1 by the projections' weights, at an assumed 1.5 per cycle at 2.4 GHz (as \
+         outlier_gweights_big_core); the board check measures it";
+    inflate_gbps_big_core_q4_k: "GB/s" = 1.94;
+        "assumption: Q4_K, derived as inflate_gbps_big_core from q4_K_8x4: 57.9 / 62.6 \
+         instructions per 32 weights";
+    inflate_gbps_big_core_q5_0: "GB/s" = 2.57;
+        "assumption: Q5_0 (never repacked), derived as inflate_gbps_big_core: 43.0 / 48.4 \
+         instructions per 32 weights";
+    inflate_gbps_big_core_q8_0: "GB/s" = 2.08;
+        "assumption: Q8_0, derived as inflate_gbps_big_core from q8_0_4x4: 53.2 / 60.0 \
+         instructions per 32 weights";
+    inflate_gbps_big_core_q6_k: "GB/s" = 1.89;
+        "assumption: Q6_K, derived as inflate_gbps_big_core from q6_K_8x4: 59.2 / 64.2 \
+         instructions per 32 weights";
+    inflate_gbps_big_core_q4_1: "GB/s" = 2.08;
+        "assumption: Q4_1 (never repacked), derived as inflate_gbps_big_core: 53.3 / 59.7 \
+         instructions per 32 weights";
     quant_gelems_big_core: "Gelem/s" = 0.75;
         "assumption: activation quantization (f32 read, int8 written) on one A76 = this x86's \
          ~1 Gelem/s (perf split of ork-probe moe, docs/PERFORMANCE.md) x 0.75";
