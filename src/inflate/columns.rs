@@ -73,7 +73,7 @@ macro_rules! simd_drive {
             mut weight: impl FnMut(&P, usize, $vector, $vector) -> $vector,
         ) {
             let n = src.n;
-            super::walk(n, plan, |rows, runs| {
+            super::walk(src, plan, |rows, runs| {
                 let units = rows.len() / LANES;
                 let x = runs[0].x;
                 let first = |u: usize| rows.start + u * LANES;
@@ -469,16 +469,20 @@ fn scalar_kernel<D: Decode>(rows: usize, chunk: usize) -> Kernel {
 
 /// Calls `f(rows, runs)` for every strip of rows and every block's runs of the plan.
 #[inline(always)]
-fn walk(n: usize, plan: &Plan, mut f: impl FnMut(Range<usize>, &[Run])) {
-    for r0 in (0..n).step_by(STRIP) {
+fn walk(src: &Source, plan: &Plan, mut f: impl FnMut(Range<usize>, &[Run])) {
+    let strip_bytes = STRIP / src.rows * src.row_step;
+    for r0 in (0..src.n).step_by(STRIP) {
+        // The next strip's rows (groups) lie together: fetch them while this one is decoded.
+        let ahead = ((r0 / src.rows + STRIP / src.rows) * src.row_step).min(src.data.len());
+        super::prefetch(&src.data[ahead..(ahead + strip_bytes).min(src.data.len())]);
         for block in &plan.blocks {
-            f(r0..n.min(r0 + STRIP), &plan.runs[block.clone()]);
+            f(r0..src.n.min(r0 + STRIP), &plan.runs[block.clone()]);
         }
     }
 }
 
 fn scalar<D: Decode, const R: usize, const C: usize>(src: &Source, plan: &Plan, out: &mut [f32]) {
-    walk(src.n, plan, |rows, runs| {
+    walk(src, plan, |rows, runs| {
         scalar_runs::<D, R, C>(src, plan, rows, runs, out)
     });
 }

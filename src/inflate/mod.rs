@@ -282,6 +282,20 @@ impl TileInflater {
     }
 }
 
+/// Asks for `bytes` in the cache ahead of their use (a hint: no result depends on it), for the
+/// readers whose order the hardware prefetcher does not follow: the untangle of repacked experts
+/// (field by field over a row group) and the outlier columns (block by block over a strip of
+/// rows). On x86, with the weights out of cache, the inflate from q4_0_8x8 is 1.2–1.5× faster with
+/// it (`ork-probe board`). Not on aarch64: whether the A76 needs it is for the board check (the
+/// same measurement) to show.
+#[inline(always)]
+fn prefetch(bytes: &[u8]) {
+    #[cfg(target_arch = "x86_64")]
+    x86::prefetch(bytes);
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = bytes;
+}
+
 impl<'a> ExpertWeights<'a> {
     /// `n` rows of `k` weights of `ty` back to back in `data` (the row stride is one row).
     pub fn contiguous(

@@ -18,6 +18,16 @@ mod avx2;
 mod avx512;
 mod scan;
 
+/// [`super::prefetch`]: every cache line of `bytes`, into all levels.
+#[inline]
+pub(super) fn prefetch(bytes: &[u8]) {
+    for line in bytes.chunks(64) {
+        // SAFETY: a prefetch is a hint that never faults and changes nothing a program can observe;
+        // SSE is part of every x86-64 CPU.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(line.as_ptr().cast()) }
+    }
+}
+
 /// Calls a `#[target_feature]` kernel from the safe function pointer [`tile_kernel`] hands out.
 macro_rules! unsafe_call {
     ($call:expr) => {

@@ -223,7 +223,7 @@ pub fn inflate_expert_in_with(
         let first = t * tiles.b_n;
         // The next tile's row groups, while this one is untangled.
         let ahead = (first + tiles.b_n).min(w.n) * shape.row_bytes;
-        prefetch(&w.data[ahead..(ahead + tiles.b_n * shape.row_bytes).min(w.data.len())]);
+        super::prefetch(&w.data[ahead..(ahead + tiles.b_n * shape.row_bytes).min(w.data.len())]);
         let plain = &mut scratch[..w.n.saturating_sub(first).min(tiles.b_n) * shape.row_bytes];
         for (g, out) in plain
             .chunks_exact_mut(groups.rows * shape.row_bytes)
@@ -350,19 +350,6 @@ fn untangler(isa: Isa) -> Untangle {
     }
     let _ = isa;
     untangle_group::<Scalar>
-}
-
-/// Asks for `bytes` in the cache ahead of their use (a hint: the results do not depend on it).
-/// The untangle passes over a row group field by field, an order the hardware prefetcher does
-/// not follow: on x86 the inflate from q4_0_8x8 with the weights out of cache is 1.2–1.5× faster
-/// with it (`ork-probe board`). Not on aarch64: whether the A76 needs it is for the board check
-/// (the same measurement) to show.
-#[inline(always)]
-fn prefetch(bytes: &[u8]) {
-    #[cfg(target_arch = "x86_64")]
-    x86::prefetch(bytes);
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = bytes;
 }
 
 /// One interleaved field across a row group: in each of `blocks` multi-blocks (`packed_block`

@@ -8,16 +8,6 @@ use std::arch::x86_64::*;
 
 pub(super) struct Sse2;
 
-/// [`super::prefetch`]: every cache line of `bytes`, into all levels.
-#[inline]
-pub(super) fn prefetch(bytes: &[u8]) {
-    for line in bytes.chunks(64) {
-        // SAFETY: a prefetch is a hint that never faults and changes nothing a program can observe;
-        // SSE is part of every x86-64 CPU.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(line.as_ptr().cast()) }
-    }
-}
-
 impl Chunks for Sse2 {
     #[inline(always)]
     fn untangle<const R: usize, const C: usize>(src: &[u8], out: &mut [u8], span: &Span) {
