@@ -158,6 +158,34 @@ pub const VARS: &[Var] = &[
         },
     },
     Var {
+        name: "ORK_PREFETCH",
+        default: "0",
+        meaning: "threads that inflate the experts of the calls a patched llama.cpp announces at each graph's start, ahead of them, while ggml runs what lies between the calls (on the RK3588: 4, with `ORK_PREFETCH_CPUS=0-3`); 0: none",
+        apply: |c, v| {
+            c.prefetch_threads = v.parse().map_err(|_| "a whole number of threads")?;
+            Ok(())
+        },
+    },
+    Var {
+        name: "ORK_PREFETCH_CPUS",
+        default: "",
+        meaning: "CPUs the prefetch threads run on, e.g. `0-3` (the RK3588's A55s) or `0,2`; empty: wherever the process may run",
+        apply: |c, v| {
+            c.prefetch_cpus = cpu_list(v)?;
+            Ok(())
+        },
+    },
+    Var {
+        name: "ORK_PREFETCH_MB",
+        default: "1024",
+        meaning: "inflated experts the prefetch threads may hold ahead of their calls, MiB",
+        apply: |c, v| {
+            let mb: u64 = v.parse().map_err(|_| "a whole number of MiB")?;
+            c.prefetch_bytes = mb.checked_mul(1 << 20).ok_or("a smaller number of MiB")?;
+            Ok(())
+        },
+    },
+    Var {
         name: "ORK_SIMD",
         default: "best",
         meaning: "kernel path: `best`, `scalar`, `ssse3`, `avx2`, `avx512`, `neon`, `dotprod` (must exist on this CPU)",
@@ -332,6 +360,26 @@ pub fn outliers(v: &str) -> Result<Option<Rule>, String> {
     }))
 }
 
+/// A CPU list as `taskset -c` takes it: numbers and ranges, comma-separated (`0-3`, `0,2,4-5`).
+pub fn cpu_list(v: &str) -> Result<Vec<usize>, String> {
+    let want = "CPU numbers and ranges, e.g. 0-3 or 0,2,4-5";
+    let mut cpus = Vec::new();
+    for part in v.split(',') {
+        let (a, b) = part.split_once('-').unwrap_or((part, part));
+        let (a, b): (usize, usize) = (
+            a.trim().parse().map_err(|_| want)?,
+            b.trim().parse().map_err(|_| want)?,
+        );
+        if a > b || b >= 1024 {
+            return Err(want.into());
+        }
+        cpus.extend(a..=b);
+    }
+    cpus.sort_unstable();
+    cpus.dedup();
+    Ok(cpus)
+}
+
 /// One of `choices`' words, any case.
 fn word<T: Copy>(v: &str, choices: &[(&'static str, T)]) -> Result<T, String> {
     let lower = v.to_ascii_lowercase();
@@ -404,6 +452,9 @@ mod tests {
             ("ORK_EMU_DUMP", "/tmp/d"),
             ("ORK_MIN_ROWS", " "),
             ("ORK_OUTLIERS", "4:16"),
+            ("ORK_PREFETCH", "4"),
+            ("ORK_PREFETCH_CPUS", "4-5,0"),
+            ("ORK_PREFETCH_MB", "512"),
         ])
         .unwrap();
         assert_eq!(c.device.backend, BackendChoice::Cpu);
@@ -417,6 +468,9 @@ mod tests {
         assert!(!c.device.emu.strict);
         assert_eq!(c.device.emu.dump, Some(PathBuf::from("/tmp/d")));
         assert_eq!(c.min_rows, Config::default().min_rows, "blank is unset");
+        assert_eq!(c.prefetch_threads, 4);
+        assert_eq!(c.prefetch_cpus, vec![0, 4, 5]);
+        assert_eq!(c.prefetch_bytes, 512 << 20);
         assert_eq!(
             c.outliers,
             Some(Rule {
@@ -442,6 +496,9 @@ mod tests {
             ("ORK_LOG", "loud"),
             ("ORK_OUTLIERS", "6"),
             ("ORK_OUTLIERS", "6:0"),
+            ("ORK_PREFETCH", "-1"),
+            ("ORK_PREFETCH_CPUS", "3-1"),
+            ("ORK_PREFETCH_CPUS", "a"),
             ("ORK_EMU_PROFILE", "/nonexistent/board.json"),
         ] {
             let e = parse(&[(name, value)]).unwrap_err();

@@ -196,6 +196,36 @@ pub fn cores() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
+/// Restricts the calling thread to `cpus` (a dedicated thread's placement, e.g. the prefetch
+/// threads on the RK3588's A55s). An error names the CPUs the kernel refused.
+#[cfg(target_os = "linux")]
+pub fn pin_current_thread(cpus: &[usize]) -> Result<(), String> {
+    // SAFETY: cpu_set_t is a plain bit array; all zeroes is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for &c in cpus {
+        if c >= 8 * size_of::<libc::cpu_set_t>() {
+            return Err(format!("CPU {c} is beyond the kernel's CPU set"));
+        }
+        // SAFETY: `c` is within the set, checked above.
+        unsafe { libc::CPU_SET(c, &mut set) };
+    }
+    // SAFETY: `set` is a valid cpu_set_t of the size passed; pid 0 is the calling thread.
+    let r = unsafe { libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(format!(
+            "sched_setaffinity to CPUs {cpus:?}: {}",
+            std::io::Error::last_os_error()
+        ))
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn pin_current_thread(cpus: &[usize]) -> Result<(), String> {
+    Err(format!("pinning threads to CPUs {cpus:?} needs Linux"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -47,6 +47,13 @@ pub struct Config {
     pub outliers: Option<Rule>,
     /// Most verbose library log level (process-wide: the last context created sets it).
     pub log_level: log::LevelFilter,
+    /// Threads that inflate the experts of announced calls ahead (`Engine::prefetch`); 0: none.
+    pub prefetch_threads: usize,
+    /// CPUs those threads run on (empty: wherever the process may run). On the RK3588 the A55s,
+    /// while ggml's threads keep the A76s for the work between the calls.
+    pub prefetch_cpus: Vec<usize>,
+    /// Inflated experts the prefetch threads may hold ahead of their calls, in bytes.
+    pub prefetch_bytes: u64,
 }
 
 impl Default for Config {
@@ -62,6 +69,9 @@ impl Default for Config {
             submitters: None,
             outliers: Some(Rule::DEFAULT),
             log_level: log::LevelFilter::Warn,
+            prefetch_threads: 0,
+            prefetch_cpus: Vec::new(),
+            prefetch_bytes: 1 << 30,
         }
     }
 }
