@@ -178,6 +178,11 @@ typedef struct ork_config {
   const char *emu_faults;
   // Row counts one dynamic-shape context of librknnrt covers (0: one context per row count).
   uint32_t rknn_dynamic_m;
+  // Prefetch threads (`ORK_PREFETCH`, [`ork_prefetch`]); 0: none. Their CPUs come from
+  // `ORK_PREFETCH_CPUS` only.
+  uint32_t prefetch_threads;
+  // Inflated experts the prefetch threads may hold ahead of their calls, in bytes.
+  uint64_t prefetch_bytes;
 } ork_config;
 
 // Result of every fallible call.
@@ -339,6 +344,29 @@ ork_result ork_mul_mat_id_pair_mt(struct ork_ctx *ctx,
                                   const struct ork_tensor *dst0,
                                   const struct ork_tensor *dst1,
                                   const struct ork_threads *th);
+
+// Announces a `MUL_MAT_ID` call (or a pair: `as1` and `dst1` non-NULL, as
+// [`ork_mul_mat_id_pair`]) that will come, so that the library's prefetch threads
+// (`ORK_PREFETCH`) inflate its experts while the host computes what comes before it. Metadata
+// only: `b`, `ids` and `dst` are not read, and the call itself must still be made. The host
+// keeps the weights of every call it announces valid and unchanged until
+// [`ork_prefetch_fence`] returns (e.g. announce a graph's calls at its start, fence at its end).
+// `ORK_OK` when queued or when there is nothing to do (no prefetch threads: nothing is checked;
+// a small batch),
+// `ORK_NOT_HANDLED` for a call the library would decline, `ORK_INVALID_ARGUMENT` for bad
+// descriptors.
+ork_result ork_prefetch(struct ork_ctx *ctx,
+                        const struct ork_tensor *as0,
+                        const struct ork_tensor *as1,
+                        const struct ork_tensor *b,
+                        const struct ork_tensor *ids,
+                        const struct ork_tensor *dst0,
+                        const struct ork_tensor *dst1);
+
+// After this returns the library reads none of the weights announced before it
+// ([`ork_prefetch`]): queued experts are dropped and those being inflated are waited for.
+// Experts inflated already stay for their calls.
+ork_result ork_prefetch_fence(struct ork_ctx *ctx);
 
 // Message of the last failed call on this thread ("" if none). Valid until the next failing
 // call on this thread.

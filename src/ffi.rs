@@ -23,7 +23,10 @@ use crate::isa::Isa;
 use crate::moe::cache::{Policy, Verify};
 use crate::moe::desc::{weight_format, TensorDesc};
 use crate::moe::outliers::Rule;
-use crate::moe::{Config, Engine, Error, ErrorKind, Inputs, MtMode, PairInputs, Plan, SmallBatch};
+use crate::moe::{
+    Config, Engine, Error, ErrorKind, HeldBytes, HeldWeights, Inputs, MtMode, PairInputs, Plan,
+    SmallBatch,
+};
 use crate::npu::{BackendChoice, BackendKind, CoreMask};
 use crate::quant::{dequantize_row, GgmlType};
 use std::cell::RefCell;
@@ -32,7 +35,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
 use std::sync::atomic::AtomicU32;
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 
 /// Result of every fallible call.
 pub type ork_result = u32;
@@ -213,6 +216,11 @@ pub struct ork_config {
     pub emu_faults: *const c_char,
     /// Row counts one dynamic-shape context of librknnrt covers (0: one context per row count).
     pub rknn_dynamic_m: u32,
+    /// Prefetch threads (`ORK_PREFETCH`, [`ork_prefetch`]); 0: none. Their CPUs come from
+    /// `ORK_PREFETCH_CPUS` only.
+    pub prefetch_threads: u32,
+    /// Inflated experts the prefetch threads may hold ahead of their calls, in bytes.
+    pub prefetch_bytes: u64,
 }
 
 /// The caller's threads for `ork_mul_mat_id_mt`.
@@ -385,6 +393,8 @@ fn to_c_config(c: &Config) -> ork_config {
         submitters: c.submitters.map_or(-1, |n| n as i32),
         emu_faults: std::ptr::null(),
         rknn_dynamic_m: d.rknn.dynamic_m as u32,
+        prefetch_threads: c.prefetch_threads as u32,
+        prefetch_bytes: c.prefetch_bytes,
     }
 }
 
@@ -477,6 +487,8 @@ fn from_c_config(c: &ork_config, base: Config) -> Result<Config, Error> {
         }
     };
     cfg.mt_mode = value_of(&MT_MODES, c.mt_mode, "mt_mode")?;
+    cfg.prefetch_threads = c.prefetch_threads as usize;
+    cfg.prefetch_bytes = c.prefetch_bytes;
     cfg.log_level = value_of(&LOG_LEVELS, c.log_level, "log_level")?;
     Ok(cfg)
 }
@@ -828,6 +840,81 @@ pub extern "C" fn ork_mul_mat_id_pair_mt(
         Ok(th) => run(ctx, Call::pair(as0, as1, b, ids, dst0, dst1), Some(th)),
         Err(e) => guard(|| Err(e)),
     }
+}
+
+/// `as` memory the host keeps valid until `ork_prefetch_fence` returns ([`ork_prefetch`]'s
+/// contract); the engine drops every one of these before its fence returns.
+struct HostWeights {
+    addr: usize,
+    len: usize,
+}
+
+impl HeldBytes for HostWeights {
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: validation checked the pointer non-NULL and its extent within the address
+        // space; the host keeps the memory valid and unchanged until the fence, by contract.
+        unsafe { std::slice::from_raw_parts(self.addr as *const u8, self.len) }
+    }
+}
+
+/// Announces a `MUL_MAT_ID` call (or a pair: `as1` and `dst1` non-NULL, as
+/// [`ork_mul_mat_id_pair`]) that will come, so that the library's prefetch threads
+/// (`ORK_PREFETCH`) inflate its experts while the host computes what comes before it. Metadata
+/// only: `b`, `ids` and `dst` are not read, and the call itself must still be made. The host
+/// keeps the weights of every call it announces valid and unchanged until
+/// [`ork_prefetch_fence`] returns (e.g. announce a graph's calls at its start, fence at its end).
+/// `ORK_OK` when queued or when there is nothing to do (no prefetch threads: nothing is checked;
+/// a small batch),
+/// `ORK_NOT_HANDLED` for a call the library would decline, `ORK_INVALID_ARGUMENT` for bad
+/// descriptors.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub extern "C" fn ork_prefetch(
+    ctx: *mut ork_ctx,
+    as0: *const ork_tensor,
+    as1: *const ork_tensor,
+    b: *const ork_tensor,
+    ids: *const ork_tensor,
+    dst0: *const ork_tensor,
+    dst1: *const ork_tensor,
+) -> ork_result {
+    guard(|| {
+        let ctx = ctx_ref(ctx)?;
+        if !ctx.engine.prefetching() {
+            return Ok(());
+        }
+        let call = if as1.is_null() && dst1.is_null() {
+            Call::single(as0, b, ids, dst0)?
+        } else {
+            Call::pair(as0, as1, b, ids, dst0, dst1)?
+        };
+        let plan = call.plan(&ctx.engine)?;
+        let descs = [Some(&call.w), call.pair.as_ref().map(|(w, _)| w)];
+        let weights = plan
+            .problems()
+            .zip(descs.into_iter().flatten())
+            .zip(call.weights)
+            .map(|((p, d), t)| HeldWeights {
+                data: Arc::new(HostWeights {
+                    addr: d.addr,
+                    len: p.w_extent,
+                }),
+                name: name(t).map(str::to_owned),
+            })
+            .collect();
+        ctx.engine.prefetch(plan, weights)
+    })
+}
+
+/// After this returns the library reads none of the weights announced before it
+/// ([`ork_prefetch`]): queued experts are dropped and those being inflated are waited for.
+/// Experts inflated already stay for their calls.
+#[no_mangle]
+pub extern "C" fn ork_prefetch_fence(ctx: *mut ork_ctx) -> ork_result {
+    guard(|| {
+        ctx_ref(ctx)?.engine.prefetch_fence();
+        Ok(())
+    })
 }
 
 /// Message of the last failed call on this thread ("" if none). Valid until the next failing

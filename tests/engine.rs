@@ -6,12 +6,12 @@
 
 use ork_moe::inflate::{from_plain, ExpertWeights, Layout};
 use ork_moe::moe::desc::{weight_code, TensorDesc, GGML_TYPE_I32};
-use ork_moe::moe::{Config, Engine, ErrorKind, Inputs, PairInputs};
+use ork_moe::moe::{Config, Engine, ErrorKind, HeldBytes, HeldWeights, Inputs, PairInputs};
 use ork_moe::npu::{BackendChoice, DeviceConfig};
 use ork_moe::quant::{dequantize_row, GgmlType};
 use ork_moe::testutil::Rng;
 use std::sync::atomic::AtomicU32;
-use std::sync::Barrier;
+use std::sync::{Arc, Barrier};
 
 /// Bits written between and after `dst` rows; an engine that writes them has gone out of bounds.
 const SENTINEL: u32 = 0x7fc0_dead;
@@ -115,6 +115,11 @@ impl Case {
     }
 
     fn descs(&self, dst: &[AtomicU32]) -> [TensorDesc<'_>; 4] {
+        self.descs_on(&self.weights, dst)
+    }
+
+    /// [`Case::descs`] with this case's weights bytes at `weights` (a copy the test keeps).
+    fn descs_on(&self, weights: &[u8], dst: &[AtomicU32]) -> [TensorDesc<'_>; 4] {
         let s = &self.s;
         let row = s.ty.row_bytes(s.k).unwrap();
         let t = |ty: i32, ne: [usize; 3], nb: [usize; 3], addr: usize| TensorDesc {
@@ -128,7 +133,7 @@ impl Case {
             weight_code(s.ty, self.layout),
             [s.k, s.n, s.n_expert],
             [s.ty.block_bytes(), row, self.expert_stride],
-            self.weights.as_ptr() as usize,
+            weights.as_ptr() as usize,
         );
         let b = t(
             GgmlType::F32.id(),
@@ -153,14 +158,19 @@ impl Case {
 
     /// `dst` after one call on `engine`: from a single caller, or from `threads` cooperating.
     fn run(&self, engine: &Engine, threads: usize) -> Vec<u32> {
+        self.run_on(&self.weights, engine, threads)
+    }
+
+    /// [`Case::run`] on a copy `weights` of this case's weights.
+    fn run_on(&self, weights: &[u8], engine: &Engine, threads: usize) -> Vec<u32> {
         let dst: Vec<AtomicU32> = (0..self.dst_len())
             .map(|_| AtomicU32::new(SENTINEL))
             .collect();
-        let [w, b, ids, d] = self.descs(&dst);
+        let [w, b, ids, d] = self.descs_on(weights, &dst);
         let plan = engine.plan(&w, &b, &ids, &d).expect("a valid call");
         let p = &plan.problem;
         let io = Inputs {
-            weights: &self.weights[..p.w_extent],
+            weights: &weights[..p.w_extent],
             name: w.name,
             b: &self.b[..p.b_extent / 4],
             ids: &self.ids[..p.ids_extent / 4],
@@ -183,26 +193,37 @@ impl Case {
 
     /// Both `dst`s of the pair (`self`, `second`) in one call on `engine`.
     fn run_pair(&self, second: &Case, engine: &Engine, threads: usize) -> (Vec<u32>, Vec<u32>) {
+        self.run_pair_on(second, [&self.weights, &second.weights], engine, threads)
+    }
+
+    /// [`Case::run_pair`] on copies `weights` of the two cases' weights.
+    fn run_pair_on(
+        &self,
+        second: &Case,
+        weights: [&[u8]; 2],
+        engine: &Engine,
+        threads: usize,
+    ) -> (Vec<u32>, Vec<u32>) {
         let new_dst = || -> Vec<AtomicU32> {
             (0..self.dst_len())
                 .map(|_| AtomicU32::new(SENTINEL))
                 .collect()
         };
         let (dst0, dst1) = (new_dst(), new_dst());
-        let [w0, b, ids, d0] = self.descs(&dst0);
-        let [w1, _, _, d1] = second.descs(&dst1);
+        let [w0, b, ids, d0] = self.descs_on(weights[0], &dst0);
+        let [w1, _, _, d1] = second.descs_on(weights[1], &dst1);
         let plan = engine
             .plan_pair(&w0, &w1, &b, &ids, &d0, &d1)
             .expect("a valid pair");
         let (p0, p1) = (&plan.problem, plan.pair.as_ref().expect("a pair plan"));
         let io = Inputs {
-            weights: &self.weights[..p0.w_extent],
+            weights: &weights[0][..p0.w_extent],
             name: w0.name,
             b: &self.b[..p0.b_extent / 4],
             ids: &self.ids[..p0.ids_extent / 4],
             dst: &dst0[..p0.dst_extent / 4],
             pair: Some(PairInputs {
-                weights: &second.weights[..p1.w_extent],
+                weights: &weights[1][..p1.w_extent],
                 name: w1.name,
                 dst: &dst1[..p1.dst_extent / 4],
             }),
@@ -756,4 +777,155 @@ fn deep_repacked_experts_give_the_plain_bits() {
             "{ty:?} {layout:?}"
         );
     }
+}
+
+/// An emulator engine with `threads` prefetch threads holding at most `bytes` ahead, and no
+/// cache (so that every expert the call does not find staged is inflated by it).
+fn engine_prefetching(threads: usize, bytes: u64) -> Engine {
+    Engine::new(Config {
+        device: DeviceConfig {
+            backend: BackendChoice::Emu,
+            ..DeviceConfig::default()
+        },
+        min_rows: 0,
+        cache_bytes: 0,
+        prefetch_threads: threads,
+        prefetch_bytes: bytes,
+        ..Config::default()
+    })
+    .expect("the emulator opens")
+}
+
+fn held(weights: &[u8]) -> Arc<Vec<u8>> {
+    Arc::new(weights.to_vec())
+}
+
+fn announce(engine: &Engine, cases: &[(&Case, &Arc<Vec<u8>>)]) {
+    // Metadata only: the dsts must not overlap, their bytes are never written.
+    let dsts: Vec<Vec<AtomicU32>> = cases
+        .iter()
+        .map(|(c, _)| (0..c.dst_len()).map(|_| AtomicU32::new(0)).collect())
+        .collect();
+    let descs: Vec<_> = cases
+        .iter()
+        .zip(&dsts)
+        .map(|((c, w), d)| c.descs_on(w, d))
+        .collect();
+    let plan = match &descs[..] {
+        [[w, b, ids, d]] => engine.plan(w, b, ids, d),
+        [[w0, b, ids, d0], [w1, _, _, d1]] => engine.plan_pair(w0, w1, b, ids, d0, d1),
+        _ => unreachable!("one or two projections"),
+    }
+    .expect("a valid call");
+    let weights = cases
+        .iter()
+        .map(|(_, w)| HeldWeights {
+            data: Arc::clone(w) as Arc<dyn HeldBytes>,
+            name: Some("blk.0.ffn_gate_exps.weight".into()),
+        })
+        .collect();
+    engine.prefetch(plan, weights).expect("announced");
+}
+
+/// Waits until the prefetch threads staged `n` experts (they run on their own).
+fn wait_staged(engine: &Engine, n: u64) {
+    let start = std::time::Instant::now();
+    while engine.prefetch_stats().staged < n {
+        assert!(
+            start.elapsed().as_secs() < 60,
+            "staged {:?} of {n}",
+            engine.prefetch_stats()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
+fn distinct_experts(case: &Case) -> u64 {
+    let mut ids = case.ids.clone();
+    ids.sort_unstable();
+    ids.dedup();
+    ids.len() as u64
+}
+
+#[test]
+fn prefetched_experts_are_taken_and_give_the_same_bits() {
+    let plain = engine_on(BackendChoice::Emu, 1);
+    let engine = engine_prefetching(2, 1 << 30);
+    // One projection (N = 100: padded channels), and a pair in the stream envelope (K = 2048).
+    let one = Case::new(SHAPES[0], 700);
+    let w = held(&one.weights);
+    announce(&engine, &[(&one, &w)]);
+    wait_staged(&engine, one.s.n_expert as u64);
+    let s = engine.prefetch_stats();
+    assert!(one.run_on(&w, &engine, 1) == one.run(&plain, 1), "single");
+    let taken = engine.prefetch_stats().taken - s.taken;
+    assert_eq!(
+        taken,
+        distinct_experts(&one),
+        "every used expert came staged"
+    );
+
+    let gate = Case::new(SHAPES[4], 701);
+    let up = gate.sibling(702);
+    let (w0, w1) = (held(&gate.weights), held(&up.weights));
+    let staged = engine.prefetch_stats().staged;
+    announce(&engine, &[(&gate, &w0), (&up, &w1)]);
+    wait_staged(&engine, staged + gate.s.n_expert as u64);
+    let s = engine.prefetch_stats();
+    let cooperative = gate.run_pair_on(&up, [&w0, &w1], &engine, 3);
+    assert!(cooperative == gate.run_pair(&up, &plain, 1), "pair");
+    let taken = engine.prefetch_stats().taken - s.taken;
+    assert_eq!(
+        taken,
+        distinct_experts(&gate),
+        "every used pair came staged"
+    );
+
+    // Experts no call took stay one fence, then go.
+    engine.prefetch_fence();
+    engine.prefetch_fence();
+    let s = engine.prefetch_stats();
+    assert_eq!(s.staged, s.taken + s.dropped, "{s:?}");
+}
+
+#[test]
+fn after_a_fence_the_host_weights_are_no_longer_held() {
+    // Many experts queued, a fence at once: the queue empties, the threads finish what they hold,
+    // and nothing refers to the host's weights any more (they may be freed).
+    let engine = engine_prefetching(2, 1 << 30);
+    let shape = Shape {
+        n_expert: 64,
+        ..SHAPES[4]
+    };
+    let case = Case::new(shape, 710);
+    let w = held(&case.weights);
+    announce(&engine, &[(&case, &w)]);
+    engine.prefetch_fence();
+    assert_eq!(
+        Arc::strong_count(&w),
+        1,
+        "the engine still holds the weights"
+    );
+    let s = engine.prefetch_stats();
+    assert_eq!(s.staged + s.withdrawn, 64, "{s:?}");
+    // The call still gives its bits, from what was staged and what it inflates itself.
+    assert!(case.run_on(&w, &engine, 1) == case.run(&engine_on(BackendChoice::Emu, 1), 1));
+}
+
+#[test]
+fn the_staging_budget_bounds_what_is_inflated_ahead() {
+    // A budget of one byte: each thread may start one expert while the staging area is empty,
+    // none after, however long the wait.
+    let engine = engine_prefetching(2, 1);
+    let case = Case::new(SHAPES[0], 720);
+    let w = held(&case.weights);
+    announce(&engine, &[(&case, &w)]);
+    wait_staged(&engine, 1);
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    assert!(
+        engine.prefetch_stats().staged <= 2,
+        "{:?}",
+        engine.prefetch_stats()
+    );
+    assert!(case.run_on(&w, &engine, 1) == case.run(&engine_on(BackendChoice::Emu, 1), 1));
 }

@@ -264,6 +264,14 @@ impl Cache {
         }
     }
 
+    /// Whether `key` is held with this fingerprint; neither a use nor a lookup in the counters.
+    pub fn holds(&self, key: &Key, fingerprint: Fingerprint) -> bool {
+        self.lock()
+            .map
+            .get(key)
+            .is_some_and(|s| s.fingerprint == fingerprint)
+    }
+
     /// Stores `expert` under `key` if the policy makes room for it within the budget. An expert
     /// larger than the whole budget is not stored.
     pub fn insert(&self, key: Key, fingerprint: Fingerprint, expert: Arc<Expert>) {

@@ -8,6 +8,7 @@ use super::call::{
 use super::desc::{validate, Problem, TensorDesc};
 use super::expert::{Experts, Source, Weights};
 use super::outliers::split_row;
+use super::prefetch::{Announced, HeldWeights, PrefetchStats};
 use super::quantize::quantize_row_scaled;
 use super::route::{Group, Routing, Row};
 use super::scatter::{publish, scale_row, Row as ScatterRow, QUAD};
@@ -22,6 +23,7 @@ use crate::sync::lock;
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
+use std::thread::JoinHandle;
 use std::time::Instant;
 
 /// Views of one call's tensors, built by the caller from a [`Problem`]'s extents. `dst` is atomic
@@ -66,22 +68,27 @@ impl Plan {
 /// The engine behind one `ork_ctx`. Safe to use from several threads at once.
 pub struct Engine {
     config: Config,
-    device: Device,
+    // Shared with the prefetch threads: the device, the experts (cache and staging) and B's spares.
+    device: Arc<Device>,
     tiles: Tiles,
     /// Kernel path of the host-side kernels (inflate, scatter, the CPU GEMMs).
     isa: Isa,
-    experts: Experts,
+    experts: Arc<Experts>,
     counters: Counters,
     joining: Joining,
     spare_a: Spares<i8>,
-    spare_b: Spares<i8>,
+    spare_b: Arc<Spares<i8>>,
     spare_c: Spares<i32>,
+    prefetchers: Vec<JoinHandle<()>>,
 }
 
 /// Items a caller thread prepares ahead of the scatters, per submitter thread: enough to keep a
 /// core busy while the next ones are prepared, few enough that the streamed experts' B buffers
 /// stay a small part of one IOMMU domain.
 const AHEAD: usize = 3;
+
+/// More prefetch threads than cores only contend; this bounds a mistyped setting.
+const MAX_PREFETCH_THREADS: usize = 64;
 
 /// The RK3588's A tile width, fixed so that row pieces are constant-sized (inlined copies);
 /// [`Engine::new`] checks the device's, and its C quad against [`QUAD`].
@@ -107,8 +114,60 @@ impl Engine {
                 format!("unsupported tile sizes {tiles:?}"),
             ));
         }
+        if config.prefetch_threads > MAX_PREFETCH_THREADS {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                format!(
+                    "{} prefetch threads: at most {MAX_PREFETCH_THREADS}",
+                    config.prefetch_threads
+                ),
+            ));
+        }
+        let experts = Arc::new(Experts::new(
+            config.cache_bytes,
+            config.cache_policy,
+            config.cache_verify,
+            config.prefetch_bytes,
+        ));
+        // Enough for the streamed experts of a few calls (a 2048x768 expert is 1.5 MiB), and
+        // with prefetch for the staged ones too, which would otherwise be created again every
+        // graph (milliseconds each on the board).
+        let staged = if config.prefetch_threads > 0 {
+            config.prefetch_bytes as usize
+        } else {
+            0
+        };
+        let spare_b = Arc::new(Spares::new(256 + (staged >> 20), (256 << 20) + staged));
+        let device = Arc::new(device);
+        let mut prefetchers = Vec::with_capacity(config.prefetch_threads);
+        for i in 0..config.prefetch_threads {
+            let worker = Prefetcher {
+                device: Arc::clone(&device),
+                experts: Arc::clone(&experts),
+                spares: Arc::clone(&spare_b),
+                tiles,
+                isa: config.device.host.isa,
+                cpus: config.prefetch_cpus.clone(),
+            };
+            let spawned = std::thread::Builder::new()
+                .name(format!("ork-prefetch-{i}"))
+                .spawn(move || worker.run());
+            match spawned {
+                Ok(t) => prefetchers.push(t),
+                Err(e) => {
+                    experts.staging().shut_down();
+                    for t in prefetchers {
+                        let _ = t.join();
+                    }
+                    return Err(Error::new(
+                        ErrorKind::OutOfMemory,
+                        format!("starting prefetch thread {i}: {e}"),
+                    ));
+                }
+            }
+        }
         Ok(Engine {
-            experts: Experts::new(config.cache_bytes, config.cache_policy, config.cache_verify),
+            experts,
             isa: config.device.host.isa,
             config,
             device,
@@ -116,10 +175,61 @@ impl Engine {
             counters: Counters::default(),
             joining: Joining::default(),
             spare_a: Spares::new(256, 128 << 20),
-            // Enough for the streamed experts of a few calls (a 2048x768 expert is 1.5 MiB).
-            spare_b: Spares::new(256, 256 << 20),
+            spare_b,
             spare_c: Spares::new(256, 128 << 20),
+            prefetchers,
         })
+    }
+
+    /// Announces a call that will come (from the same metadata: `plan` is what [`Engine::plan`]
+    /// or [`Engine::plan_pair`] gives for it) so that the prefetch threads inflate its experts
+    /// ahead (`ORK_PREFETCH`; module `prefetch`). `weights` are its projections' `as` tensors,
+    /// which the caller keeps valid until [`Engine::prefetch_fence`] returns. Without prefetch
+    /// threads, or for a small batch, it does nothing.
+    pub fn prefetch(&self, plan: Plan, weights: Vec<HeldWeights>) -> Result<(), Error> {
+        if !self.prefetching() || plan.on_cpu {
+            return Ok(());
+        }
+        let projections = plan.problems().count();
+        if weights.len() != projections {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                format!(
+                    "prefetch: {} weight tensors for a call of {projections} projection(s)",
+                    weights.len()
+                ),
+            ));
+        }
+        for (p, w) in plan.problems().zip(&weights) {
+            if w.data.bytes().len() < p.w_extent {
+                return Err(Error::new(
+                    ErrorKind::InvalidArgument,
+                    format!(
+                        "prefetch: weights of {} bytes, the tensor spans {}",
+                        w.data.bytes().len(),
+                        p.w_extent
+                    ),
+                ));
+            }
+        }
+        self.experts.staging().announce(Announced { plan, weights });
+        Ok(())
+    }
+
+    /// Whether the engine has prefetch threads ([`Engine::prefetch`] does something).
+    pub fn prefetching(&self) -> bool {
+        !self.prefetchers.is_empty()
+    }
+
+    /// After this returns no prefetch thread reads weights announced before it (a graph ended:
+    /// its weights may be freed). Experts staged already stay for their calls.
+    pub fn prefetch_fence(&self) {
+        self.experts.staging().fence();
+    }
+
+    /// What the prefetch threads did.
+    pub fn prefetch_stats(&self) -> PrefetchStats {
+        self.experts.staging().stats()
     }
 
     pub fn device(&self) -> &Device {
@@ -223,6 +333,9 @@ impl Engine {
     /// [`Engine::run`], also returning the call's used experts in the order phase 2 took them
     /// (rows, cache hit or not): the board timeline model's input.
     pub fn run_traced(&self, plan: Plan, io: &Inputs) -> Result<(Stages, Vec<ExpertRun>), Error> {
+        self.experts
+            .staging()
+            .withdraw(io.weights.as_ptr() as usize);
         let call = self.start(plan, ([0; 4], 1), 1, self.threads());
         self.run_on_pool(&call, io);
         let r = self.end(&call);
@@ -300,9 +413,12 @@ impl Engine {
         );
         let leader = self.config.mt_mode == MtMode::Leader;
         let workers = if leader { self.threads() } else { nth };
-        let call = self
-            .joining
-            .join(plan, key, |plan| self.start(plan, key, nth, workers));
+        let call = self.joining.join(plan, key, |plan| {
+            self.experts
+                .staging()
+                .withdraw(io.weights.as_ptr() as usize);
+            self.start(plan, key, nth, workers)
+        });
         // A panic must not skip a barrier: the other threads would wait forever.
         let guarded = |f: &dyn Fn()| {
             if let Err(p) = panic::catch_unwind(AssertUnwindSafe(f)) {
@@ -355,8 +471,13 @@ impl Engine {
         match &r {
             Ok(_) => {
                 bump(&self.counters.handled, 1);
+                let prefetch = if self.prefetching() {
+                    format!("; {}", self.prefetch_stats())
+                } else {
+                    String::new()
+                };
                 log::debug!(
-                    "handled {} K={} N={}: {} tokens x {} slots on {}; {}",
+                    "handled {} K={} N={}: {} tokens x {} slots on {}; {}{prefetch}",
                     p.layout.name(p.wtype),
                     p.k,
                     p.n,
@@ -618,7 +739,7 @@ impl Engine {
             &weights,
             g.expert,
         )?;
-        if let Source::Inflated(bytes) = source {
+        if let Source::Inflated(bytes) | Source::Prefetched(bytes) = source {
             bump(&self.counters.experts_inflated, 1);
             bump(&self.counters.bytes_inflated, bytes);
         }
@@ -894,6 +1015,81 @@ impl Engine {
             buffers_created: dev.buffers_created,
             modelled_npu_us: dev.modelled_us,
             backend: Some(self.device.backend()),
+        }
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        let staging = self.experts.staging();
+        staging.fence();
+        staging.shut_down();
+        for t in self.prefetchers.drain(..) {
+            // A prefetch thread catches its jobs' panics; a failed join has nothing left to undo.
+            let _ = t.join();
+        }
+    }
+}
+
+/// One prefetch thread: takes announced experts and inflates them into the staging area.
+struct Prefetcher {
+    device: Arc<Device>,
+    experts: Arc<Experts>,
+    spares: Arc<Spares<i8>>,
+    tiles: Tiles,
+    isa: Isa,
+    cpus: Vec<usize>,
+}
+
+impl Prefetcher {
+    fn run(self) {
+        if !self.cpus.is_empty() {
+            if let Err(e) = crate::pool::pin_current_thread(&self.cpus) {
+                log::warn!("prefetch thread stays unpinned: {e}");
+            }
+        }
+        let staging = self.experts.staging();
+        while let Some(job) = staging.next_job() {
+            let made = panic::catch_unwind(AssertUnwindSafe(|| {
+                let call = &job.call;
+                let weights: Vec<Weights> = call
+                    .plan
+                    .problems()
+                    .zip(&call.weights)
+                    .map(|(problem, w)| Weights {
+                        problem,
+                        data: w.data.bytes(),
+                        name: w.name.as_deref(),
+                    })
+                    .collect();
+                self.experts.prefetch(
+                    &self.device,
+                    &self.spares,
+                    &self.tiles,
+                    self.isa,
+                    &weights,
+                    job.expert,
+                )
+            }));
+            let made = match made {
+                Ok(Ok(made)) => made,
+                // The call inflates it itself and reports what goes wrong then.
+                Ok(Err(e)) => {
+                    log::debug!("prefetch of expert {}: {e}", job.expert);
+                    None
+                }
+                Err(p) => {
+                    log::warn!(
+                        "prefetch of expert {}: {}",
+                        job.expert,
+                        Error::from_panic(p)
+                    );
+                    None
+                }
+            };
+            // The job holds the host's weights: gone before the fence can count it finished.
+            drop(job);
+            staging.finish(made);
         }
     }
 }

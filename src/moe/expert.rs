@@ -11,6 +11,7 @@ use super::cache::{
 };
 use super::call::try_vec;
 use super::desc::Problem;
+use super::prefetch::Staging;
 use super::spares::Spares;
 use super::{Error, ErrorKind};
 use crate::inflate::{inflate_expert_in_with, ExpertWeights, InflateError};
@@ -23,6 +24,7 @@ use std::sync::Arc;
 pub(super) struct Experts {
     cache: Cache,
     verify: Verify,
+    staging: Staging,
 }
 
 /// Where an expert came from.
@@ -30,6 +32,8 @@ pub(super) enum Source {
     Cache,
     /// Inflated now: bytes of native B written.
     Inflated(u64),
+    /// Inflated ahead by the prefetch threads (`super::prefetch`): bytes of native B.
+    Prefetched(u64),
 }
 
 /// One projection's weights: the whole `as` tensor of `problem`, and its name.
@@ -40,9 +44,9 @@ pub(super) struct Weights<'a> {
     pub name: Option<&'a str>,
 }
 
-impl Weights<'_> {
+impl<'a> Weights<'a> {
     /// Expert `e`'s bytes, and its cache identity.
-    fn expert(&self, e: usize, verify: Verify) -> (&[u8], Key, Fingerprint) {
+    fn expert(&self, e: usize, verify: Verify) -> (&'a [u8], Key, Fingerprint) {
         let p = self.problem;
         let (off, len) = p.expert_bytes(e);
         let bytes = &self.data[off..off + len];
@@ -69,10 +73,11 @@ impl Weights<'_> {
 }
 
 impl Experts {
-    pub fn new(budget: u64, policy: Policy, verify: Verify) -> Experts {
+    pub fn new(budget: u64, policy: Policy, verify: Verify, staging_budget: u64) -> Experts {
         Experts {
             cache: Cache::new(budget, policy),
             verify,
+            staging: Staging::new(staging_budget),
         }
     }
 
@@ -80,8 +85,13 @@ impl Experts {
         self.cache.stats()
     }
 
+    pub fn staging(&self) -> &Staging {
+        &self.staging
+    }
+
     /// Expert `e` of the projections `weights` (one, or a pair of one shape), inflated on `isa`
-    /// into one device buffer of `device` (synced) unless the cache holds it.
+    /// into one device buffer of `device` (synced) unless the cache holds it or the prefetch
+    /// staged it.
     pub fn get(
         &self,
         device: &Device,
@@ -91,18 +101,67 @@ impl Experts {
         weights: &[Weights],
         e: usize,
     ) -> Result<(Arc<Expert>, Source), Error> {
+        let (parts, key, fp) = self.identity(weights, e);
+        if let Lookup::Hit(x) = self.cache.lookup(&key, fp) {
+            return Ok((x, Source::Cache));
+        }
+        if let Some(x) = self.staging.take(&key, fp) {
+            self.cache.insert(key, fp, Arc::clone(&x));
+            let p = weights[0].problem;
+            let written = tiles.b_len(tiles.pad(p.k), tiles.pad(p.n) * weights.len());
+            return Ok((x, Source::Prefetched(written as u64)));
+        }
+        let (x, written) = self.make(device, spares, tiles, isa, weights[0].problem, &parts, e)?;
+        let x = Arc::new(x);
+        self.cache.insert(key, fp, Arc::clone(&x));
+        Ok((x, Source::Inflated(written)))
+    }
+
+    /// [`Experts::get`]'s inflate for the prefetch: the expert, unless the cache holds it or it is
+    /// staged already.
+    pub fn prefetch(
+        &self,
+        device: &Device,
+        spares: &Spares<i8>,
+        tiles: &Tiles,
+        isa: Isa,
+        weights: &[Weights],
+        e: usize,
+    ) -> Result<Option<(Key, Fingerprint, Arc<Expert>)>, Error> {
+        let (parts, key, fp) = self.identity(weights, e);
+        if self.cache.holds(&key, fp) || self.staging.holds(&key, fp) {
+            return Ok(None);
+        }
+        let (x, _) = self.make(device, spares, tiles, isa, weights[0].problem, &parts, e)?;
+        Ok(Some((key, fp, Arc::new(x))))
+    }
+
+    /// The bytes of expert `e` in each projection, and the cache identity of all of them.
+    fn identity<'w>(&self, weights: &[Weights<'w>], e: usize) -> (Vec<&'w [u8]>, Key, Fingerprint) {
         let parts: Vec<_> = weights.iter().map(|w| w.expert(e, self.verify)).collect();
         let (_, mut key, mut fp) = parts[0];
         if let Some(&(_, second, second_fp)) = parts.get(1) {
             key.pair = second.addr ^ second.name_hash as usize;
             fp = fp.with(second_fp);
         }
-        if let Lookup::Hit(x) = self.cache.lookup(&key, fp) {
-            return Ok((x, Source::Cache));
-        }
-        let p = weights[0].problem;
+        (parts.into_iter().map(|(b, ..)| b).collect(), key, fp)
+    }
+
+    /// Inflates expert `e` of the projections' bytes `parts` (of `p`'s shape) into one native B,
+    /// synced to the device; also the bytes of B written.
+    #[allow(clippy::too_many_arguments)]
+    fn make(
+        &self,
+        device: &Device,
+        spares: &Spares<i8>,
+        tiles: &Tiles,
+        isa: Isa,
+        p: &Problem,
+        parts: &[&[u8]],
+        e: usize,
+    ) -> Result<(Expert, u64), Error> {
         let (kp, np) = (tiles.pad(p.k), tiles.pad(p.n));
-        let n_all = np * weights.len();
+        let n_all = np * parts.len();
         // A spare may be longer than asked: everything reads B through `segments`.
         let b_len = tiles.b_len(kp, n_all);
         let mut b = spares.take(device, b_len)?;
@@ -128,57 +187,44 @@ impl Experts {
         };
         let depths = tiles.k_segments(kp, device.max_k());
         let one = tiles.b_len(kp, np);
-        if let [(k0, k1)] = depths[..] {
+        let segments = if let [(k0, k1)] = depths[..] {
             // One native B over all projections: their N-tiles back to back.
             let outs = b.as_mut_slice()[..one * parts.len()].chunks_exact_mut(one);
-            for (((bytes, ..), out), chan) in parts.iter().zip(outs).zip(chan.chunks_exact_mut(np))
-            {
+            for ((bytes, out), chan) in parts.iter().zip(outs).zip(chan.chunks_exact_mut(np)) {
                 inflate(bytes, out, chan)?;
             }
-            let segments = vec![Segment {
+            vec![Segment {
                 k0,
                 k1,
                 b_offset: 0,
-            }];
-            return self.keep(key, fp, b_len, Expert { b, chan, segments });
-        }
-        // Deeper than one device GEMM: inflate the whole rows (one scale per channel over all of
-        // K), then lay each depth range out as a native B of its own, projections back to back.
-        let mut whole = try_vec(one * parts.len(), 0i8, "inflated expert")?;
-        let outs = whole.chunks_exact_mut(one);
-        for (((bytes, ..), out), chan) in parts.iter().zip(outs).zip(chan.chunks_exact_mut(np)) {
-            inflate(bytes, out, chan)?;
-        }
-        let mut segments = Vec::with_capacity(depths.len());
-        let mut at = 0;
-        for (k0, k1) in depths {
-            segments.push(Segment {
-                k0,
-                k1,
-                b_offset: at,
-            });
-            let len = tiles.b_len(k1 - k0, np);
-            for src in whole.chunks_exact(one) {
-                let out = &mut b.as_mut_slice()[at..at + len];
-                tiles.copy_b_depth(src, kp, np, (k0, k1), out);
-                at += len;
+            }]
+        } else {
+            // Deeper than one device GEMM: inflate the whole rows (one scale per channel over all
+            // of K), then lay each depth range out as a native B of its own, projections back to
+            // back.
+            let mut whole = try_vec(one * parts.len(), 0i8, "inflated expert")?;
+            let outs = whole.chunks_exact_mut(one);
+            for ((bytes, out), chan) in parts.iter().zip(outs).zip(chan.chunks_exact_mut(np)) {
+                inflate(bytes, out, chan)?;
             }
-        }
-        self.keep(key, fp, b_len, Expert { b, chan, segments })
-    }
-
-    /// Syncs a freshly inflated expert to the device and offers it to the cache.
-    fn keep(
-        &self,
-        key: Key,
-        fp: Fingerprint,
-        written: usize,
-        mut x: Expert,
-    ) -> Result<(Arc<Expert>, Source), Error> {
-        x.b.sync_to_device()?;
-        let written = written as u64;
-        let x = Arc::new(x);
-        self.cache.insert(key, fp, Arc::clone(&x));
-        Ok((x, Source::Inflated(written)))
+            let mut segments = Vec::with_capacity(depths.len());
+            let mut at = 0;
+            for (k0, k1) in depths {
+                segments.push(Segment {
+                    k0,
+                    k1,
+                    b_offset: at,
+                });
+                let len = tiles.b_len(k1 - k0, np);
+                for src in whole.chunks_exact(one) {
+                    let out = &mut b.as_mut_slice()[at..at + len];
+                    tiles.copy_b_depth(src, kp, np, (k0, k1), out);
+                    at += len;
+                }
+            }
+            segments
+        };
+        b.sync_to_device()?;
+        Ok((Expert { b, chan, segments }, b_len as u64))
     }
 }

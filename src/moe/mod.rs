@@ -20,6 +20,7 @@ pub mod desc;
 mod engine;
 mod expert;
 pub mod outliers;
+mod prefetch;
 pub mod quantize;
 pub mod route;
 mod scatter;
@@ -29,6 +30,7 @@ mod stats;
 
 pub use config::{Config, MtMode, SmallBatch};
 pub use engine::{Engine, Inputs, PairInputs, Plan};
+pub use prefetch::{HeldBytes, HeldWeights, PrefetchStats};
 pub use stats::{ExpertRun, Stages, Stats};
 
 /// Why a call was not done. The C boundary maps each kind to its result code.

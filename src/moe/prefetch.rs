@@ -1,0 +1,251 @@
+//! Prefetch: experts of calls the host announces ahead, inflated on dedicated threads.
+//!
+//! At real scale every prefill ubatch inflates every expert again, and today that happens inside
+//! the calls, on the host's threads, while the NPU waits. Yet weights do not depend on
+//! activations: a host that knows its graph (the patched llama.cpp lists a graph's MUL_MAT_ID
+//! nodes when the graph starts) announces the calls, and threads of their own inflate the
+//! announced experts in graph order while ggml runs the attention and everything else between the
+//! calls. On the RK3588 these threads sit on the four A55s, which CPU-only llama.cpp leaves idle
+//! (`-t 4` on the A76s), so the A76s keep the dense part and the NPU keeps its DRAM bandwidth
+//! (docs/BOARD-MODEL.md).
+//!
+//! - Inflated experts wait in a staging area of bounded size (`ORK_PREFETCH_MB`); a call takes its
+//!   experts from there (verified by key and fingerprint like a cache hit) and inflates the rest
+//!   itself. A call withdraws its own experts still queued, so no expert is inflated twice.
+//! - The host's weights are read only between an announcement and the next [`Staging::fence`]
+//!   (the end of the graph): the fence empties the queue and waits for the experts in flight, so
+//!   weights freed after it are never touched. Staged experts are the library's own memory and may
+//!   outlive it; one not taken within the next graph is dropped.
+//! - Prefetching changes where an expert is inflated, never its bytes: results are bit for bit
+//!   those without it.
+
+use super::cache::{Expert, Fingerprint, Key};
+use super::engine::Plan;
+use crate::sync::lock;
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+/// Bytes the host keeps valid until the fence that follows their announcement.
+pub trait HeldBytes: Send + Sync {
+    fn bytes(&self) -> &[u8];
+}
+
+impl HeldBytes for Vec<u8> {
+    fn bytes(&self) -> &[u8] {
+        self
+    }
+}
+
+/// One projection's weights, as an announcement holds them.
+pub struct HeldWeights {
+    pub data: Arc<dyn HeldBytes>,
+    pub name: Option<String>,
+}
+
+/// A call announced ahead: its plan (from the same metadata the call will bring) and weights.
+pub(super) struct Announced {
+    pub plan: Plan,
+    pub weights: Vec<HeldWeights>,
+}
+
+impl Announced {
+    /// The address of the first projection's weights: what a call withdraws its jobs by.
+    fn addr(&self) -> usize {
+        self.weights[0].data.bytes().as_ptr() as usize
+    }
+}
+
+/// One expert of an announced call.
+pub(super) struct Job {
+    pub call: Arc<Announced>,
+    pub expert: usize,
+}
+
+struct StagedExpert {
+    fingerprint: Fingerprint,
+    expert: Arc<Expert>,
+    /// The fence count when it was staged.
+    epoch: u64,
+}
+
+/// What the prefetch did since the context was created.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PrefetchStats {
+    /// Experts inflated by the prefetch threads.
+    pub staged: u64,
+    /// Of those, taken by their call.
+    pub taken: u64,
+    /// Dropped untaken (their call never came, or came with other bytes).
+    pub dropped: u64,
+    /// Jobs withdrawn by their own call or emptied by a fence before they ran.
+    pub withdrawn: u64,
+}
+
+impl std::fmt::Display for PrefetchStats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "prefetch: {} staged, {} taken, {} dropped, {} withdrawn",
+            self.staged, self.taken, self.dropped, self.withdrawn
+        )
+    }
+}
+
+struct State {
+    queue: VecDeque<Job>,
+    staged: HashMap<Key, StagedExpert>,
+    staged_bytes: u64,
+    in_flight: usize,
+    epoch: u64,
+    shutdown: bool,
+    stats: PrefetchStats,
+}
+
+/// The queue of announced experts and the staging area, shared by the calls and the threads.
+pub(super) struct Staging {
+    budget: u64,
+    state: Mutex<State>,
+    moved: Condvar,
+}
+
+impl Staging {
+    pub fn new(budget: u64) -> Staging {
+        Staging {
+            budget,
+            state: Mutex::new(State {
+                queue: VecDeque::new(),
+                staged: HashMap::new(),
+                staged_bytes: 0,
+                in_flight: 0,
+                epoch: 0,
+                shutdown: false,
+                stats: PrefetchStats::default(),
+            }),
+            moved: Condvar::new(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        lock(&self.state)
+    }
+
+    fn wait<'a>(&self, g: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
+        self.moved.wait(g).unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Queues every expert of `call`.
+    pub fn announce(&self, call: Announced) {
+        let call = Arc::new(call);
+        let mut g = self.lock();
+        g.queue
+            .extend((0..call.plan.problem.n_expert).map(|expert| Job {
+                call: Arc::clone(&call),
+                expert,
+            }));
+        drop(g);
+        self.moved.notify_all();
+    }
+
+    /// A call on the weights at `addr` has started: its experts still queued are its own work.
+    pub fn withdraw(&self, addr: usize) {
+        let mut g = self.lock();
+        let before = g.queue.len();
+        g.queue.retain(|j| j.call.addr() != addr);
+        g.stats.withdrawn += (before - g.queue.len()) as u64;
+    }
+
+    /// The staged expert under `key` if its fingerprint matches (any other is dropped: the bytes
+    /// changed).
+    pub fn take(&self, key: &Key, fingerprint: Fingerprint) -> Option<Arc<Expert>> {
+        let mut g = self.lock();
+        let s = g.staged.remove(key)?;
+        g.staged_bytes -= s.expert.bytes();
+        let hit = s.fingerprint == fingerprint;
+        if hit {
+            g.stats.taken += 1;
+        } else {
+            g.stats.dropped += 1;
+        }
+        drop(g);
+        self.moved.notify_all();
+        hit.then_some(s.expert)
+    }
+
+    /// Whether `key` is staged with this fingerprint.
+    pub fn holds(&self, key: &Key, fingerprint: Fingerprint) -> bool {
+        self.lock()
+            .staged
+            .get(key)
+            .is_some_and(|s| s.fingerprint == fingerprint)
+    }
+
+    /// The next job for a prefetch thread, once one is queued and the staging area has room;
+    /// `None` at shutdown.
+    pub fn next_job(&self) -> Option<Job> {
+        let mut g = self.lock();
+        loop {
+            if g.shutdown {
+                return None;
+            }
+            if g.staged_bytes < self.budget {
+                if let Some(job) = g.queue.pop_front() {
+                    g.in_flight += 1;
+                    return Some(job);
+                }
+            }
+            g = self.wait(g);
+        }
+    }
+
+    /// A job is finished: its expert, if one was made, is staged.
+    pub fn finish(&self, made: Option<(Key, Fingerprint, Arc<Expert>)>) {
+        let mut g = self.lock();
+        g.in_flight -= 1;
+        if let Some((key, fingerprint, expert)) = made {
+            g.staged_bytes += expert.bytes();
+            g.stats.staged += 1;
+            let epoch = g.epoch;
+            let s = StagedExpert {
+                fingerprint,
+                expert,
+                epoch,
+            };
+            if let Some(old) = g.staged.insert(key, s) {
+                g.staged_bytes -= old.expert.bytes();
+                g.stats.dropped += 1;
+            }
+        }
+        drop(g);
+        self.moved.notify_all();
+    }
+
+    /// The host's announced weights may go away after this returns: the queue is emptied and the
+    /// jobs in flight are waited for. Staged experts not taken since the previous fence are
+    /// dropped.
+    pub fn fence(&self) {
+        let mut g = self.lock();
+        g.stats.withdrawn += g.queue.len() as u64;
+        g.queue.clear();
+        while g.in_flight > 0 {
+            g = self.wait(g);
+        }
+        let last = g.epoch;
+        let before = g.staged.len();
+        g.staged.retain(|_, s| s.epoch == last);
+        g.stats.dropped += (before - g.staged.len()) as u64;
+        g.staged_bytes = g.staged.values().map(|s| s.expert.bytes()).sum();
+        g.epoch += 1;
+        drop(g);
+        self.moved.notify_all();
+    }
+
+    /// Stops the prefetch threads (after the job each is on).
+    pub fn shut_down(&self) {
+        self.lock().shutdown = true;
+        self.moved.notify_all();
+    }
+
+    pub fn stats(&self) -> PrefetchStats {
+        self.lock().stats
+    }
+}
