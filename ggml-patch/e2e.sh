@@ -157,6 +157,17 @@ for q in Q4_0 Q4_K_M; do
     echo "$q vs plain (chunk, PPL, ln ratio, KLD, dp RMS, same top): $(grep -E '^ +[0-9]+ +[0-9.]+ ±' \
         "$out/ppl-$q-plugin.log" | tail -1 | tr -s ' ')"
     echo "$q plugin: $(grep '^ork-moe stats' "$out/ppl-$q-plugin.log")"
+    # The prefetch threads (ORK_PREFETCH) move where experts are inflated, never a bit: the same values. No
+    # cache, so that every expert comes from the prefetch or from its call; -lv 5 shows the library's debug log.
+    "${with_plugin[@]}" ORK_PREFETCH=1 ORK_CACHE_MB=0 ORK_LOG=debug "${ppl[@]}" -lv 5 \
+        --kl-divergence-base "$out/kld-$q.base" --kl-divergence >"$out/ppl-$q-prefetch.log" 2>&1 ||
+        fail "$q: perplexity --kl-divergence (plugin, ORK_PREFETCH=1)"
+    values() { grep -E '^ +[0-9]+ +[0-9.]+ ±' "$1" | tail -1; }
+    prefetched=$(grep -o 'prefetch: [0-9]* staged, [0-9]* taken' "$out/ppl-$q-prefetch.log" | tail -1)
+    [[ -n $(values "$out/ppl-$q-plugin.log") && $(values "$out/ppl-$q-plugin.log") == "$(values "$out/ppl-$q-prefetch.log")" &&
+        ${prefetched:-0 taken} != *" 0 taken" ]] &&
+        pass "$q: with ORK_PREFETCH=1 the same values (${prefetched})" ||
+        fail "$q: ORK_PREFETCH=1 changed the values or took nothing prefetched (${prefetched:-no prefetch line}; logs: $out/ppl-$q-plugin.log, $out/ppl-$q-prefetch.log)"
     [[ $(handled "$out/ppl-$q-plugin.log") -gt 0 ]] || fail "$q: plugin handled nothing in llama-perplexity"
     kib() { sed -n 's/^max RSS \([0-9]*\) KiB$/\1/p' "$1" | tail -1; }
     plain_kib=$(kib "$out/ppl-$q-plain.log") plugin_kib=$(kib "$out/ppl-$q-plugin.log")
