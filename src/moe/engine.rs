@@ -1087,9 +1087,12 @@ impl Prefetcher {
                     None
                 }
             };
+            let addr = job.call.addr();
             // The job holds the host's weights: gone before the fence can count it finished.
             drop(job);
-            staging.finish(made);
+            if let Some(Ok(unused)) = staging.finish(addr, made).map(Arc::try_unwrap) {
+                self.spares.give(unused.b);
+            }
         }
     }
 }

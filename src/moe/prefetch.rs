@@ -11,7 +11,9 @@
 //!
 //! - Inflated experts wait in a staging area of bounded size (`ORK_PREFETCH_MB`); a call takes its
 //!   experts from there (verified by key and fingerprint like a cache hit) and inflates the rest
-//!   itself. A call withdraws its own experts still queued, so no expert is inflated twice.
+//!   itself. A call withdraws its own experts still queued, and those of its experts still being
+//!   inflated when it starts are discarded when done (the call may have made them itself), so
+//!   nothing staged waits for a call that has passed.
 //! - The host's weights are read only between an announcement and the next [`Staging::fence`]
 //!   (the end of the graph): the fence empties the queue and waits for the experts in flight, so
 //!   weights freed after it are never touched. Staged experts are the library's own memory and may
@@ -22,7 +24,7 @@
 use super::cache::{Expert, Fingerprint, Key};
 use super::engine::Plan;
 use crate::sync::lock;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 /// Bytes the host keeps valid until the fence that follows their announcement.
@@ -50,7 +52,7 @@ pub(super) struct Announced {
 
 impl Announced {
     /// The address of the first projection's weights: what a call withdraws its jobs by.
-    fn addr(&self) -> usize {
+    pub fn addr(&self) -> usize {
         self.weights[0].data.bytes().as_ptr() as usize
     }
 }
@@ -96,6 +98,8 @@ struct State {
     staged: HashMap<Key, StagedExpert>,
     staged_bytes: u64,
     in_flight: usize,
+    /// Weights whose call has started since the last fence.
+    started: HashSet<usize>,
     epoch: u64,
     shutdown: bool,
     stats: PrefetchStats,
@@ -117,6 +121,7 @@ impl Staging {
                 staged: HashMap::new(),
                 staged_bytes: 0,
                 in_flight: 0,
+                started: HashSet::new(),
                 epoch: 0,
                 shutdown: false,
                 stats: PrefetchStats::default(),
@@ -149,6 +154,7 @@ impl Staging {
     /// A call on the weights at `addr` has started: its experts still queued are its own work.
     pub fn withdraw(&self, addr: usize) {
         let mut g = self.lock();
+        g.started.insert(addr);
         let before = g.queue.len();
         g.queue.retain(|j| j.call.addr() != addr);
         g.stats.withdrawn += (before - g.queue.len()) as u64;
@@ -197,11 +203,24 @@ impl Staging {
         }
     }
 
-    /// A job is finished: its expert, if one was made, is staged.
-    pub fn finish(&self, made: Option<(Key, Fingerprint, Arc<Expert>)>) {
+    /// A job on the weights at `addr` is finished: its expert, if one was made, is staged, unless
+    /// its call has started meanwhile; then it is handed back.
+    pub fn finish(
+        &self,
+        addr: usize,
+        made: Option<(Key, Fingerprint, Arc<Expert>)>,
+    ) -> Option<Arc<Expert>> {
         let mut g = self.lock();
         g.in_flight -= 1;
+        let mut late = None;
         if let Some((key, fingerprint, expert)) = made {
+            if g.started.contains(&addr) {
+                g.stats.withdrawn += 1;
+                late = Some(expert);
+                drop(g);
+                self.moved.notify_all();
+                return late;
+            }
             g.staged_bytes += expert.bytes();
             g.stats.staged += 1;
             let epoch = g.epoch;
@@ -213,10 +232,12 @@ impl Staging {
             if let Some(old) = g.staged.insert(key, s) {
                 g.staged_bytes -= old.expert.bytes();
                 g.stats.dropped += 1;
+                late = Some(old.expert);
             }
         }
         drop(g);
         self.moved.notify_all();
+        late
     }
 
     /// The host's announced weights may go away after this returns: the queue is emptied and the
@@ -229,6 +250,7 @@ impl Staging {
         while g.in_flight > 0 {
             g = self.wait(g);
         }
+        g.started.clear();
         let last = g.epoch;
         let before = g.staged.len();
         g.staged.retain(|_, s| s.epoch == last);
