@@ -278,6 +278,10 @@ mod tests {
             .collect();
         assert_eq!(inflates.len(), s.layers * 2 * s.n_expert);
         assert!(inflates.iter().all(|t| t.unit == graph::Unit::Little));
+        // The prefetcher starts at graph begin: the first call's inflates wait for nothing (the
+        // budget holds all of them), so they overlap layer 0's dense part.
+        assert!(inflates[..s.n_expert].iter().all(|t| t.deps.is_empty()));
+        assert!(inflates[s.n_expert..].iter().any(|t| !t.deps.is_empty()));
         // The staging budget, not the IOMMU domain, bounds what is resident, and it binds: the
         // A55s get ahead during the dense part.
         for mb in [1024.0, 256.0] {
