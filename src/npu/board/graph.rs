@@ -748,10 +748,12 @@ impl Builder<'_> {
             scatters.push(self.g.push_on(scatter, cpu, sync_c, &scatter_deps, layer));
         }
         if e.prefetch {
-            // Prefetching inflates every expert of the call, the unused ones too.
+            // Prefetching inflates every expert of the call, the unused ones too; the call
+            // learns which those are from its routing, and only then frees their slots.
             for _ in c.experts.len()..c.n_expert {
                 let w = self.weights(c, &[]);
-                self.release(c.b_bytes(), w);
+                let unused = self.g.join(&[w, route], layer);
+                self.release(c.b_bytes(), unused);
             }
         }
         self.g.join(&scatters, layer)
