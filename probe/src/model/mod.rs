@@ -31,7 +31,8 @@ use std::time::Instant;
 
 pub const USAGE: &str = "\
 ork-probe model [options]: the MUL_MAT_ID calls of whole forward passes through the engine, and
-the modelled RK3588 timeline of the same work (today's engine and pipelined variants)
+the modelled RK3588 timeline of the same work (today's engine, with its prefetcher, and
+pipelined variants)
   --config C,...       qwen3-30b-a3b (default), qwen1.5-moe-a2.7b
   --types T,...        expert weight types (default q4_0,q4_K; a K that is not whole blocks of
                        the type uses q5_0, as llama-quantize does)
@@ -209,13 +210,15 @@ struct Case {
     dense_us: f64,
 }
 
-const ENGINES: usize = 3;
+const ENGINES: usize = 4;
 
+/// Indexed as `UbatchResult::models`: today, pipelined, fused, today with the prefetcher.
 fn engines() -> [EngineModel; ENGINES] {
     [
         EngineModel::engine(),
         EngineModel::pipelined(),
         EngineModel::pipelined_fused(),
+        EngineModel::prefetching(),
     ]
 }
 
@@ -349,7 +352,7 @@ fn run_case(
             .collect::<Result<Vec<_>, _>>()?;
         eprintln!(
             "model: {} {} ub{tokens} ubatch {}/{}: {:.0} ms here for {} layers; modelled RK3588 \
-             prefill {:.1} tok/s today, {:.1} pipelined",
+             prefill {:.1} tok/s today, {:.1} with prefetch, {:.1} pipelined",
             shape.name,
             ty.name(),
             u + 1,
@@ -357,6 +360,7 @@ fn run_case(
             m.wall_us / 1e3,
             o.layers,
             models[0].prefill_tokps(tokens),
+            models[3].prefill_tokps(tokens),
             models[1].prefill_tokps(tokens),
         );
         ubatches.push(UbatchResult {
@@ -576,21 +580,22 @@ fn print_tables(o: &Options, cfg: &Config, cases: &[Case]) {
          what sets it; ms):"
     );
     println!(
-        "{:<18} {:<5} {:>5} {:>2} | {:>8} {:>8} {:>8} {:<4} | {:>8} {:>8} {:<4} | {:>8} {:>8} {:<4} | {:>6} {:>4} | {:>7} {:>7} {:>7} {:>7} {:>6}",
-        "config", "type", "ub", "#", "today", "sched", "bound", "", "piped", "bound", "", "fused",
-        "bound", "", "runs", "ctx", "today", "piped", "fused", "ref", "best×"
+        "{:<18} {:<5} {:>5} {:>2} | {:>8} {:>8} {:>8} {:<4} | {:>8} {:>8} {:<4} | {:>8} {:>8} {:<4} | {:>8} {:>8} {:<4} | {:>6} {:>4} | {:>7} {:>7} {:>7} {:>7} {:>7} {:>6}",
+        "config", "type", "ub", "#", "today", "sched", "bound", "", "prefetch", "bound", "",
+        "piped", "bound", "", "fused", "bound", "", "runs", "ctx", "today", "prefch", "piped",
+        "fused", "ref", "best×"
     );
     for c in cases {
         let (ref_tokps, _) = reference(c, o);
         for u in &c.ubatches {
-            let [t, p, f] = [&u.models[0], &u.models[1], &u.models[2]];
+            let [t, p, f, pf] = [&u.models[0], &u.models[1], &u.models[2], &u.models[3]];
             let best = u
                 .models
                 .iter()
                 .map(|m| m.prefill_tokps(c.tokens))
                 .fold(0.0, f64::max);
             println!(
-                "{:<18} {:<5} {:>5} {:>2} | {:>8.0} {:>8.0} {:>8.0} {:<4} | {:>8.0} {:>8.0} {:<4} | {:>8.0} {:>8.0} {:<4} | {:>6} {:>4} | {:>7.1} {:>7.1} {:>7.1} {:>7.1} {:>5.2}×",
+                "{:<18} {:<5} {:>5} {:>2} | {:>8.0} {:>8.0} {:>8.0} {:<4} | {:>8.0} {:>8.0} {:<4} | {:>8.0} {:>8.0} {:<4} | {:>8.0} {:>8.0} {:<4} | {:>6} {:>4} | {:>7.1} {:>7.1} {:>7.1} {:>7.1} {:>7.1} {:>5.2}×",
                 c.shape.name,
                 c.ty.name(),
                 c.tokens,
@@ -599,6 +604,9 @@ fn print_tables(o: &Options, cfg: &Config, cases: &[Case]) {
                 ms(t.experts.scheduled_us),
                 ms(t.experts.bound.us()),
                 t.experts.bound.limit(),
+                ms(pf.experts.scheduled_us),
+                ms(pf.experts.bound.us()),
+                pf.experts.bound.limit(),
                 ms(p.experts.scheduled_us),
                 ms(p.experts.bound.us()),
                 p.experts.bound.limit(),
@@ -608,6 +616,7 @@ fn print_tables(o: &Options, cfg: &Config, cases: &[Case]) {
                 t.experts.runs,
                 t.experts.contexts_created,
                 t.prefill_tokps(c.tokens),
+                pf.prefill_tokps(c.tokens),
                 p.prefill_tokps(c.tokens),
                 f.prefill_tokps(c.tokens),
                 ref_tokps,
@@ -693,7 +702,7 @@ fn print_json(o: &Options, cfg: &Config, cases: &[Case]) {
         let first = c.ubatches.first().expect("at least one ubatch");
         let m = &u.measured;
         let scale = c.shape.layers as f64 / o.layers as f64;
-        let [t, p, f] = [&u.models[0], &u.models[1], &u.models[2]];
+        let t = &u.models[0];
         let (ref_tokps, ref_src) = reference(c, o);
         // Full model: the hits of the layers run here, repeated only when every layer's
         // experts fit the cache (see `run_case`); every other lookup a miss.
@@ -776,7 +785,8 @@ fn print_json(o: &Options, cfg: &Config, cases: &[Case]) {
             ("cpu_only_reference_source".into(), Value::Str(ref_src)),
             ("cpu_only_modelled_tokps".into(), num(c.cpu_only_tokps)),
         ];
-        for (name, x) in [("pipelined", p), ("fused", f)] {
+        for (name, i) in [("pipelined", 1), ("fused", 2), ("prefetch", 3)] {
+            let x = &u.models[i];
             fields.extend([
                 (format!("{name}_serial_us"), num(x.experts.serial_us)),
                 (format!("{name}_scheduled_us"), num(x.experts.scheduled_us)),
@@ -793,13 +803,12 @@ fn print_json(o: &Options, cfg: &Config, cases: &[Case]) {
                 (format!("{name}_npu_runs"), num(x.experts.runs as f64)),
                 (
                     format!("{name}_contexts_created_first_ubatch"),
-                    num(first.models[if name == "fused" { 2 } else { 1 }]
-                        .experts
-                        .contexts_created as f64),
+                    num(first.models[i].experts.contexts_created as f64),
                 ),
+                // The whole ubatch's: a prefetcher gets ahead during the dense part.
                 (
                     format!("{name}_peak_resident_mib"),
-                    num(x.experts.peak_resident_bytes as f64 / (1u64 << 20) as f64),
+                    num(x.whole.peak_resident_bytes as f64 / (1u64 << 20) as f64),
                 ),
             ]);
         }
@@ -821,14 +830,14 @@ fn print_json(o: &Options, cfg: &Config, cases: &[Case]) {
 }
 
 /// Per layer of the last ubatch of each case: today's expert part stacked by stage (serial) on
-/// the dense part's wall time, today's as-scheduled span and the pipelined one.
+/// the dense part's wall time, today's as-scheduled span, with the prefetcher, and pipelined.
 fn svg(cases: &[Case]) -> String {
     let panels: Vec<chart::Panel> = cases
         .iter()
         .map(|c| {
             let u = c.ubatches.last().expect("at least one ubatch");
             let experts = &u.models[0].experts;
-            let (today, piped) = (&u.models[0].whole, &u.models[1].whole);
+            let [today, piped, ahead] = [0, 1, 3].map(|i| &u.models[i].whole);
             let dense_ms = ms(c.dense_us) / c.shape.layers as f64;
             let span = |t: &Timeline, l: usize| {
                 let before = if l == 0 { 0.0 } else { t.layer_end_us[l - 1] };
@@ -851,13 +860,14 @@ fn svg(cases: &[Case]) -> String {
                     vec![
                         serial,
                         one("today, as scheduled", span(today, l)),
+                        one("today+prefetch, as scheduled", span(ahead, l)),
                         one("pipelined, as scheduled", span(piped, l)),
                     ]
                 })
                 .collect();
             chart::Panel {
                 title: format!(
-                    "{} {} ub{}: per layer, dense + today's expert stages serial | today as scheduled | pipelined",
+                    "{} {} ub{}: per layer, dense + today's expert stages serial | today as scheduled | +prefetch | pipelined",
                     c.shape.name,
                     c.ty.name(),
                     c.tokens

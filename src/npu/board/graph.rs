@@ -318,15 +318,35 @@ pub struct EngineModel {
     /// 1: a context per distinct M).
     pub context_rows: u32,
     /// Inflate every expert of a call ahead of its routing (at prefill sizes every expert is
-    /// used), bounded by `window_bytes` of resident inflated experts; otherwise an expert is
-    /// inflated when its item runs.
+    /// used) into a ring bounded by `ring`; otherwise an expert is inflated when its item runs.
     pub prefetch: bool,
+    /// What bounds the prefetch ring's resident inflated experts.
+    pub ring: RingBound,
     /// Where inflates run: ggml's threads (`Big`), any core, or the A55s only (leaving the A76s
     /// to the dense part and the items' CPU stages).
     pub inflate_on: Unit,
     /// The outlier split runs (the default since issue 13): per expert, the f32 weight columns
     /// of its rows' outlier channels (`outlier_columns_*` parameters), on the CPU.
     pub outliers: bool,
+}
+
+/// The bytes of inflated experts a prefetching engine keeps resident at most.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RingBound {
+    /// The whole IOMMU domain (`domain_mb`).
+    Domain,
+    /// The engine's staging budget (`prefetch_mb`, `ORK_PREFETCH_MB`).
+    Staging,
+}
+
+impl RingBound {
+    fn bytes(self, params: &Params) -> u64 {
+        let mb = match self {
+            RingBound::Domain => params.domain_mb,
+            RingBound::Staging => params.prefetch_mb,
+        };
+        (mb * (1u64 << 20) as f64) as u64
+    }
 }
 
 impl EngineModel {
@@ -346,6 +366,7 @@ impl EngineModel {
             m_bucket: 1,
             context_rows: 64,
             prefetch: false,
+            ring: RingBound::Domain,
             inflate_on: Unit::Big,
             outliers: true,
         }
@@ -365,8 +386,27 @@ impl EngineModel {
             m_bucket: 1,
             context_rows: 1,
             prefetch: false,
+            ring: RingBound::Domain,
             inflate_on: Unit::Big,
             outliers: false,
+        }
+    }
+
+    /// Today's engine with its prefetcher: at graph begin llama.cpp names every MUL_MAT_ID node
+    /// of the graph, and `ORK_PREFETCH` threads pinned to the A55s (`ORK_PREFETCH_CPUS=0-3`,
+    /// ggml's `-t 4` on the A76s) inflate every expert of those calls, in graph order, into a
+    /// staging area of `prefetch_mb` (`ORK_PREFETCH_MB`) inside one IOMMU domain; a call takes
+    /// its experts from there and frees each slot when its runs are done. Everything else is
+    /// `engine()`. Assumes the prefetch threads start at graph begin (during layer 0's dense
+    /// part), that a call never waits for the prefetcher except for its own experts, and that
+    /// the A55s are otherwise only used for the stages any core may run (as in `engine()`).
+    pub fn prefetching() -> EngineModel {
+        EngineModel {
+            name: "engine+prefetch",
+            prefetch: true,
+            ring: RingBound::Staging,
+            inflate_on: Unit::Little,
+            ..EngineModel::engine()
         }
     }
 
@@ -384,6 +424,7 @@ impl EngineModel {
             m_bucket: 1,
             context_rows: 1,
             prefetch: true,
+            ring: RingBound::Domain,
             inflate_on: Unit::AnyCpu,
             outliers: true,
         }
@@ -485,7 +526,7 @@ pub fn build(
         params,
         contexts,
         cache: Fifo::new(cache_bytes),
-        ring: Fifo::new((params.domain_mb * (1u64 << 20) as f64) as u64),
+        ring: Fifo::new(engine.ring.bytes(params)),
         ring_gate: None,
         dense,
     };
@@ -707,10 +748,12 @@ impl Builder<'_> {
             scatters.push(self.g.push_on(scatter, cpu, sync_c, &scatter_deps, layer));
         }
         if e.prefetch {
-            // Prefetching inflates every expert of the call, the unused ones too.
+            // Prefetching inflates every expert of the call, the unused ones too; the call
+            // learns which those are from its routing, and only then frees their slots.
             for _ in c.experts.len()..c.n_expert {
                 let w = self.weights(c, &[]);
-                self.release(c.b_bytes(), w);
+                let unused = self.g.join(&[w, route], layer);
+                self.release(c.b_bytes(), unused);
             }
         }
         self.g.join(&scatters, layer)

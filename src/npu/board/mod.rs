@@ -18,7 +18,8 @@ pub mod sched;
 pub mod shape;
 
 pub use graph::{
-    build, CallWork, ContextCache, EngineModel, ExpertCall, Graph, Proj, Stage, UbatchWork,
+    build, CallWork, ContextCache, EngineModel, ExpertCall, Graph, Proj, RingBound, Stage,
+    UbatchWork,
 };
 pub use params::{Params, ProfileInfo, Settings, SPECS};
 pub use sched::{timeline, Bound, Timeline};
@@ -237,6 +238,64 @@ mod tests {
             assert!(m.experts.peak_resident_bytes <= 64 << 20, "{}", engine.name);
             assert!(m.experts.peak_resident_bytes > 32 << 20);
         }
+    }
+
+    #[test]
+    fn prefetching_on_the_little_cores_beats_the_engine_within_its_budget() {
+        let mut p = Params::default();
+        let s = ModelShape::QWEN3_30B_A3B;
+        let ub = even(&s, s.layers, 512, &p);
+        let model = |p: &Params, e: &EngineModel| {
+            model_ubatch(&ub, e, p, 1 << 30, &mut ContextCache::default()).unwrap()
+        };
+        let (today, ahead) = (
+            model(&p, &EngineModel::engine()),
+            model(&p, &EngineModel::prefetching()),
+        );
+        // The gain is the A55s inflating during the dense part (the A76s'); the expert part
+        // alone, inflated at A55 speed, need not be faster.
+        assert!(ahead.whole.scheduled_us < today.whole.scheduled_us);
+        // The same experts inflated, every one on an A55: at little_core_factor of the speed.
+        let at = Stage::REPORTED
+            .iter()
+            .position(|&x| x == Stage::Inflate)
+            .unwrap();
+        assert_eq!(ahead.experts.stage_bytes[at], today.experts.stage_bytes[at]);
+        let ratio = today.experts.stage_us[at] / ahead.experts.stage_us[at];
+        assert!((ratio - p.little_core_factor).abs() < 1e-9, "{ratio}");
+        let g = build(
+            &ub,
+            &EngineModel::prefetching(),
+            &p,
+            1 << 30,
+            &mut ContextCache::default(),
+            true,
+        );
+        let inflates: Vec<_> = g
+            .tasks
+            .iter()
+            .filter(|t| t.work.stage() == Stage::Inflate)
+            .collect();
+        assert_eq!(inflates.len(), s.layers * 2 * s.n_expert);
+        assert!(inflates.iter().all(|t| t.unit == graph::Unit::Little));
+        // The prefetcher starts at graph begin: the first call's inflates wait for nothing (the
+        // budget holds all of them), so they overlap layer 0's dense part.
+        assert!(inflates[..s.n_expert].iter().all(|t| t.deps.is_empty()));
+        assert!(inflates[s.n_expert..].iter().any(|t| !t.deps.is_empty()));
+        // The staging budget, not the IOMMU domain, bounds what is resident, and it binds: the
+        // A55s get ahead during the dense part.
+        for mb in [1024.0, 256.0] {
+            p.set("prefetch_mb", mb).unwrap();
+            let budget = (mb * (1u64 << 20) as f64) as u64;
+            let peak = model(&p, &EngineModel::prefetching())
+                .whole
+                .peak_resident_bytes;
+            assert!(peak <= budget && peak > budget / 2, "{mb} MiB: {peak}");
+        }
+        let piped = model(&p, &EngineModel::pipelined())
+            .whole
+            .peak_resident_bytes;
+        assert!(piped > 1 << 30, "{piped}");
     }
 
     #[test]

@@ -87,6 +87,9 @@ params! {
     domain_mb: "MiB" = DOMAIN_BYTES as f64 / MIB;
         "usable IOVA of one IOMMU domain, about 3.9 GiB of 4 (ork-driver board notes; \
          src/npu/emu DOMAIN_BYTES)";
+    prefetch_mb: "MiB" = 1024.0;
+        "the engine's staging budget for prefetched experts, ORK_PREFETCH_MB (default 1024 MiB), \
+         inside one IOMMU domain";
     big_cores: "cores" = 4.0;
         "RK3588: 4 Cortex-A76 at 2.2-2.4 GHz (sbc-bench results/41BH.txt, ROCK 5B); ggml's \
          threads run on them (the CPU-only reference used taskset 4-7, -t 4)";
