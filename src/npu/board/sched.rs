@@ -185,7 +185,7 @@ pub fn timeline(g: &Graph, p: &Params) -> Result<Timeline, String> {
         ..Timeline::default()
     };
     let (big, little) = (p.big_cores, p.little_cores);
-    let (mut big_only, mut any_cpu, mut npu_any) = (0.0, 0.0, 0.0);
+    let (mut big_only, mut little_only, mut any_cpu, mut npu_any) = (0.0, 0.0, 0.0, 0.0);
     let n_npu = p.cores as usize;
     let mut npu_pinned = vec![0.0; n_npu];
     let mut path = vec![0.0f64; g.tasks.len()];
@@ -201,8 +201,11 @@ pub fn timeline(g: &Graph, p: &Params) -> Result<Timeline, String> {
         match t.unit {
             Unit::Big => big_only += us,
             Unit::AnyCpu => any_cpu += us,
-            // A task only an A55 may run, counted at an A76's speed like the rest.
-            Unit::Little => any_cpu += us * p.little_core_factor,
+            // A task only an A55 may run: on the A55s alone, and in the total at an A76's speed.
+            Unit::Little => {
+                little_only += us;
+                any_cpu += us * p.little_core_factor;
+            }
             Unit::Npu(c) => npu_pinned[c as usize % n_npu] += us,
             Unit::AnyNpu => npu_any += us,
             Unit::Free => {}
@@ -219,7 +222,9 @@ pub fn timeline(g: &Graph, p: &Params) -> Result<Timeline, String> {
     let npu_total: f64 = npu_pinned.iter().sum::<f64>() + npu_any;
     tl.bound = Bound {
         dram_us: tl.dram_bytes as f64 / (p.shared_dram_gbps * 1e3),
-        cpu_us: (big_only / big).max((big_only + any_cpu) / (big + little * p.little_core_factor)),
+        cpu_us: (big_only / big)
+            .max(little_only / little)
+            .max((big_only + any_cpu) / (big + little * p.little_core_factor)),
         npu_us: (npu_total / p.cores).max(npu_pinned.iter().copied().fold(0.0, f64::max)),
         critical_path_us: path.iter().copied().fold(0.0, f64::max),
     };
@@ -517,6 +522,33 @@ mod tests {
         assert!((t.serial_us - 400.0).abs() < 1e-6);
         assert!((t.scheduled_us - 200.0).abs() < 1e-6);
         assert!((t.bound.cpu_us - 200.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn work_only_the_little_cores_may_do_is_bounded_by_them() {
+        // Two A76s idle, two A55s at half speed with 4 x 100 µs (A76 time) of their own work:
+        // 400 µs on the A55s, not the 133 µs of all four cores together.
+        let p = Params {
+            little_cores: 2.0,
+            little_core_factor: 0.5,
+            memcpy_gbps_little_core: 1e6,
+            ..params()
+        };
+        let mut g = Graph::default();
+        for _ in 0..4 {
+            g.push(
+                Work::Dense {
+                    us: 100.0,
+                    bytes: 0,
+                },
+                Unit::Little,
+                &[],
+                0,
+            );
+        }
+        let t = timeline(&g, &p).unwrap();
+        assert!((t.scheduled_us - 400.0).abs() < 1e-6, "{}", t.scheduled_us);
+        assert!((t.bound.cpu_us - 400.0).abs() < 1e-6, "{}", t.bound.cpu_us);
     }
 
     #[test]
