@@ -622,12 +622,9 @@ impl Builder<'_> {
         let e = self.engine;
         let layer = c.layer;
         let seq = e.ops_in_sequence;
-        // Today every CPU stage runs on ggml's threads, the big cores.
-        let cpu = if e.blocking_submits {
-            Unit::Big
-        } else {
-            Unit::AnyCpu
-        };
+        // The engine's CPU stages run on ggml's threads, the big cores (the prefetch threads only
+        // inflate); the pipelined variants spread them over any core.
+        let cpu = if seq { Unit::Big } else { Unit::AnyCpu };
         let begin = if seq { previous } else { input };
         let route = self
             .g
