@@ -3,6 +3,7 @@
 
 use super::cache::Expert;
 use super::engine::Plan;
+use super::prefetch::PrefetchPause;
 use super::quantize::RowScale;
 use super::route::{Group, Routing};
 use super::stats::{ExpertRun, StageClock};
@@ -215,6 +216,8 @@ pub(super) struct Call {
     pub pipe: Pipe,
     /// The used experts as prepared, with their group index (the engine's order).
     pub runs: Mutex<Vec<(usize, ExpertRun)>>,
+    /// With prefetch threads: they pause until the call is gone.
+    pub prefetch_pause: Option<PrefetchPause>,
 }
 
 impl Call {
@@ -237,6 +240,7 @@ impl Call {
             clock: StageClock::default(),
             pipe: Pipe::default(),
             runs: Mutex::new(Vec::new()),
+            prefetch_pause: None,
         }
     }
 

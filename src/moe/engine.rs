@@ -333,10 +333,7 @@ impl Engine {
     /// [`Engine::run`], also returning the call's used experts in the order phase 2 took them
     /// (rows, cache hit or not): the board timeline model's input.
     pub fn run_traced(&self, plan: Plan, io: &Inputs) -> Result<(Stages, Vec<ExpertRun>), Error> {
-        self.experts
-            .staging()
-            .withdraw(io.weights.as_ptr() as usize);
-        let call = self.start(plan, ([0; 4], 1), 1, self.threads());
+        let call = self.start(plan, ([0; 4], 1), 1, self.threads(), io);
         self.run_on_pool(&call, io);
         let r = self.end(&call);
         let mut runs = std::mem::take(&mut *lock(&call.runs));
@@ -413,12 +410,9 @@ impl Engine {
         );
         let leader = self.config.mt_mode == MtMode::Leader;
         let workers = if leader { self.threads() } else { nth };
-        let call = self.joining.join(plan, key, |plan| {
-            self.experts
-                .staging()
-                .withdraw(io.weights.as_ptr() as usize);
-            self.start(plan, key, nth, workers)
-        });
+        let call = self
+            .joining
+            .join(plan, key, |plan| self.start(plan, key, nth, workers, io));
         // A panic must not skip a barrier: the other threads would wait forever.
         let guarded = |f: &dyn Fn()| {
             if let Err(p) = panic::catch_unwind(AssertUnwindSafe(f)) {
@@ -459,10 +453,22 @@ impl Engine {
         r
     }
 
-    fn start(&self, plan: Plan, key: CallKey, participants: usize, nth: usize) -> Call {
+    fn start(
+        &self,
+        plan: Plan,
+        key: CallKey,
+        participants: usize,
+        nth: usize,
+        io: &Inputs,
+    ) -> Call {
         bump(&self.counters.calls, 1);
         bump(&self.counters.rows, plan.problem.rows() as u64);
-        Call::new(plan, key, participants, nth)
+        let mut call = Call::new(plan, key, participants, nth);
+        if self.prefetching() {
+            let addr = io.weights.as_ptr() as usize;
+            call.prefetch_pause = Some(self.experts.staging().call_starts(addr));
+        }
+        call
     }
 
     fn end(&self, call: &Call) -> Result<Stages, Error> {

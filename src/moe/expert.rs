@@ -24,7 +24,7 @@ use std::sync::Arc;
 pub(super) struct Experts {
     cache: Cache,
     verify: Verify,
-    staging: Staging,
+    staging: Arc<Staging>,
 }
 
 /// Where an expert came from.
@@ -77,7 +77,7 @@ impl Experts {
         Experts {
             cache: Cache::new(budget, policy),
             verify,
-            staging: Staging::new(staging_budget),
+            staging: Arc::new(Staging::new(staging_budget)),
         }
     }
 
@@ -85,7 +85,7 @@ impl Experts {
         self.cache.stats()
     }
 
-    pub fn staging(&self) -> &Staging {
+    pub fn staging(&self) -> &Arc<Staging> {
         &self.staging
     }
 

@@ -14,6 +14,8 @@
 //!   itself. A call withdraws its own experts still queued, and those of its experts still being
 //!   inflated when it starts are discarded when done (the call may have made them itself), so
 //!   nothing staged waits for a call that has passed.
+//! - While a call runs the threads start no expert: its NPU runs have the DRAM (the board model
+//!   finds that sharing it with the prefetch costs more than the prefetch gains then).
 //! - The host's weights are read only between an announcement and the next [`Staging::fence`]
 //!   (the end of the graph): the fence empties the queue and waits for the experts in flight, so
 //!   weights freed after it are never touched. Staged experts are the library's own memory and may
@@ -100,6 +102,8 @@ struct State {
     in_flight: usize,
     /// Weights whose call has started since the last fence.
     started: HashSet<usize>,
+    /// Calls in progress: the prefetch threads wait for none.
+    calls_running: usize,
     epoch: u64,
     shutdown: bool,
     stats: PrefetchStats,
@@ -122,6 +126,7 @@ impl Staging {
                 staged_bytes: 0,
                 in_flight: 0,
                 started: HashSet::new(),
+                calls_running: 0,
                 epoch: 0,
                 shutdown: false,
                 stats: PrefetchStats::default(),
@@ -151,13 +156,17 @@ impl Staging {
         self.moved.notify_all();
     }
 
-    /// A call on the weights at `addr` has started: its experts still queued are its own work.
-    pub fn withdraw(&self, addr: usize) {
+    /// A call on the weights at `addr` starts: its experts still queued are its own work, and no
+    /// prefetch thread starts another expert until it ends (the guard drops), which leaves the
+    /// DRAM to the call's NPU runs.
+    pub fn call_starts(self: &Arc<Self>, addr: usize) -> PrefetchPause {
         let mut g = self.lock();
         g.started.insert(addr);
+        g.calls_running += 1;
         let before = g.queue.len();
         g.queue.retain(|j| j.call.addr() != addr);
         g.stats.withdrawn += (before - g.queue.len()) as u64;
+        PrefetchPause(Arc::clone(self))
     }
 
     /// The staged expert under `key` if its fingerprint matches (any other is dropped: the bytes
@@ -193,7 +202,7 @@ impl Staging {
             if g.shutdown {
                 return None;
             }
-            if g.staged_bytes < self.budget {
+            if g.calls_running == 0 && g.staged_bytes < self.budget {
                 if let Some(job) = g.queue.pop_front() {
                     g.in_flight += 1;
                     return Some(job);
@@ -269,5 +278,99 @@ impl Staging {
 
     pub fn stats(&self) -> PrefetchStats {
         self.lock().stats
+    }
+}
+
+/// Held by a running call ([`Staging::call_starts`]).
+pub(super) struct PrefetchPause(Arc<Staging>);
+
+impl Drop for PrefetchPause {
+    fn drop(&mut self) {
+        self.0.lock().calls_running -= 1;
+        self.0.moved.notify_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::moe::desc::{validate, TensorDesc, GGML_TYPE_I32};
+    use crate::quant::GgmlType;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    /// A call on `weights`: 4 experts of one row of 32 Q4_0 weights, 8 tokens, 1 slot.
+    fn announced(weights: &Arc<Vec<u8>>) -> Announced {
+        let (b, ids, dst) = (vec![0f32; 32 * 8], vec![0i32; 8], vec![0f32; 8]);
+        let t = |ty: i32, ne: [i64; 3], nb: [usize; 3], addr: usize| TensorDesc {
+            ty,
+            ne: [ne[0], ne[1], ne[2], 1],
+            nb: [nb[0], nb[1], nb[2], nb[2] * ne[2] as usize],
+            addr,
+            name: None,
+        };
+        let problem = validate(
+            &t(
+                GgmlType::Q4_0.id(),
+                [32, 1, 4],
+                [18, 18, 18],
+                weights.as_ptr() as usize,
+            ),
+            &t(
+                GgmlType::F32.id(),
+                [32, 1, 8],
+                [4, 128, 128],
+                b.as_ptr() as usize,
+            ),
+            &t(GGML_TYPE_I32, [1, 8, 1], [4, 4, 32], ids.as_ptr() as usize),
+            &t(
+                GgmlType::F32.id(),
+                [1, 1, 8],
+                [4, 4, 4],
+                dst.as_ptr() as usize,
+            ),
+        )
+        .expect("a valid call");
+        Announced {
+            plan: Plan {
+                problem,
+                pair: None,
+                on_cpu: false,
+            },
+            weights: vec![HeldWeights {
+                data: Arc::clone(weights) as Arc<dyn HeldBytes>,
+                name: None,
+            }],
+        }
+    }
+
+    #[test]
+    fn a_running_call_pauses_the_prefetch_threads() {
+        let staging = Arc::new(Staging::new(1 << 20));
+        let w = Arc::new(vec![0x11u8; 4 * 18]);
+        let other_call = staging.call_starts(1);
+        staging.announce(announced(&w));
+        let (tx, rx) = mpsc::channel();
+        let s = Arc::clone(&staging);
+        let thread = std::thread::spawn(move || {
+            let job = s.next_job().expect("a job");
+            tx.send(job.expert).unwrap();
+            let addr = job.call.addr();
+            drop(job);
+            s.finish(addr, None);
+        });
+        assert!(
+            rx.recv_timeout(Duration::from_millis(200)).is_err(),
+            "a job started while a call ran"
+        );
+        drop(other_call);
+        assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok(0));
+        thread.join().unwrap();
+        // Its own call withdraws the rest.
+        let own = staging.call_starts(w.as_ptr() as usize);
+        assert_eq!(staging.stats().withdrawn, 3);
+        drop(own);
+        staging.fence();
+        assert_eq!(Arc::strong_count(&w), 1);
     }
 }
