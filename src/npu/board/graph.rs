@@ -181,6 +181,18 @@ pub struct Task {
     pub alloc: u64,
     /// ...and releases when it ends (IOMMU domain occupancy).
     pub free: u64,
+    /// A prefetched inflate its call withdraws: if it has not started when this task (the
+    /// call's start) ends, ggml's threads (the big cores) run it, or, for an expert the call
+    /// does not use, nobody does.
+    pub withdrawn_by: Option<Withdraw>,
+}
+
+/// When, and how, a call takes over a prefetched inflate (`Task::withdrawn_by`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Withdraw {
+    pub by: u32,
+    /// The call does not use this expert: withdrawn, it is not inflated at all.
+    pub unused: bool,
 }
 
 /// A work graph: tasks in a topological order (dependencies point backwards). The order is
@@ -188,6 +200,9 @@ pub struct Task {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Graph {
     pub tasks: Vec<Task>,
+    /// Each call's first and last task, where the prefetcher pauses while a call runs
+    /// (`EngineModel::pause`).
+    pub calls: Vec<(u32, u32)>,
 }
 
 impl Graph {
@@ -203,6 +218,7 @@ impl Graph {
             layer,
             alloc: 0,
             free: 0,
+            withdrawn_by: None,
         });
         id
     }
@@ -325,6 +341,12 @@ pub struct EngineModel {
     /// Where inflates run: ggml's threads (`Big`), any core, or the A55s only (leaving the A76s
     /// to the dense part and the items' CPU stages).
     pub inflate_on: Unit,
+    /// A call withdraws its prefetched experts not started yet and inflates them itself, as the
+    /// engine's prefetcher does (`Staging::withdraw`); otherwise it waits for the prefetch.
+    pub withdraw: bool,
+    /// The prefetch threads start no expert while a call runs, as the engine's (they leave the
+    /// DRAM to the call's NPU runs); needs `withdraw`, or a call would wait for them forever.
+    pub pause: bool,
     /// The outlier split runs (the default since issue 13): per expert, the f32 weight columns
     /// of its rows' outlier channels (`outlier_columns_*` parameters), on the CPU.
     pub outliers: bool,
@@ -368,6 +390,8 @@ impl EngineModel {
             prefetch: false,
             ring: RingBound::Domain,
             inflate_on: Unit::Big,
+            withdraw: false,
+            pause: false,
             outliers: true,
         }
     }
@@ -388,6 +412,8 @@ impl EngineModel {
             prefetch: false,
             ring: RingBound::Domain,
             inflate_on: Unit::Big,
+            withdraw: false,
+            pause: false,
             outliers: false,
         }
     }
@@ -397,15 +423,19 @@ impl EngineModel {
     /// ggml's `-t 4` on the A76s) inflate every expert of those calls, in graph order, into a
     /// staging area of `prefetch_mb` (`ORK_PREFETCH_MB`) inside one IOMMU domain; a call takes
     /// its experts from there and frees each slot when its runs are done. Everything else is
-    /// `engine()`. Assumes the prefetch threads start at graph begin (during layer 0's dense
-    /// part), that a call never waits for the prefetcher except for its own experts, and that
-    /// the A55s are otherwise only used for the stages any core may run (as in `engine()`).
+    /// `engine()`. When a call starts it withdraws its experts the prefetcher has not started:
+    /// its own threads inflate the used ones, the unused ones are dropped; and until it ends
+    /// the prefetcher starts no expert. Assumes the prefetch
+    /// threads start at graph begin (during layer 0's dense part), and that a call waits for an
+    /// expert the prefetcher is inflating when it starts (the engine inflates that one again).
     pub fn prefetching() -> EngineModel {
         EngineModel {
             name: "engine+prefetch",
             prefetch: true,
             ring: RingBound::Staging,
             inflate_on: Unit::Little,
+            withdraw: true,
+            pause: true,
             ..EngineModel::engine()
         }
     }
@@ -426,6 +456,8 @@ impl EngineModel {
             prefetch: true,
             ring: RingBound::Domain,
             inflate_on: Unit::AnyCpu,
+            withdraw: false,
+            pause: false,
             outliers: true,
         }
     }
@@ -662,7 +694,9 @@ impl Builder<'_> {
                 );
                 (w, w)
             } else if e.prefetch {
-                (phase1, self.weights(c, &[]))
+                let w = self.weights(c, &[]);
+                self.withdraw(w, route, false);
+                (phase1, w)
             } else {
                 let w = self.weights(c, &[phase1]);
                 (w, w)
@@ -749,11 +783,16 @@ impl Builder<'_> {
             // learns which those are from its routing, and only then frees their slots.
             for _ in c.experts.len()..c.n_expert {
                 let w = self.weights(c, &[]);
+                self.withdraw(w, route, true);
                 let unused = self.g.join(&[w, route], layer);
                 self.release(c.b_bytes(), unused);
             }
         }
-        self.g.join(&scatters, layer)
+        let end = self.g.join(&scatters, layer);
+        if e.pause {
+            self.g.calls.push((route, end));
+        }
+        end
     }
 
     /// Outlier channels of one expert of call `c` (at most K), 0 when the engine does not split.
@@ -809,6 +848,17 @@ impl Builder<'_> {
         t.free = freed;
         self.g
             .push_on(Work::Sync { bytes }, unit, inflate, &[], layer)
+    }
+
+    /// Marks the inflate behind `weights` (its flush) as withdrawn by the call's start `by`,
+    /// where the engine does that.
+    fn withdraw(&mut self, weights: u32, by: u32, unused: bool) {
+        if self.engine.withdraw {
+            let inflate = self.g.tasks[weights as usize]
+                .thread_of
+                .expect("a flush continues its inflate's thread");
+            self.g.tasks[inflate as usize].withdrawn_by = Some(Withdraw { by, unused });
+        }
     }
 
     /// The expert B just made ready may be reused (ring) or evicted (cache) after `done`.

@@ -199,6 +199,8 @@ pub fn timeline(g: &Graph, p: &Params) -> Result<Timeline, String> {
             tl.stage_bytes[s] += bytes;
         }
         match t.unit {
+            // A prefetch its call may take over: any core's, at an A76's speed.
+            Unit::Little if t.withdrawn_by.is_some() => any_cpu += us * p.little_core_factor,
             Unit::Big => big_only += us,
             Unit::AnyCpu => any_cpu += us,
             // A task only an A55 may run: on the A55s alone, and in the total at an A76's speed.
@@ -299,6 +301,24 @@ fn simulate(g: &Graph, p: &Params) -> Result<Simulated, String> {
             }
         }
     }
+    // Prefetched inflates each call's start withdraws, and which were taken over.
+    let mut withdraws: Vec<Vec<u32>> = vec![Vec::new(); n];
+    for (i, t) in g.tasks.iter().enumerate() {
+        if let Some(w) = t.withdrawn_by {
+            withdraws[w.by as usize].push(i as u32);
+        }
+    }
+    let mut started = vec![false; n];
+    let mut queued = vec![false; n];
+    let mut taken_over = vec![false; n];
+    let mut dropped = vec![false; n];
+    // Calls running now, and the tasks that begin and end one.
+    let mut active = 0usize;
+    let (mut begins, mut ends) = (vec![false; n], vec![false; n]);
+    for &(b, e) in &g.calls {
+        begins[b as usize] = true;
+        ends[e as usize] = true;
+    }
     let mut held: Vec<Option<usize>> = vec![None; n];
     let mut cpu_free = vec![true; n_cpu];
     let mut npu_free = vec![true; n_npu];
@@ -328,6 +348,16 @@ fn simulate(g: &Graph, p: &Params) -> Result<Simulated, String> {
                 done += 1;
                 resident = resident.saturating_sub(t.free);
                 release_chain(i, None, &chain_next, &mut held, &mut cpu_free);
+                take_over(
+                    i,
+                    &withdraws,
+                    &started,
+                    &queued,
+                    &mut taken_over,
+                    &mut ready,
+                );
+                active += begins[i as usize] as usize;
+                active -= ends[i as usize] as usize;
                 for &s in &succ[i as usize] {
                     left_deps[s as usize] -= 1;
                     if left_deps[s as usize] == 0 {
@@ -341,34 +371,76 @@ fn simulate(g: &Graph, p: &Params) -> Result<Simulated, String> {
                 (Unit::AnyNpu, _) => &mut ready.any_npu,
                 // A task continuing on its chain's thread starts there at once.
                 (_, Some(c)) => {
-                    running.push(start(g, i, Some(c), None, n_big, p, &mut resident));
+                    started[i as usize] = true;
+                    // The flush of a dropped inflate is dropped with it.
+                    let with_it = t.thread_of.is_some_and(|th| dropped[th as usize]);
+                    dropped[i as usize] = with_it;
+                    running.push(start(g, i, Some(c), None, n_big, p, &mut resident, with_it));
                     peak = peak.max(resident);
                     continue;
                 }
                 (Unit::Big, None) => &mut ready.big,
+                (Unit::Little, None) if taken_over[i as usize] => &mut ready.big,
                 (Unit::Little, None) => &mut ready.little,
                 _ => &mut ready.any_cpu,
             };
             q.push(Reverse(i));
+            queued[i as usize] = true;
         }
-        // Free cores take the earliest ready task they may run.
+        // Free cores take the earliest ready task they may run (a withdrawn prefetch sits in
+        // two queues until one of them starts it; only a big core may).
+        let mut deferred = Vec::new();
         for (c, free) in cpu_free.iter_mut().enumerate().filter(|(_, f)| **f) {
             let own = if c < n_big {
                 &mut ready.big
             } else {
                 &mut ready.little
             };
-            if let Some(i) = pop_first(own, &mut ready.any_cpu) {
+            while let Some(i) = pop_first(own, &mut ready.any_cpu) {
+                let k = i as usize;
+                if started[k] || (c >= n_big && taken_over[k]) {
+                    continue;
+                }
+                if active > 0 && c >= n_big && g.tasks[k].withdrawn_by.is_some() {
+                    // The prefetcher pauses while a call runs: back in its queue for later.
+                    deferred.push(i);
+                    continue;
+                }
+                started[k] = true;
                 *free = false;
-                running.push(start(g, i, Some(c), None, n_big, p, &mut resident));
+                dropped[k] = taken_over[k] && g.tasks[k].withdrawn_by.is_some_and(|w| w.unused);
+                running.push(start(
+                    g,
+                    i,
+                    Some(c),
+                    None,
+                    n_big,
+                    p,
+                    &mut resident,
+                    dropped[k],
+                ));
                 peak = peak.max(resident);
+                break;
             }
+        }
+        for i in deferred {
+            ready.little.push(Reverse(i));
         }
         for (c, free) in npu_free.iter_mut().enumerate().filter(|(_, f)| **f) {
             if let Some(i) = pop_first(&mut ready.npu[c], &mut ready.any_npu) {
+                started[i as usize] = true;
                 *free = false;
                 let blocked = held[i as usize];
-                running.push(start(g, i, blocked, Some(c), n_big, p, &mut resident));
+                running.push(start(
+                    g,
+                    i,
+                    blocked,
+                    Some(c),
+                    n_big,
+                    p,
+                    &mut resident,
+                    false,
+                ));
                 peak = peak.max(resident);
             }
         }
@@ -404,6 +476,16 @@ fn simulate(g: &Graph, p: &Params) -> Result<Simulated, String> {
                 npu_free[c] = true;
             }
             release_chain(i, cpu, &chain_next, &mut held, &mut cpu_free);
+            take_over(
+                i,
+                &withdraws,
+                &started,
+                &queued,
+                &mut taken_over,
+                &mut ready,
+            );
+            active += begins[i as usize] as usize;
+            active -= ends[i as usize] as usize;
             for &s in &succ[i as usize] {
                 left_deps[s as usize] -= 1;
                 if left_deps[s as usize] == 0 {
@@ -442,6 +524,29 @@ fn release_chain(
     }
 }
 
+/// Calls whose start is `i` take over their prefetched inflates not started yet: ggml's threads
+/// (the big cores) run them from now on.
+fn take_over(
+    i: u32,
+    withdraws: &[Vec<u32>],
+    started: &[bool],
+    queued: &[bool],
+    taken_over: &mut [bool],
+    ready: &mut Ready,
+) {
+    for &w in &withdraws[i as usize] {
+        let k = w as usize;
+        if !started[k] {
+            taken_over[k] = true;
+            if queued[k] {
+                ready.big.push(Reverse(w));
+            }
+        }
+    }
+}
+
+/// A task starting now; `dropped`: withdrawn work nobody needs, done at no cost.
+#[allow(clippy::too_many_arguments)]
 fn start(
     g: &Graph,
     i: u32,
@@ -450,6 +555,7 @@ fn start(
     n_big: usize,
     p: &Params,
     resident: &mut u64,
+    dropped: bool,
 ) -> Running {
     let t = &g.tasks[i as usize];
     let core = match (npu, cpu) {
@@ -457,7 +563,11 @@ fn start(
         (None, Some(c)) if c >= n_big => Core::Little,
         _ => Core::Big,
     };
-    let (solo, bytes) = price(&t.work, core, p);
+    let (solo, bytes) = if dropped {
+        (0.0, 0)
+    } else {
+        price(&t.work, core, p)
+    };
     *resident += t.alloc;
     // A zero-time task still passes through an event, at no time.
     let solo = solo.max(1e-9);
@@ -495,7 +605,7 @@ fn share_dram(running: &mut [Running], cap: f64) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::npu::board::graph::{Graph, Unit, Work};
+    use crate::npu::board::graph::{Graph, Unit, Withdraw, Work};
 
     fn params() -> Params {
         Params {
@@ -549,6 +659,55 @@ mod tests {
         let t = timeline(&g, &p).unwrap();
         assert!((t.scheduled_us - 400.0).abs() < 1e-6, "{}", t.scheduled_us);
         assert!((t.bound.cpu_us - 400.0).abs() < 1e-6, "{}", t.bound.cpu_us);
+    }
+
+    #[test]
+    fn a_call_takes_over_its_prefetch_and_pauses_the_others() {
+        // 2 A76s, 2 A55s at half speed. A call starts (`begin`, 10 µs) and runs 500 µs; each
+        // prefetch waits for some 150 µs of A55 work (300 µs there) first.
+        let p = Params {
+            little_cores: 2.0,
+            little_core_factor: 0.5,
+            memcpy_gbps_little_core: 1e6,
+            ..params()
+        };
+        let little = |g: &mut Graph, us: f64, deps: &[u32]| {
+            g.push(Work::Dense { us, bytes: 0 }, Unit::Little, deps, 0)
+        };
+        let case = |unused: bool| {
+            let mut g = Graph::default();
+            let begin = dense(&mut g, 10.0, 0, &[]);
+            let body = dense(&mut g, 500.0, 0, &[begin]);
+            let end = g.join(&[body], 0);
+            let later = dense(&mut g, 1.0, 0, &[end]);
+            let (x, y) = (little(&mut g, 150.0, &[]), little(&mut g, 150.0, &[]));
+            // Its own call's: not started when the call starts, so the A76s take it (or drop it).
+            let own = little(&mut g, 100.0, &[x]);
+            g.tasks[own as usize].withdrawn_by = Some(Withdraw { by: begin, unused });
+            // A later call's: ready during this call, it waits for the call's end.
+            let next = little(&mut g, 100.0, &[y]);
+            g.tasks[next as usize].withdrawn_by = Some(Withdraw {
+                by: later,
+                unused: false,
+            });
+            g.calls.push((begin, end));
+            let s = simulate(&g, &p).unwrap();
+            (s.end[own as usize], s.end[next as usize])
+        };
+        let (own, next) = case(false);
+        assert!(
+            (own - 400.0).abs() < 1e-6,
+            "taken over: 300 + 100 on an A76, not {own}"
+        );
+        assert!(
+            (next - 710.0).abs() < 1e-6,
+            "paused until 510, then 200 on an A55, not {next}"
+        );
+        let (own, _) = case(true);
+        assert!(
+            (own - 300.0).abs() < 1e-6,
+            "an unused expert withdrawn costs nothing: {own}"
+        );
     }
 
     #[test]
