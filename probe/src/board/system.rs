@@ -377,23 +377,7 @@ pub fn on_cpu<R: Send>(cpu: usize, f: impl FnOnce() -> R + Send) -> Result<R, St
 
 /// Pins the calling thread to `cpu`.
 pub fn pin(cpu: usize) -> Result<(), String> {
-    if cpu >= libc::CPU_SETSIZE as usize {
-        return Err(format!("cpu {cpu} is beyond CPU_SETSIZE"));
-    }
-    // SAFETY: as in `allowed_cpus`; `cpu` is below CPU_SETSIZE; pid 0 is the calling thread.
-    let r = unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
-    };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(format!(
-            "pinning a thread to cpu {cpu}: {}",
-            std::io::Error::last_os_error()
-        ))
-    }
+    ork_moe::pool::pin_current_thread(&[cpu])
 }
 
 #[cfg(test)]
