@@ -339,15 +339,19 @@ fn simulate(g: &Graph, p: &Params) -> Result<Simulated, String> {
         .collect();
     let cap = p.shared_dram_gbps * 1e3;
 
+    // Tasks finished now (the CPU and NPU core each ran on), zero-time joins included.
+    let mut completed: Vec<(u32, Option<usize>, Option<usize>)> = Vec::new();
     loop {
-        // Make ready tasks ready; zero-time joins complete at once.
-        while let Some(i) = instant.pop() {
-            let t = &g.tasks[i as usize];
-            if t.unit == Unit::Free {
+        // Make ready tasks ready and complete what finished, until nothing more changes now.
+        loop {
+            for (i, cpu, npu) in completed.drain(..) {
                 end[i as usize] = now;
                 done += 1;
-                resident = resident.saturating_sub(t.free);
-                release_chain(i, None, &chain_next, &mut held, &mut cpu_free);
+                resident = resident.saturating_sub(g.tasks[i as usize].free);
+                if let Some(c) = npu {
+                    npu_free[c] = true;
+                }
+                release_chain(i, cpu, &chain_next, &mut held, &mut cpu_free);
                 take_over(
                     i,
                     &withdraws,
@@ -364,28 +368,37 @@ fn simulate(g: &Graph, p: &Params) -> Result<Simulated, String> {
                         instant.push(s);
                     }
                 }
-                continue;
             }
-            let q = match (t.unit, held[i as usize]) {
-                (Unit::Npu(c), _) => &mut ready.npu[c as usize % n_npu],
-                (Unit::AnyNpu, _) => &mut ready.any_npu,
-                // A task continuing on its chain's thread starts there at once.
-                (_, Some(c)) => {
-                    started[i as usize] = true;
-                    // The flush of a dropped inflate is dropped with it.
-                    let with_it = t.thread_of.is_some_and(|th| dropped[th as usize]);
-                    dropped[i as usize] = with_it;
-                    running.push(start(g, i, Some(c), None, n_big, p, &mut resident, with_it));
-                    peak = peak.max(resident);
+            if instant.is_empty() {
+                break;
+            }
+            while let Some(i) = instant.pop() {
+                let t = &g.tasks[i as usize];
+                if t.unit == Unit::Free {
+                    completed.push((i, None, None));
                     continue;
                 }
-                (Unit::Big, None) => &mut ready.big,
-                (Unit::Little, None) if taken_over[i as usize] => &mut ready.big,
-                (Unit::Little, None) => &mut ready.little,
-                _ => &mut ready.any_cpu,
-            };
-            q.push(Reverse(i));
-            queued[i as usize] = true;
+                let q = match (t.unit, held[i as usize]) {
+                    (Unit::Npu(c), _) => &mut ready.npu[c as usize % n_npu],
+                    (Unit::AnyNpu, _) => &mut ready.any_npu,
+                    // A task continuing on its chain's thread starts there at once.
+                    (_, Some(c)) => {
+                        started[i as usize] = true;
+                        // The flush of a dropped inflate is dropped with it.
+                        let with_it = t.thread_of.is_some_and(|th| dropped[th as usize]);
+                        dropped[i as usize] = with_it;
+                        running.push(start(g, i, Some(c), None, n_big, p, &mut resident, with_it));
+                        peak = peak.max(resident);
+                        continue;
+                    }
+                    (Unit::Big, None) => &mut ready.big,
+                    (Unit::Little, None) if taken_over[i as usize] => &mut ready.big,
+                    (Unit::Little, None) => &mut ready.little,
+                    _ => &mut ready.any_cpu,
+                };
+                q.push(Reverse(i));
+                queued[i as usize] = true;
+            }
         }
         // Free cores take the earliest ready task they may run (a withdrawn prefetch sits in
         // two queues until one of them starts it; only a big core may).
@@ -459,40 +472,14 @@ fn simulate(g: &Graph, p: &Params) -> Result<Simulated, String> {
             r.left -= r.rate * dt;
         }
         running[k].left = 0.0;
-        let mut finished = Vec::new();
         running.retain(|r| {
             if r.left <= 1e-12 {
-                finished.push((r.task, r.cpu, r.npu));
+                completed.push((r.task, r.cpu, r.npu));
                 false
             } else {
                 true
             }
         });
-        for (i, cpu, npu) in finished {
-            end[i as usize] = now;
-            done += 1;
-            resident = resident.saturating_sub(g.tasks[i as usize].free);
-            if let Some(c) = npu {
-                npu_free[c] = true;
-            }
-            release_chain(i, cpu, &chain_next, &mut held, &mut cpu_free);
-            take_over(
-                i,
-                &withdraws,
-                &started,
-                &queued,
-                &mut taken_over,
-                &mut ready,
-            );
-            active += begins[i as usize] as usize;
-            active -= ends[i as usize] as usize;
-            for &s in &succ[i as usize] {
-                left_deps[s as usize] -= 1;
-                if left_deps[s as usize] == 0 {
-                    instant.push(s);
-                }
-            }
-        }
     }
     if done != n {
         return Err(format!(
