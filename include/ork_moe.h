@@ -351,10 +351,9 @@ ork_result ork_mul_mat_id_pair_mt(struct ork_ctx *ctx,
 // only: `b`, `ids` and `dst` are not read, and the call itself must still be made. The host
 // keeps the weights of every call it announces valid and unchanged until
 // [`ork_prefetch_fence`] returns (e.g. announce a graph's calls at its start, fence at its end).
-// `ORK_OK` when queued or when there is nothing to do (no prefetch threads: nothing is checked;
-// a small batch),
-// `ORK_NOT_HANDLED` for a call the library would decline, `ORK_INVALID_ARGUMENT` for bad
-// descriptors.
+// `ORK_OK` when queued or when there is nothing to do (a small batch; without prefetch threads
+// nothing is checked), `ORK_NOT_HANDLED` for a call the library would decline,
+// `ORK_INVALID_ARGUMENT` for bad descriptors.
 ork_result ork_prefetch(struct ork_ctx *ctx,
                         const struct ork_tensor *as0,
                         const struct ork_tensor *as1,

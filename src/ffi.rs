@@ -863,10 +863,9 @@ impl HeldBytes for HostWeights {
 /// only: `b`, `ids` and `dst` are not read, and the call itself must still be made. The host
 /// keeps the weights of every call it announces valid and unchanged until
 /// [`ork_prefetch_fence`] returns (e.g. announce a graph's calls at its start, fence at its end).
-/// `ORK_OK` when queued or when there is nothing to do (no prefetch threads: nothing is checked;
-/// a small batch),
-/// `ORK_NOT_HANDLED` for a call the library would decline, `ORK_INVALID_ARGUMENT` for bad
-/// descriptors.
+/// `ORK_OK` when queued or when there is nothing to do (a small batch; without prefetch threads
+/// nothing is checked), `ORK_NOT_HANDLED` for a call the library would decline,
+/// `ORK_INVALID_ARGUMENT` for bad descriptors.
 #[no_mangle]
 #[allow(clippy::too_many_arguments)]
 pub extern "C" fn ork_prefetch(

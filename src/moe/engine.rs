@@ -477,7 +477,7 @@ impl Engine {
         match &r {
             Ok(_) => {
                 bump(&self.counters.handled, 1);
-                let prefetch = if self.prefetching() {
+                let prefetch = if self.prefetching() && log::log_enabled!(log::Level::Debug) {
                     format!("; {}", self.prefetch_stats())
                 } else {
                     String::new()
