@@ -1056,7 +1056,7 @@ impl Prefetcher {
         }
         let staging = self.experts.staging();
         while let Some(job) = staging.next_job() {
-            let made = panic::catch_unwind(AssertUnwindSafe(|| {
+            let done = panic::catch_unwind(AssertUnwindSafe(|| {
                 let call = &job.call;
                 let weights: Vec<Weights> = call
                     .plan
@@ -1077,28 +1077,21 @@ impl Prefetcher {
                     job.expert,
                 )
             }));
-            let made = match made {
-                Ok(Ok(made)) => made,
+            match done {
+                Ok(Ok(())) => {}
                 // The call inflates it itself and reports what goes wrong then.
-                Ok(Err(e)) => {
-                    log::debug!("prefetch of expert {}: {e}", job.expert);
-                    None
-                }
+                Ok(Err(e)) => log::debug!("prefetch of expert {}: {e}", job.expert),
                 Err(p) => {
                     log::warn!(
                         "prefetch of expert {}: {}",
                         job.expert,
                         Error::from_panic(p)
-                    );
-                    None
+                    )
                 }
-            };
-            let addr = job.call.addr();
+            }
             // The job holds the host's weights: gone before the fence can count it finished.
             drop(job);
-            if let Some(Ok(unused)) = staging.finish(addr, made).map(Arc::try_unwrap) {
-                self.spares.give(unused.b);
-            }
+            staging.finish();
         }
     }
 }

@@ -117,8 +117,8 @@ impl Experts {
         Ok((x, Source::Inflated(written)))
     }
 
-    /// [`Experts::get`]'s inflate for the prefetch: the expert, unless the cache holds it or it is
-    /// staged already.
+    /// [`Experts::get`]'s inflate for the prefetch: expert `e` into the staging area, unless the
+    /// cache holds it, it is staged or being made already, or its call has started.
     pub fn prefetch(
         &self,
         device: &Device,
@@ -127,13 +127,18 @@ impl Experts {
         isa: Isa,
         weights: &[Weights],
         e: usize,
-    ) -> Result<Option<(Key, Fingerprint, Arc<Expert>)>, Error> {
+    ) -> Result<(), Error> {
         let (parts, key, fp) = self.identity(weights, e);
-        if self.cache.holds(&key, fp) || self.staging.holds(&key, fp) {
-            return Ok(None);
+        if self.cache.holds(&key, fp) {
+            return Ok(());
         }
+        let addr = weights[0].data.as_ptr() as usize;
+        let Some(claim) = self.staging.claim(key, fp, addr) else {
+            return Ok(());
+        };
         let (x, _) = self.make(device, spares, tiles, isa, weights[0].problem, &parts, e)?;
-        Ok(Some((key, fp, Arc::new(x))))
+        claim.stage(Arc::new(x));
+        Ok(())
     }
 
     /// The bytes of expert `e` in each projection, and the cache identity of all of them.

@@ -11,9 +11,8 @@
 //!
 //! - Inflated experts wait in a staging area of bounded size (`ORK_PREFETCH_MB`); a call takes its
 //!   experts from there (verified by key and fingerprint like a cache hit) and inflates the rest
-//!   itself. A call withdraws its own experts still queued, and those of its experts still being
-//!   inflated when it starts are discarded when done (the call may have made them itself), so
-//!   nothing staged waits for a call that has passed.
+//!   itself. A call withdraws its own experts still queued when it starts; one a thread is
+//!   inflating then (claimed, [`Claim`]) it waits for, so no expert is inflated twice.
 //! - While a call runs the threads start no expert: its NPU runs have the DRAM (the board model
 //!   finds that sharing it with the prefetch costs more than the prefetch gains then).
 //! - The host's weights are read only between an announcement and the next [`Staging::fence`]
@@ -102,6 +101,8 @@ struct State {
     in_flight: usize,
     /// Weights whose call has started since the last fence.
     started: HashSet<usize>,
+    /// Experts a prefetch thread is inflating now ([`Claim`]).
+    making: HashSet<Key>,
     /// Calls in progress: the prefetch threads wait for none.
     calls_running: usize,
     epoch: u64,
@@ -126,6 +127,7 @@ impl Staging {
                 staged_bytes: 0,
                 in_flight: 0,
                 started: HashSet::new(),
+                making: HashSet::new(),
                 calls_running: 0,
                 epoch: 0,
                 shutdown: false,
@@ -171,8 +173,12 @@ impl Staging {
 
     /// The staged expert under `key` if its fingerprint matches (any other is dropped: the bytes
     /// changed).
+    /// If a prefetch thread is inflating it, waits for it.
     pub fn take(&self, key: &Key, fingerprint: Fingerprint) -> Option<Arc<Expert>> {
         let mut g = self.lock();
+        while g.making.contains(key) {
+            g = self.wait(g);
+        }
         let s = g.staged.remove(key)?;
         g.staged_bytes -= s.expert.bytes();
         let hit = s.fingerprint == fingerprint;
@@ -186,12 +192,18 @@ impl Staging {
         hit.then_some(s.expert)
     }
 
-    /// Whether `key` is staged with this fingerprint.
-    pub fn holds(&self, key: &Key, fingerprint: Fingerprint) -> bool {
-        self.lock()
-            .staged
-            .get(key)
-            .is_some_and(|s| s.fingerprint == fingerprint)
+    /// The right to inflate `key` of the call on the weights at `addr` for the staging area:
+    /// `None` if its call has started (the call makes it), or it is staged or being made.
+    pub fn claim(&self, key: Key, fingerprint: Fingerprint, addr: usize) -> Option<Claim<'_>> {
+        let mut g = self.lock();
+        if g.started.contains(&addr) || g.staged.contains_key(&key) || !g.making.insert(key) {
+            return None;
+        }
+        Some(Claim {
+            staging: self,
+            key,
+            fingerprint,
+        })
     }
 
     /// The next job for a prefetch thread, once one is queued and the staging area has room;
@@ -212,41 +224,10 @@ impl Staging {
         }
     }
 
-    /// A job on the weights at `addr` is finished: its expert, if one was made, is staged, unless
-    /// its call has started meanwhile; then it is handed back.
-    pub fn finish(
-        &self,
-        addr: usize,
-        made: Option<(Key, Fingerprint, Arc<Expert>)>,
-    ) -> Option<Arc<Expert>> {
-        let mut g = self.lock();
-        g.in_flight -= 1;
-        let mut late = None;
-        if let Some((key, fingerprint, expert)) = made {
-            if g.started.contains(&addr) {
-                g.stats.withdrawn += 1;
-                late = Some(expert);
-                drop(g);
-                self.moved.notify_all();
-                return late;
-            }
-            g.staged_bytes += expert.bytes();
-            g.stats.staged += 1;
-            let epoch = g.epoch;
-            let s = StagedExpert {
-                fingerprint,
-                expert,
-                epoch,
-            };
-            if let Some(old) = g.staged.insert(key, s) {
-                g.staged_bytes -= old.expert.bytes();
-                g.stats.dropped += 1;
-                late = Some(old.expert);
-            }
-        }
-        drop(g);
+    /// A job taken by [`Staging::next_job`] is done (its [`Claim`], if any, is gone).
+    pub fn finish(&self) {
+        self.lock().in_flight -= 1;
         self.moved.notify_all();
-        late
     }
 
     /// The host's announced weights may go away after this returns: the queue is emptied and the
@@ -281,6 +262,38 @@ impl Staging {
     }
 }
 
+/// A prefetch thread's right to make one expert ([`Staging::claim`]): [`Claim::stage`] puts it
+/// in the staging area; dropped without (an error, a panic), the call inflates it itself.
+pub(super) struct Claim<'a> {
+    staging: &'a Staging,
+    key: Key,
+    fingerprint: Fingerprint,
+}
+
+impl Claim<'_> {
+    pub fn stage(self, expert: Arc<Expert>) {
+        let mut g = self.staging.lock();
+        g.staged_bytes += expert.bytes();
+        g.stats.staged += 1;
+        let epoch = g.epoch;
+        g.staged.insert(
+            self.key,
+            StagedExpert {
+                fingerprint: self.fingerprint,
+                expert,
+                epoch,
+            },
+        );
+    }
+}
+
+impl Drop for Claim<'_> {
+    fn drop(&mut self) {
+        self.staging.lock().making.remove(&self.key);
+        self.staging.moved.notify_all();
+    }
+}
+
 /// Held by a running call ([`Staging::call_starts`]).
 pub(super) struct PrefetchPause(Arc<Staging>);
 
@@ -294,7 +307,9 @@ impl Drop for PrefetchPause {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::moe::cache::{fingerprint, Verify};
     use crate::moe::desc::{validate, TensorDesc, GGML_TYPE_I32};
+    use crate::npu::{flags, Device};
     use crate::quant::GgmlType;
     use std::sync::mpsc;
     use std::time::Duration;
@@ -355,9 +370,8 @@ mod tests {
         let thread = std::thread::spawn(move || {
             let job = s.next_job().expect("a job");
             tx.send(job.expert).unwrap();
-            let addr = job.call.addr();
             drop(job);
-            s.finish(addr, None);
+            s.finish();
         });
         assert!(
             rx.recv_timeout(Duration::from_millis(200)).is_err(),
@@ -372,5 +386,57 @@ mod tests {
         drop(own);
         staging.fence();
         assert_eq!(Arc::strong_count(&w), 1);
+    }
+
+    #[test]
+    fn a_call_waits_for_an_expert_being_made() {
+        let staging = Staging::new(1 << 20);
+        let key = Key {
+            addr: 64,
+            ty: GgmlType::Q4_0,
+            layout: crate::inflate::Layout::Plain,
+            k: 32,
+            n: 1,
+            row_stride: 18,
+            name_hash: 0,
+            pair: 0,
+        };
+        let fp = fingerprint(&[7u8; 18], 1, 18, 18, 18, Verify::Sampled);
+        let expert = Arc::new(Expert {
+            b: Device::cpu()
+                .alloc::<i8>(1024, flags::CPU_FILLED, 0)
+                .unwrap(),
+            chan: vec![1.0; 32],
+            segments: Vec::new(),
+        });
+        let claim = staging.claim(key, fp, 1).expect("nobody makes it yet");
+        assert!(staging.claim(key, fp, 1).is_none(), "claimed twice");
+        std::thread::scope(|s| {
+            let taker = s.spawn(|| staging.take(&key, fp).is_some());
+            std::thread::sleep(Duration::from_millis(100));
+            assert!(
+                !taker.is_finished(),
+                "the call did not wait for the expert being made"
+            );
+            claim.stage(expert);
+            assert!(
+                taker.join().unwrap(),
+                "the call did not get the staged expert"
+            );
+        });
+        // A claim given up (an error) releases a waiting call, which then inflates it itself.
+        let claim = staging
+            .claim(key, fp, 1)
+            .expect("taken, so free to make again");
+        std::thread::scope(|s| {
+            let taker = s.spawn(|| staging.take(&key, fp).is_none());
+            drop(claim);
+            assert!(taker.join().unwrap());
+        });
+        // Once its call has started, nobody claims its experts.
+        let other = Arc::new(Staging::new(1 << 20));
+        let started = other.call_starts(1);
+        assert!(other.claim(key, fp, 1).is_none());
+        drop(started);
     }
 }

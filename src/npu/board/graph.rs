@@ -424,10 +424,9 @@ impl EngineModel {
     /// staging area of `prefetch_mb` (`ORK_PREFETCH_MB`) inside one IOMMU domain; a call takes
     /// its experts from there and frees each slot when its runs are done. Everything else is
     /// `engine()`. When a call starts it withdraws its experts the prefetcher has not started:
-    /// its own threads inflate the used ones, the unused ones are dropped; and until it ends
-    /// the prefetcher starts no expert. Assumes the prefetch
-    /// threads start at graph begin (during layer 0's dense part), and that a call waits for an
-    /// expert the prefetcher is inflating when it starts (the engine inflates that one again).
+    /// its own threads inflate the used ones, the unused ones are dropped; one the prefetcher
+    /// is inflating it waits for; and until it ends the prefetcher starts no expert. Assumes
+    /// the prefetch threads start at graph begin (during layer 0's dense part).
     pub fn prefetching() -> EngineModel {
         EngineModel {
             name: "engine+prefetch",
