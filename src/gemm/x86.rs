@@ -39,6 +39,8 @@ const VNNI_GROUP: usize = 8;
 /// Up to this many rows B is read in place rather than packed (measured faster up to M = 8 at the
 /// A3B shapes; at M = 16 packing wins).
 const NATIVE_B_ROWS: usize = 2 * VNNI_ROWS;
+/// Cache lines of one group's k-block in native B (8 channels × 32 k, contiguous).
+const GROUP_LINES: usize = VNNI_GROUP * 32 / 64;
 
 /// `128·Σ_k a[r][k]` for every row: what the +128 bias on B adds to row `r`.
 #[inline(always)]
@@ -79,25 +81,35 @@ unsafe fn vnni_all(
     let Shape { m, kp, np } = shape;
     a_panels(m, kp, a, VNNI_ROWS, 32, ap, |x| x);
     bias_per_row(m, kp, a, corr);
+    let native = |n0: usize| {
+        b.as_ptr()
+            .add((n0 / 32) * 32 * kp + (n0 % 32) * 32)
+            .cast::<u8>()
+    };
     for n0 in (0..np).step_by(VNNI_GROUP) {
         if m <= NATIVE_B_ROWS {
-            // Few row blocks read B few times: packing would mostly add a copy.
-            let native = b.as_ptr().add((n0 / 32) * 32 * kp + (n0 % 32) * 32);
-            vnni_group::<true>(shape, ap, native.cast(), corr, n0, c);
+            // Few row blocks read B few times: packing would mostly add a copy. (Prefetching
+            // the next group here measured slower at K = 2048, M = 8, with B in L3.)
+            vnni_group::<true>(shape, ap, native(n0), None, corr, n0, c);
         } else {
+            // The packer reads each byte of B once per GEMM, mostly from DRAM (an expert the
+            // cache kept): the next group is fetched while this one is multiplied.
+            let next = (n0 + VNNI_GROUP < np).then(|| native(n0 + VNNI_GROUP));
             b_group(kp, b, n0, VNNI_GROUP, 32, bg, |x| (x as u8) ^ 0x80);
-            vnni_group::<false>(shape, ap, bg.as_ptr(), corr, n0, c);
+            vnni_group::<false>(shape, ap, bg.as_ptr(), next, corr, n0, c);
         }
     }
 }
 
 /// Channels `n0..n0+8` of C from the A panels and B at `bp`: native B (k-blocks 1 KiB apart,
-/// biased on load) when `NATIVE`, else the packed group (already biased).
+/// biased on load) when `NATIVE`, else the packed group (already biased). The row blocks share
+/// out the prefetch of the native group at `next`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 unsafe fn vnni_group<const NATIVE: bool>(
     shape: Shape,
     ap: &[i8],
     bp: *const u8,
+    next: Option<*const u8>,
     row_corr: &[i32],
     n0: usize,
     c: &mut [i32],
@@ -106,15 +118,24 @@ unsafe fn vnni_group<const NATIVE: bool>(
     let kbs = kp / 32;
     // Replicates row i's correction over its 4 channel slots.
     let spread = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    let lines_per_block = GROUP_LINES.div_ceil(m.div_ceil(VNNI_ROWS));
     let mut r0 = 0;
     while r0 < m {
         let rows = (m - r0).min(VNNI_ROWS);
         let panel = ap.as_ptr().add(r0 * kp);
+        let first = r0 / VNNI_ROWS * lines_per_block;
+        let fetch = match next {
+            Some(p) if first < GROUP_LINES => Fetch {
+                at: p.add(first * 64),
+                lines: lines_per_block.min(GROUP_LINES - first),
+            },
+            _ => Fetch::NONE,
+        };
         let quads = match rows {
-            1 => vnni_block::<1, NATIVE>(panel, bp, kbs),
-            2 => vnni_block::<2, NATIVE>(panel, bp, kbs),
-            3 => vnni_block::<3, NATIVE>(panel, bp, kbs),
-            _ => vnni_block::<VNNI_ROWS, NATIVE>(panel, bp, kbs),
+            1 => vnni_block::<1, NATIVE>(panel, bp, kbs, fetch),
+            2 => vnni_block::<2, NATIVE>(panel, bp, kbs, fetch),
+            3 => vnni_block::<3, NATIVE>(panel, bp, kbs, fetch),
+            _ => vnni_block::<VNNI_ROWS, NATIVE>(panel, bp, kbs, fetch),
         };
         // One correction per row is read (never past `m`); the store covers 4 channels per row.
         let row_mask: __mmask16 = ((1u32 << rows) - 1) as __mmask16;
@@ -131,20 +152,39 @@ unsafe fn vnni_group<const NATIVE: bool>(
     }
 }
 
+/// Lines of native B to prefetch in each k-block: `lines` cache lines from `at`, k-blocks 1 KiB
+/// apart.
+#[derive(Clone, Copy)]
+struct Fetch {
+    at: *const u8,
+    lines: usize,
+}
+
+impl Fetch {
+    const NONE: Fetch = Fetch {
+        at: std::ptr::null(),
+        lines: 0,
+    };
+}
+
 /// `R` (≤ 4) rows of A (a panel) × 8 channels of B (native or packed, see [`vnni_group`]) over
-/// `kbs` k-blocks. Returns the two channel quads, each as `[row 0: ch 0..4 | row 1 | row 2 |
-/// row 3]` (rows ≥ `R` are zero).
+/// `kbs` k-blocks, prefetching `fetch` on the way. Returns the two channel quads, each as `[row
+/// 0: ch 0..4 | row 1 | row 2 | row 3]` (rows ≥ `R` are zero).
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 unsafe fn vnni_block<const R: usize, const NATIVE: bool>(
     panel: *const i8,
     bp: *const u8,
     kbs: usize,
+    fetch: Fetch,
 ) -> [__m512i; 2] {
     let b_stride = if NATIVE { 32 * 32 } else { VNNI_GROUP * 32 };
     let bias = _mm512_set1_epi8(0x80u8 as i8);
     let mut acc = [[_mm512_setzero_si512(); 4]; R];
     for kb in 0..kbs {
+        for l in 0..fetch.lines {
+            _mm_prefetch::<_MM_HINT_T0>(fetch.at.add(kb * 32 * 32 + l * 64).cast());
+        }
         let bk = bp.add(kb * b_stride);
         // Each load: 2 channels × 32 k; lanes 0..8 channel 2p, lanes 8..16 channel 2p+1.
         let bv: [__m512i; 4] = std::array::from_fn(|p| {
