@@ -123,20 +123,22 @@ impl Engine {
                 ),
             ));
         }
-        let experts = Arc::new(Experts::new(
-            config.cache_bytes,
-            config.cache_policy,
-            config.cache_verify,
-            config.prefetch_bytes,
-        ));
-        // Enough for the streamed experts of a few calls (a 2048x768 expert is 1.5 MiB), and
-        // with prefetch for the staged ones too, which would otherwise be created again every
-        // graph (milliseconds each on the board).
+        // Without prefetch threads nothing is ever staged: a budget of 0 says so to the staging
+        // area, which then skips its lock on every miss.
         let staged = if config.prefetch_threads > 0 {
             config.prefetch_bytes as usize
         } else {
             0
         };
+        let experts = Arc::new(Experts::new(
+            config.cache_bytes,
+            config.cache_policy,
+            config.cache_verify,
+            staged as u64,
+        ));
+        // Enough for the streamed experts of a few calls (a 2048x768 expert is 1.5 MiB), and
+        // with prefetch for the staged ones too, which would otherwise be created again every
+        // graph (milliseconds each on the board).
         let spare_b = Arc::new(Spares::new(256 + (staged >> 20), (256 << 20) + staged));
         let device = Arc::new(device);
         let mut prefetchers = Vec::with_capacity(config.prefetch_threads);

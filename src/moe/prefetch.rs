@@ -175,6 +175,9 @@ impl Staging {
     /// changed).
     /// If a prefetch thread is inflating it, waits for it.
     pub fn take(&self, key: &Key, fingerprint: Fingerprint) -> Option<Arc<Expert>> {
+        if self.budget == 0 {
+            return None;
+        }
         let mut g = self.lock();
         while g.making.contains(key) {
             g = self.wait(g);
