@@ -4,12 +4,15 @@
 //! runs too, and both must be within int8 accuracy of an f64 reference. Experts in ggml-cpu's
 //! repacked layouts give the plain experts' bits.
 
+mod standin;
+
 use ork_moe::inflate::{from_plain, ExpertWeights, Layout};
 use ork_moe::moe::desc::{weight_code, TensorDesc, GGML_TYPE_I32};
 use ork_moe::moe::{Config, Engine, ErrorKind, HeldBytes, HeldWeights, Inputs, PairInputs};
-use ork_moe::npu::{BackendChoice, DeviceConfig};
+use ork_moe::npu::{rknn, BackendChoice, DeviceConfig};
 use ork_moe::quant::{dequantize_row, GgmlType};
 use ork_moe::testutil::Rng;
+use standin::{Sdk, Standin};
 use std::sync::atomic::AtomicU32;
 use std::sync::{Arc, Barrier};
 
@@ -928,4 +931,85 @@ fn the_staging_budget_bounds_what_is_inflated_ahead() {
         engine.prefetch_stats()
     );
     assert!(case.run_on(&w, &engine, 1) == case.run(&engine_on(BackendChoice::Emu, 1), 1));
+}
+
+/// An engine on the rknn backend through the stand-in runtime at `lib` (the board's path: its
+/// submitter threads, one per core), `prefetch_threads` of them inflating ahead, no cache.
+fn engine_on_runtime(lib: &str, prefetch_threads: usize) -> Engine {
+    Engine::new(Config {
+        device: DeviceConfig {
+            backend: BackendChoice::Rknn,
+            rknn: rknn::Config {
+                lib: Some(lib.into()),
+                ..rknn::Config::default()
+            },
+            ..DeviceConfig::default()
+        },
+        min_rows: 0,
+        cache_bytes: 0,
+        prefetch_threads,
+        prefetch_bytes: 1 << 30,
+        ..Config::default()
+    })
+    .expect("the stand-in runtime opens")
+}
+
+/// The whole engine on the vendor runtime's API, as a board runs it: single and paired calls,
+/// from one caller and from three cooperating ones, then the same with prefetch threads
+/// allocating and syncing buffers while calls bind and run. Every result has the emulator's
+/// bits, the runtime sees no breach of the rules it leaves undocumented (two binds of one
+/// buffer at once, a buffer freed under its views), binds never overlap, and once the engines
+/// are gone no buffer or context is left.
+#[test]
+fn on_the_vendor_runtime_calls_and_prefetches_give_the_emulators_bits() {
+    // Each bind holds its buffer 50 µs: a window for concurrent binds to show.
+    let s = Standin::new(Sdk::V2_3, "bind_us=50");
+    let emu = engine_on(BackendChoice::Emu, 1);
+    {
+        let npu = engine_on_runtime(&s.path, 0);
+        for (i, &shape) in SHAPES.iter().enumerate() {
+            let case = Case::new(shape, 800 + i as u64);
+            let want = case.run(&emu, 1);
+            assert!(case.run(&npu, 1) == want, "{shape:?}");
+            assert!(case.run(&npu, 3) == want, "{shape:?}, 3 callers");
+        }
+        let gate = Case::new(SHAPES[4], 810);
+        let up = gate.sibling(811);
+        assert!(
+            gate.run_pair(&up, &npu, 3) == gate.run_pair(&up, &emu, 1),
+            "pair"
+        );
+    }
+    {
+        let npu = engine_on_runtime(&s.path, 2);
+        let gate = Case::new(SHAPES[4], 820);
+        let up = gate.sibling(821);
+        let (w0, w1) = (held(&gate.weights), held(&up.weights));
+        announce(&npu, &[(&gate, &w0), (&up, &w1)]);
+        wait_staged(&npu, gate.s.n_expert as u64);
+        let taken = npu.prefetch_stats().taken;
+        assert!(
+            gate.run_pair_on(&up, [&w0, &w1], &npu, 3) == gate.run_pair(&up, &emu, 1),
+            "prefetched pair"
+        );
+        assert_eq!(
+            npu.prefetch_stats().taken - taken,
+            distinct_experts(&gate),
+            "every used pair came staged"
+        );
+        // Announced and at once called: the call and the prefetch threads race for the experts.
+        let one = Case::new(SHAPES[0], 822);
+        let w = held(&one.weights);
+        announce(&npu, &[(&one, &w)]);
+        assert!(one.run_on(&w, &npu, 3) == one.run(&emu, 1), "racing call");
+        npu.prefetch_fence();
+    }
+    let n = s.counters();
+    assert!(n.runs > 0, "{n:?}");
+    assert_eq!((n.violations, n.overlapping_binds), (0, 0), "{n:?}");
+    assert_eq!(
+        (n.live_buffers, n.live_views, n.live_contexts),
+        (0, 0, 0),
+        "{n:?}"
+    );
 }
