@@ -14,7 +14,9 @@
 # 4. per model (Q4_0, Q4_K_M): 32 greedy tokens with and without the plugin (token agreement), and
 #    llama-perplexity --kl-divergence of the plugin run against the plain run (2 threads; the prompt batches go
 #    to the plugin, from the repacked experts), with both runs' max RSS: the plugin's may exceed plain's by the
-#    expert cache's budget (ORK_CACHE_MB) at most, i.e. no second copy of the experts;
+#    expert cache's budget (ORK_CACHE_MB) at most, i.e. no second copy of the experts; the same perplexity
+#    with the prefetch threads (ORK_PREFETCH=1) and on the rknn backend through the stand-in runtime of the
+#    Rust tests (tests/standin, built here with cc) must give the plugin run's values exactly;
 # 5. llama-bench pp512/tg128 with and without the plugin, same threads; pp512 also with ORK_MT_MODE=leader
 #    (thread 0 runs the library's pool while ggml's other threads wait) against the cooperative default;
 #    then decode alone (-p 0 -n 128 -r 5), plain and plugin interleaved, two rounds, with their ratio (the
@@ -137,6 +139,10 @@ common_prefix() { # characters two files agree on from the start
     cmp "$1" "$2" 2>/dev/null | sed -n 's/.* byte \([0-9]*\),.*/\1/p' | awk '{ print $1 - 1 }' | grep . || wc -c <"$1"
 }
 gen_extra=()
+# The stand-in librknnrt of the Rust tests (tests/standin), for the rknn backend's run below.
+standin=$out/librknnrt-standin.so
+${CC:-cc} -std=c11 -O2 -shared -fPIC -o "$standin" "$repo/tests/standin/rknnrt_standin.c" -lpthread ||
+    die "building the stand-in runtime (tests/standin/rknnrt_standin.c) failed"
 for q in Q4_0 Q4_K_M; do
     model=$models/$q.gguf
     gen "$out/gen-$q-plain" "${without_plugin[@]}"
@@ -168,6 +174,16 @@ for q in Q4_0 Q4_K_M; do
         ${prefetched:-0 taken} != *" 0 taken" ]] &&
         pass "$q: with ORK_PREFETCH=1 the same values (${prefetched})" ||
         fail "$q: ORK_PREFETCH=1 changed the values or took nothing prefetched (${prefetched:-no prefetch line}; logs: $out/ppl-$q-plugin.log, $out/ppl-$q-prefetch.log)"
+    # The board's path (ORK_BACKEND=rknn: dlopen of the vendor runtime, its memory, syncs, contexts and
+    # submitter threads) on the stand-in runtime of the Rust tests, with the prefetch threads: the same values.
+    "${with_plugin[@]}" ORK_BACKEND=rknn ORK_RKNN_LIB="$standin" ORK_PREFETCH=1 ORK_CACHE_MB=0 ORK_LOG=debug \
+        "${ppl[@]}" -lv 5 --kl-divergence-base "$out/kld-$q.base" --kl-divergence >"$out/ppl-$q-rknn.log" 2>&1 ||
+        fail "$q: perplexity --kl-divergence (plugin, ORK_BACKEND=rknn on the stand-in runtime)"
+    on_rknn=$(grep -c 'ork-moe: handled .* on rknn;' "$out/ppl-$q-rknn.log" || true)
+    [[ -n $(values "$out/ppl-$q-plugin.log") && $(values "$out/ppl-$q-plugin.log") == "$(values "$out/ppl-$q-rknn.log")" &&
+        $on_rknn -gt 0 ]] &&
+        pass "$q: on the rknn backend (stand-in runtime, ORK_PREFETCH=1) the same values ($on_rknn calls on rknn)" ||
+        fail "$q: the rknn backend changed the values or handled nothing ($on_rknn calls on rknn; log: $out/ppl-$q-rknn.log)"
     [[ $(handled "$out/ppl-$q-plugin.log") -gt 0 ]] || fail "$q: plugin handled nothing in llama-perplexity"
     kib() { sed -n 's/^max RSS \([0-9]*\) KiB$/\1/p' "$1" | tail -1; }
     plain_kib=$(kib "$out/ppl-$q-plain.log") plugin_kib=$(kib "$out/ppl-$q-plugin.log")
