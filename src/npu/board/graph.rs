@@ -427,6 +427,12 @@ impl EngineModel {
     /// its own threads inflate the used ones, the unused ones are dropped; one the prefetcher
     /// is inflating it waits for; and until it ends the prefetcher starts no expert. Assumes
     /// the prefetch threads start at graph begin (during layer 0's dense part).
+    ///
+    /// Against the engine: it frees a slot when the call takes the expert, not when its runs
+    /// are done, which times the same, because nothing is started while the call runs. An
+    /// expert staged but unused stays in the engine's staging area into the next graph (whose
+    /// call may take it), where the model frees its slot at the routing; so where experts go
+    /// unused (small ubatches) the engine has less staging room than modelled.
     pub fn prefetching() -> EngineModel {
         EngineModel {
             name: "engine+prefetch",
