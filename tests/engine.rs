@@ -2,7 +2,8 @@
 //! 8 slots, broadcast and per-slot activations, strided `dst` rows with sentinels between them.
 //! The emulated NPU and the CPU backend must agree bit for bit, single-caller and cooperative
 //! runs too, and both must be within int8 accuracy of an f64 reference. Experts in ggml-cpu's
-//! repacked layouts give the plain experts' bits.
+//! repacked layouts give the plain experts' bits. On the rknn backend (the stand-in runtime) the
+//! whole engine, prefetch threads included, gives the emulator's bits.
 
 mod standin;
 
