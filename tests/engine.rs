@@ -786,18 +786,24 @@ fn deep_repacked_experts_give_the_plain_bits() {
 /// An emulator engine with `threads` prefetch threads holding at most `bytes` ahead, and no
 /// cache (so that every expert the call does not find staged is inflated by it).
 fn engine_prefetching(threads: usize, bytes: u64) -> Engine {
+    let device = DeviceConfig {
+        backend: BackendChoice::Emu,
+        ..DeviceConfig::default()
+    };
+    engine_prefetching_on(device, threads, bytes)
+}
+
+/// [`engine_prefetching`] on the device `device` describes.
+fn engine_prefetching_on(device: DeviceConfig, threads: usize, bytes: u64) -> Engine {
     Engine::new(Config {
-        device: DeviceConfig {
-            backend: BackendChoice::Emu,
-            ..DeviceConfig::default()
-        },
+        device,
         min_rows: 0,
         cache_bytes: 0,
         prefetch_threads: threads,
         prefetch_bytes: bytes,
         ..Config::default()
     })
-    .expect("the emulator opens")
+    .expect("the backend opens")
 }
 
 fn held(weights: &[u8]) -> Arc<Vec<u8>> {
@@ -934,25 +940,18 @@ fn the_staging_budget_bounds_what_is_inflated_ahead() {
     assert!(case.run_on(&w, &engine, 1) == case.run(&engine_on(BackendChoice::Emu, 1), 1));
 }
 
-/// An engine on the rknn backend through the stand-in runtime at `lib` (the board's path: its
-/// submitter threads, one per core), `prefetch_threads` of them inflating ahead, no cache.
+/// [`engine_prefetching`] on the rknn backend through the stand-in runtime at `lib` (the board's
+/// path: its submitter threads, one per core).
 fn engine_on_runtime(lib: &str, prefetch_threads: usize) -> Engine {
-    Engine::new(Config {
-        device: DeviceConfig {
-            backend: BackendChoice::Rknn,
-            rknn: rknn::Config {
-                lib: Some(lib.into()),
-                ..rknn::Config::default()
-            },
-            ..DeviceConfig::default()
+    let device = DeviceConfig {
+        backend: BackendChoice::Rknn,
+        rknn: rknn::Config {
+            lib: Some(lib.into()),
+            ..rknn::Config::default()
         },
-        min_rows: 0,
-        cache_bytes: 0,
-        prefetch_threads,
-        prefetch_bytes: 1 << 30,
-        ..Config::default()
-    })
-    .expect("the stand-in runtime opens")
+        ..DeviceConfig::default()
+    };
+    engine_prefetching_on(device, prefetch_threads, 1 << 30)
 }
 
 /// The whole engine on the vendor runtime's API, as a board runs it: single and paired calls,
