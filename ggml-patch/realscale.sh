@@ -22,6 +22,7 @@
 #   library0  the library with --repack 0: it inflates from the plain blocks and ggml's dense matmuls
 #             take the tiled kernels; against norepack it is the like-for-like pair of the x86 tiled
 #             setting (those kernels are x86-only: on aarch64 ggml's best is repack on)
+#   dense0    the library with ORK_DENSE=0: it takes the MUL_MAT_IDs only, ggml runs the attention projections
 #   stream    the library with ORK_CACHE_MB=$ORK_REALSCALE_STREAM_MB (default 64): the share of the experts
 #             that stays resident is then that of the whole Qwen3-30B-A3B in 1 GiB (47 layers' 27 GB)
 # and prints tokens/s and library/ggml ratios, then the library's counters (calls handled; cache hits and
@@ -78,8 +79,9 @@ bench() {
     norepack) run=(env ORK_MOE=0) args=(--repack 0) ;;
     library) run=(env ORK_MOE_PLUGIN="$lib" ORK_MOE_STATS=1 ORK_LOG=debug) ;;
     library0) run=(env ORK_MOE_PLUGIN="$lib" ORK_MOE_STATS=1 ORK_LOG=debug) args=(--repack 0) ;;
+    dense0) run=(env ORK_MOE_PLUGIN="$lib" ORK_MOE_STATS=1 ORK_LOG=debug ORK_DENSE=0) ;;
     stream) run=(env ORK_MOE_PLUGIN="$lib" ORK_MOE_STATS=1 ORK_LOG=debug ORK_CACHE_MB="$stream_mb") ;;
-    *) die "unknown mode $mode (plain, norepack, library, library0, stream)" ;;
+    *) die "unknown mode $mode (plain, norepack, library, library0, dense0, stream)" ;;
     esac
     # -v: llama-bench passes the library's log lines (through the patch into ggml's log) to stderr
     "${run[@]}" "$bin/llama-bench" -m "$models/$q.gguf" -p 512 -n 128 -t "$threads" -r "$reps" "${args[@]}" \
@@ -128,7 +130,7 @@ for q in $types; do
 done
 
 # The last layer's FFN runs on the output token alone (declined: one row per expert), so a pp512 ubatch is
-# (layers - 1) × (the gate+up pair call, the down call), 128 experts each.
+# (layers - 1) × (the gate+up pair call, the down call), 128 experts each; the dense calls (one expert) are not counted.
 calls_per_ubatch=$(((layers - 1) * 2))
 step "library counters (last round; per pp512 ubatch: $calls_per_ubatch calls of 128 experts)"
 for q in $types; do
@@ -138,7 +140,7 @@ for q in $types; do
         grep '^ork-moe stats' "$log" | sed "s/^/$q $mode: /" || die "no library stats in $log"
         # The debug line of every handled call ends with the cache's running totals.
         awk -v q="$q" -v mode="$mode" -v per="$calls_per_ubatch" '
-            /^ork-moe: handled / && /cache hits/ {
+            /^ork-moe: handled / && / of 128 experts / && /cache hits/ {
                 n++
                 for (i = 1; i <= NF; i++) { if ($i == "hits") h = $(i + 1); if ($i == "misses") m = $(i + 1) }
                 if (n % per == 0) { ub++; printf "%s %s ubatch %d: cache hits %d misses %d\n", q, mode, ub, h - h0, m - m0; h0 = h; m0 = m }

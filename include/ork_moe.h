@@ -183,6 +183,8 @@ typedef struct ork_config {
   uint32_t prefetch_threads;
   // Inflated experts the prefetch threads may hold ahead of their calls, in bytes.
   uint64_t prefetch_bytes;
+  // Non-zero (the default): dense matmuls (`ork_mul_mat`) are taken; 0 declines them.
+  uint32_t dense;
 } ork_config;
 
 // Result of every fallible call.
@@ -344,6 +346,29 @@ ork_result ork_mul_mat_id_pair_mt(struct ork_ctx *ctx,
                                   const struct ork_tensor *dst0,
                                   const struct ork_tensor *dst1,
                                   const struct ork_threads *th);
+
+// Check of a dense matmul, ggml's `MUL_MAT` of a weight matrix: `dst = a^T · b` with `a` [K, N]
+// weights (a type or layout code as `as` of [`ork_mul_mat_id`]), `b` [K, T] f32, `dst` [N, T]
+// f32, all 2-D. It runs as a `MUL_MAT_ID` with one expert that every token routes to, so the
+// same rules decide (`ORK_MIN_ROWS` counts T); batched operands are `ORK_NOT_HANDLED`, and so is
+// every call with `ORK_DENSE=0`. Metadata only, same answer on every thread.
+ork_result ork_mul_mat_check(const struct ork_ctx *ctx,
+                             const struct ork_tensor *a,
+                             const struct ork_tensor *b,
+                             const struct ork_tensor *dst);
+
+// The dense matmul of [`ork_mul_mat_check`] on the library's own pool. Single caller.
+ork_result ork_mul_mat(struct ork_ctx *ctx,
+                       const struct ork_tensor *a,
+                       const struct ork_tensor *b,
+                       const struct ork_tensor *dst);
+
+// The cooperative form of [`ork_mul_mat`] (as [`ork_mul_mat_id_mt`]).
+ork_result ork_mul_mat_mt(struct ork_ctx *ctx,
+                          const struct ork_tensor *a,
+                          const struct ork_tensor *b,
+                          const struct ork_tensor *dst,
+                          const struct ork_threads *th);
 
 // Announces a `MUL_MAT_ID` call (or a pair: `as1` and `dst1` non-NULL, as
 // [`ork_mul_mat_id_pair`]) that will come, so that the library's prefetch threads

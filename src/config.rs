@@ -186,6 +186,15 @@ pub const VARS: &[Var] = &[
         },
     },
     Var {
+        name: "ORK_DENSE",
+        default: "1",
+        meaning: "`1`: dense matmuls a patched llama.cpp offers (a prefill's attention projections, `ork_mul_mat_mt`) are taken like a call with one expert; `0`: declined, ggml runs them",
+        apply: |c, v| {
+            c.dense = word(v, &[("1", true), ("0", false)])?;
+            Ok(())
+        },
+    },
+    Var {
         name: "ORK_SIMD",
         default: "best",
         meaning: "kernel path: `best`, `scalar`, `ssse3`, `avx2`, `avx512`, `neon`, `dotprod` (must exist on this CPU)",

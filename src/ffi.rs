@@ -21,7 +21,7 @@
 
 use crate::isa::Isa;
 use crate::moe::cache::{Policy, Verify};
-use crate::moe::desc::{weight_format, TensorDesc};
+use crate::moe::desc::{weight_format, TensorDesc, DENSE_IDS, GGML_TYPE_I32};
 use crate::moe::outliers::Rule;
 use crate::moe::{
     Config, Engine, Error, ErrorKind, HeldBytes, HeldWeights, Inputs, MtMode, PairInputs, Plan,
@@ -221,6 +221,8 @@ pub struct ork_config {
     pub prefetch_threads: u32,
     /// Inflated experts the prefetch threads may hold ahead of their calls, in bytes.
     pub prefetch_bytes: u64,
+    /// Non-zero (the default): dense matmuls (`ork_mul_mat`) are taken; 0 declines them.
+    pub dense: u32,
 }
 
 /// The caller's threads for `ork_mul_mat_id_mt`.
@@ -395,6 +397,7 @@ fn to_c_config(c: &Config) -> ork_config {
         rknn_dynamic_m: d.rknn.dynamic_m as u32,
         prefetch_threads: c.prefetch_threads as u32,
         prefetch_bytes: c.prefetch_bytes,
+        dense: c.dense as u32,
     }
 }
 
@@ -489,6 +492,7 @@ fn from_c_config(c: &ork_config, base: Config) -> Result<Config, Error> {
     cfg.mt_mode = value_of(&MT_MODES, c.mt_mode, "mt_mode")?;
     cfg.prefetch_threads = c.prefetch_threads as usize;
     cfg.prefetch_bytes = c.prefetch_bytes;
+    cfg.dense = c.dense != 0;
     cfg.log_level = value_of(&LOG_LEVELS, c.log_level, "log_level")?;
     Ok(cfg)
 }
@@ -604,6 +608,8 @@ struct Call<'a> {
     ids: TensorDesc<'a>,
     dst: TensorDesc<'a>,
     pair: Option<(TensorDesc<'a>, TensorDesc<'a>)>,
+    /// A dense matmul ([`Engine::plan_dense`]), whose `ids` is the engine's one routed id.
+    dense: bool,
     /// The weight descriptors, whose names [`Call::inputs`] reads.
     weights: [*const ork_tensor; 2],
 }
@@ -621,6 +627,32 @@ impl<'a> Call<'a> {
             ids: desc(ids, "ids")?,
             dst: desc(dst, "dst")?,
             pair: None,
+            dense: false,
+            weights: [w, w],
+        })
+    }
+
+    fn dense(
+        w: *const ork_tensor,
+        b: *const ork_tensor,
+        dst: *const ork_tensor,
+    ) -> Result<Call<'a>, Error> {
+        // Only `ids.addr` is read ([`Call::inputs`]); the plan takes its extent from
+        // `dense_as_mul_mat_id`'s descriptor.
+        let ids = TensorDesc {
+            ty: GGML_TYPE_I32,
+            ne: [1; 4],
+            nb: [4; 4],
+            addr: DENSE_IDS.as_ptr() as usize,
+            name: None,
+        };
+        Ok(Call {
+            w: desc(w, "as")?,
+            b: desc(b, "b")?,
+            ids,
+            dst: desc(dst, "dst")?,
+            pair: None,
+            dense: true,
             weights: [w, w],
         })
     }
@@ -642,6 +674,7 @@ impl<'a> Call<'a> {
 
     fn plan(&self, engine: &Engine) -> Result<Plan, Error> {
         match &self.pair {
+            None if self.dense => engine.plan_dense(&self.w, &self.b, &self.dst),
             None => engine.plan(&self.w, &self.b, &self.ids, &self.dst),
             Some((w1, d1)) => engine.plan_pair(&self.w, w1, &self.b, &self.ids, &self.dst, d1),
         }
@@ -838,6 +871,51 @@ pub extern "C" fn ork_mul_mat_id_pair_mt(
 ) -> ork_result {
     match threads(th) {
         Ok(th) => run(ctx, Call::pair(as0, as1, b, ids, dst0, dst1), Some(th)),
+        Err(e) => guard(|| Err(e)),
+    }
+}
+
+/// Check of a dense matmul, ggml's `MUL_MAT` of a weight matrix: `dst = a^T · b` with `a` [K, N]
+/// weights (a type or layout code as `as` of [`ork_mul_mat_id`]), `b` [K, T] f32, `dst` [N, T]
+/// f32, all 2-D. It runs as a `MUL_MAT_ID` with one expert that every token routes to, so the
+/// same rules decide (`ORK_MIN_ROWS` counts T); batched operands are `ORK_NOT_HANDLED`, and so is
+/// every call with `ORK_DENSE=0`. Metadata only, same answer on every thread.
+#[no_mangle]
+pub extern "C" fn ork_mul_mat_check(
+    ctx: *const ork_ctx,
+    a: *const ork_tensor,
+    b: *const ork_tensor,
+    dst: *const ork_tensor,
+) -> ork_result {
+    guard(|| {
+        Call::dense(a, b, dst)?
+            .plan(&ctx_ref(ctx)?.engine)
+            .map(drop)
+    })
+}
+
+/// The dense matmul of [`ork_mul_mat_check`] on the library's own pool. Single caller.
+#[no_mangle]
+pub extern "C" fn ork_mul_mat(
+    ctx: *mut ork_ctx,
+    a: *const ork_tensor,
+    b: *const ork_tensor,
+    dst: *const ork_tensor,
+) -> ork_result {
+    run(ctx, Call::dense(a, b, dst), None)
+}
+
+/// The cooperative form of [`ork_mul_mat`] (as [`ork_mul_mat_id_mt`]).
+#[no_mangle]
+pub extern "C" fn ork_mul_mat_mt(
+    ctx: *mut ork_ctx,
+    a: *const ork_tensor,
+    b: *const ork_tensor,
+    dst: *const ork_tensor,
+    th: *const ork_threads,
+) -> ork_result {
+    match threads(th) {
+        Ok(th) => run(ctx, Call::dense(a, b, dst), Some(th)),
         Err(e) => guard(|| Err(e)),
     }
 }

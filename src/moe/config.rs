@@ -54,6 +54,8 @@ pub struct Config {
     pub prefetch_cpus: Vec<usize>,
     /// Inflated experts the prefetch threads may hold ahead of their calls, in bytes.
     pub prefetch_bytes: u64,
+    /// Whether dense matmuls ([`super::Engine::plan_dense`]) are taken; false declines them all.
+    pub dense: bool,
 }
 
 impl Default for Config {
@@ -72,6 +74,7 @@ impl Default for Config {
             prefetch_threads: 0,
             prefetch_cpus: Vec::new(),
             prefetch_bytes: 1 << 30,
+            dense: true,
         }
     }
 }

@@ -518,6 +518,56 @@ pub fn validate(
     })
 }
 
+/// The expert id every token of a dense call routes to: [`dense_as_mul_mat_id`]'s `ids` reads this
+/// one element for every token (stride 0).
+pub static DENSE_IDS: [i32; 1] = [0];
+
+/// A dense matmul, ggml's `MUL_MAT` of a weight matrix (`dst = w^T · b`: `w` [K, N], `b` [K, T]
+/// f32, `dst` [N, T] f32), as the `MUL_MAT_ID` call that computes it: one expert, one slot per
+/// token, every token routed to the expert through an `ids` of stride 0 over [`DENSE_IDS`]. So a
+/// dense call is validated, planned, cached and run exactly as a routed one; [`validate`] checks
+/// the rest. Batched (3-D or 4-D) operands are declined: ggml's own path broadcasts them.
+pub fn dense_as_mul_mat_id<'a>(
+    w: &TensorDesc<'a>,
+    b: &TensorDesc<'a>,
+    dst: &TensorDesc<'a>,
+) -> Result<[TensorDesc<'a>; 4], Error> {
+    for (t, what) in [(w, "as"), (b, "b"), (dst, "dst")] {
+        if let Some(i) = (0..4).find(|&i| t.ne[i] <= 0) {
+            return Err(invalid(format!(
+                "{what}: ne[{i}] = {}; every dimension must be at least 1",
+                t.ne[i]
+            )));
+        }
+        if t.ne[2..] != [1, 1] {
+            return Err(declined(format!(
+                "{what}: ne = {:?}: a batched matmul is left to the caller",
+                t.ne
+            )));
+        }
+    }
+    if dst.ne[..2] != [w.ne[1], b.ne[1]] {
+        return Err(invalid(format!(
+            "dst: ne = [{}, {}] but the result is [{}, {}]",
+            dst.ne[0], dst.ne[1], w.ne[1], b.ne[1]
+        )));
+    }
+    let tokens = b.ne[1];
+    let per_token = |t: &TensorDesc<'a>| TensorDesc {
+        ne: [t.ne[0], 1, tokens, 1],
+        nb: [t.nb[0], t.nb[1], t.nb[1], t.nb[3]],
+        ..*t
+    };
+    let ids = TensorDesc {
+        ty: GGML_TYPE_I32,
+        ne: [1, tokens, 1, 1],
+        nb: [4, 0, 0, 0],
+        addr: DENSE_IDS.as_ptr() as usize,
+        name: None,
+    };
+    Ok([*w, per_token(b), ids, per_token(dst)])
+}
+
 impl Problem {
     /// Rows (token, slot pairs) of the call.
     pub fn rows(&self) -> usize {

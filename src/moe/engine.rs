@@ -5,7 +5,7 @@ use super::call::{
     plan_items, try_vec, Call, CallKey, Corrections, Item, Joining, Prepared, PreparedSlot,
     Product, QuantShare,
 };
-use super::desc::{validate, Problem, TensorDesc};
+use super::desc::{dense_as_mul_mat_id, validate, Problem, TensorDesc};
 use super::expert::{Experts, Source, Weights};
 use super::outliers::split_row;
 use super::prefetch::{Announced, HeldWeights, PrefetchStats};
@@ -296,6 +296,25 @@ impl Engine {
         self.policy(p0, Some(p1))
     }
 
+    /// [`Engine::plan`] for a dense matmul `dst = w^T · b` ([`dense_as_mul_mat_id`]: one expert
+    /// every token routes to): the attention projections of a prefill, say. Its [`Inputs`] take
+    /// `ids` = [`DENSE_IDS`](super::desc::DENSE_IDS). Declined when the configuration turns dense calls off.
+    pub fn plan_dense(
+        &self,
+        w: &TensorDesc,
+        b: &TensorDesc,
+        dst: &TensorDesc,
+    ) -> Result<Plan, Error> {
+        if !self.config.dense {
+            return Err(Error::new(
+                ErrorKind::NotHandled,
+                "dense matmuls are turned off (ORK_DENSE=0)",
+            ));
+        }
+        let [w, b, ids, dst] = dense_as_mul_mat_id(w, b, dst)?;
+        self.plan(&w, &b, &ids, &dst)
+    }
+
     /// The small-batch policy for a validated call.
     fn policy(&self, problem: Problem, pair: Option<Problem>) -> Result<Plan, Error> {
         let small = problem.rows_per_expert() < self.config.min_rows as usize;
@@ -485,12 +504,13 @@ impl Engine {
                     String::new()
                 };
                 log::debug!(
-                    "handled {} K={} N={}: {} tokens x {} slots on {}; {}{prefetch}",
+                    "handled {} K={} N={}: {} tokens x {} slots of {} experts on {}; {}{prefetch}",
                     p.layout.name(p.wtype),
                     p.k,
                     p.n,
                     p.n_tokens,
                     p.n_used,
+                    p.n_expert,
                     self.device.backend().name(),
                     self.experts.stats()
                 );

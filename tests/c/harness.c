@@ -670,6 +670,60 @@ static void prefetch_calls(ork_ctx *emu) {
     free_problem(&q);
 }
 
+/* A dense matmul (ggml's MUL_MAT of a weight matrix: a prompt's attention projection) gives the bytes of the
+ * routed call with one expert and one slot that every token routes to; batched activations and a context
+ * with dense = 0 are NOT_HANDLED, a dst of the wrong shape INVALID_ARGUMENT. */
+static void dense_calls(ork_ctx *emu) {
+    problem p;
+    alloc_problem(&p, &TYPES[4], 2048, 96, 24); /* q4_K */
+    fill_activations(&p);
+    make_descs(&p, NULL);
+    const int64_t k = p.k, n = p.n, t = p.n_tokens;
+    const size_t dnb1 = (size_t)n * 4 + 16, dst_bytes = dnb1 * (size_t)t;
+    uint8_t *d[2];
+    for (int i = 0; i < 2; i++) {
+        d[i] = malloc(dst_bytes);
+        memset(d[i], SENTINEL, dst_bytes);
+    }
+    int32_t *zeros = calloc((size_t)t, sizeof *zeros);
+    ork_tensor a = p.tw;
+    a.ne[2] = 1;
+    a.nb[3] = a.nb[2] = a.nb[1] * (size_t)n;
+    const size_t bnb = p.tb.nb[2]; /* one activation row per token */
+    ork_tensor b = {T_F32, {k, t, 1, 1}, {4, bnb, bnb * (size_t)t, bnb * (size_t)t}, p.b, NULL};
+    ork_tensor dst = {T_F32, {n, t, 1, 1}, {4, dnb1, dnb1 * (size_t)t, dnb1 * (size_t)t}, d[0], NULL};
+    CHECK(ork_mul_mat_check(emu, &a, &b, &dst) == ORK_OK, "dense check: %s", ork_last_error());
+    ork_result rc = ork_mul_mat(emu, &a, &b, &dst);
+    CHECK(rc == ORK_OK, "dense: %u %s", rc, ork_last_error());
+    ork_tensor rb = {T_F32, {k, 1, t, 1}, {4, bnb, bnb, bnb * (size_t)t}, p.b, NULL};
+    ork_tensor ids = {T_I32, {1, t, 1, 1}, {4, 4, 4 * (size_t)t, 4 * (size_t)t}, zeros, NULL};
+    ork_tensor rdst = {T_F32, {n, 1, t, 1}, {4, dnb1, dnb1, dnb1 * (size_t)t}, d[1], NULL};
+    CHECK(ork_mul_mat_id(emu, &a, &rb, &ids, &rdst) == ORK_OK, "dense as routed: %s", ork_last_error());
+    CHECK(memcmp(d[0], d[1], dst_bytes) == 0, "dense differs from the routed call of one expert");
+    ork_tensor batched = b;
+    batched.ne[1] = t / 2, batched.ne[2] = 2;
+    rc = ork_mul_mat_check(emu, &a, &batched, &dst);
+    CHECK(rc == ORK_NOT_HANDLED && strstr(ork_last_error(), "batched"), "batched dense: %u %s", rc, ork_last_error());
+    ork_tensor narrow = dst;
+    narrow.ne[0] = n / 2;
+    CHECK(ork_mul_mat_check(emu, &a, &b, &narrow) == ORK_INVALID_ARGUMENT, "dense into a narrow dst: %s", ork_last_error());
+    ork_config cfg;
+    ork_config_default(&cfg);
+    cfg.backend = ORK_BACKEND_EMU;
+    cfg.min_rows = 0;
+    cfg.dense = 0;
+    ork_ctx *off = ork_ctx_new(&cfg);
+    CHECK(off != NULL, "dense = 0 context: %s", ork_last_error());
+    if (off) {
+        CHECK(ork_mul_mat_check(off, &a, &b, &dst) == ORK_NOT_HANDLED, "dense = 0 still takes dense calls");
+        ork_ctx_free(off);
+    }
+    printf("dense: a weight matrix's matmul == the routed call of one expert\n");
+    for (int i = 0; i < 2; i++) free(d[i]);
+    free(zeros);
+    free_problem(&p);
+}
+
 int main(void) {
     int quick = getenv("QUICK") && atoi(getenv("QUICK")) != 0;
     printf("ork_moe %s, ABI %u (header %d)\n", ork_version(), ork_abi_version(), ORK_ABI_VERSION);
@@ -704,6 +758,7 @@ int main(void) {
     small_batch();
     pair_calls(emu);
     prefetch_calls(emu);
+    dense_calls(emu);
     bad_input(emu, lead);
 
     ork_stats st;

@@ -107,6 +107,26 @@ pub struct Descs {
     pub dst: Tensor,
 }
 
+impl Descs {
+    /// The dense matmul (`a`, `b`, `dst`, 2-D, as ggml's MUL_MAT) that this call of one expert,
+    /// one slot per token and one activation row per token computes.
+    pub fn as_dense(&self) -> [Tensor; 3] {
+        assert_eq!([self.w.ne[2], self.ids.ne[0], self.b.ne[1]], [1, 1, 1]);
+        let tokens = self.ids.ne[1];
+        let two_d = |t: &Tensor| Tensor {
+            ne: [t.ne[0], tokens, 1, 1],
+            nb: [
+                t.nb[0],
+                t.nb[2],
+                t.nb[2] * tokens as usize,
+                t.nb[2] * tokens as usize,
+            ],
+            ..*t
+        };
+        [self.w, two_d(&self.b), two_d(&self.dst)]
+    }
+}
+
 /// The single-caller entry point.
 pub fn call(ctx: *mut ork_ctx, d: &Descs) -> ork_result {
     ork_mul_mat_id(ctx, &d.w.c(), &d.b.c(), &d.ids.c(), &d.dst.c())
@@ -125,6 +145,19 @@ unsafe extern "C" fn barrier_wait(arg: *mut c_void) {
 /// The cooperative entry point on `nth` threads sharing a `std::sync::Barrier` through the C
 /// callback; each thread's code and `ork_last_error`.
 pub fn call_mt(ctx: *mut ork_ctx, d: &Descs, nth: usize) -> Vec<(ork_result, String)> {
+    let (w, b, ids, dst) = (d.w, d.b, d.ids, d.dst);
+    on_threads(ctx, nth, move |ctx, th| {
+        ork_mul_mat_id_mt(ctx, &w.c(), &b.c(), &ids.c(), &dst.c(), th)
+    })
+}
+
+/// `entry` on `nth` threads sharing a `std::sync::Barrier` through the C callback, each with its
+/// `ork_threads`; each thread's code and `ork_last_error`.
+pub fn on_threads(
+    ctx: *mut ork_ctx,
+    nth: usize,
+    entry: impl Fn(*mut ork_ctx, &ork_threads) -> ork_result + Copy + Send,
+) -> Vec<(ork_result, String)> {
     let barrier = Barrier::new(nth);
     let (ctx, barrier_addr) = (ctx as usize, &barrier as *const Barrier as usize);
     std::thread::scope(|s| {
@@ -139,8 +172,7 @@ pub fn call_mt(ctx: *mut ork_ctx, d: &Descs, nth: usize) -> Vec<(ork_result, Str
                         scratch: std::ptr::null_mut(),
                         scratch_size: 0,
                     };
-                    let (w, b, ids, dst) = (d.w.c(), d.b.c(), d.ids.c(), d.dst.c());
-                    let rc = ork_mul_mat_id_mt(ctx as *mut ork_ctx, &w, &b, &ids, &dst, &th);
+                    let rc = entry(ctx as *mut ork_ctx, &th);
                     (rc, last_error())
                 })
             })
