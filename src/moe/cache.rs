@@ -12,6 +12,11 @@
 //! thus hits C/W of the time, and a working set that fits is held whole as with LRU.
 //! [`Policy::Lru`] is kept for comparison (`ORK_CACHE_POLICY=lru`).
 //!
+//! Under `Pin` a *priority* entry (the one expert of its call: a dense matmul's weights) may also
+//! take the place of the least recently used ordinary entry. A routed call inflates one expert
+//! while the NPU runs others, but nothing in a call of one expert overlaps its inflate, which then
+//! delays the whole forward pass; and a prefill uses each of those matrices every ubatch.
+//!
 //! # Keying, and why stale tiles are not served
 //! An entry is found by [`Key`]: the address of the expert's first weight byte, the weight type,
 //! K, N, the row stride and a hash of the tensor's name. A hit also needs the entry's
@@ -166,6 +171,8 @@ struct Slot {
     fingerprint: Fingerprint,
     /// Tick (lookups and inserts) of the last use.
     last_used: u64,
+    /// A priority entry (module docs).
+    priority: bool,
 }
 
 /// What a lookup found.
@@ -272,9 +279,9 @@ impl Cache {
             .is_some_and(|s| s.fingerprint == fingerprint)
     }
 
-    /// Stores `expert` under `key` if the policy makes room for it within the budget. An expert
-    /// larger than the whole budget is not stored.
-    pub fn insert(&self, key: Key, fingerprint: Fingerprint, expert: Arc<Expert>) {
+    /// Stores `expert` under `key` if the policy makes room for it within the budget, as a
+    /// `priority` entry or not (module docs). An expert larger than the whole budget is not stored.
+    pub fn insert(&self, key: Key, fingerprint: Fingerprint, expert: Arc<Expert>, priority: bool) {
         let size = expert.bytes();
         if size > self.budget {
             return;
@@ -286,19 +293,26 @@ impl Cache {
             g.stats.bytes -= old.expert.bytes();
         }
         while g.stats.bytes + size > self.budget {
-            let Some((victim, idle)) = g
-                .map
-                .iter()
-                .min_by_key(|(_, s)| s.last_used)
-                .map(|(k, s)| (*k, tick - s.last_used))
-            else {
+            let least_recent = |ordinary_only: bool| {
+                g.map
+                    .iter()
+                    .filter(|(_, s)| !(ordinary_only && s.priority))
+                    .min_by_key(|(_, s)| s.last_used)
+                    .map(|(k, s)| (*k, tick - s.last_used))
+            };
+            let Some((mut victim, idle)) = least_recent(false) else {
                 break;
             };
             // Stale: unused for twice the reuse distance hits show (never, before the first hit).
             let stale = g.reuse > 0 && idle > 2 * g.reuse;
             if self.policy == Policy::Pin && !stale {
-                g.stats.bypassed += 1;
-                return;
+                match least_recent(true) {
+                    Some((ordinary, _)) if priority => victim = ordinary,
+                    _ => {
+                        g.stats.bypassed += 1;
+                        return;
+                    }
+                }
             }
             let old = g.map.remove(&victim).expect("present");
             g.stats.bytes -= old.expert.bytes();
@@ -311,6 +325,7 @@ impl Cache {
                 expert,
                 fingerprint,
                 last_used: tick,
+                priority,
             },
         );
     }
@@ -362,10 +377,10 @@ mod tests {
         let cache = Cache::new(3 * per as u64, Policy::Lru);
         let fp = Fingerprint(1);
         for a in 0..3 {
-            cache.insert(key(a), fp, expert(&dev, 1024));
+            cache.insert(key(a), fp, expert(&dev, 1024), false);
         }
         assert!(matches!(cache.lookup(&key(0), fp), Lookup::Hit(_))); // 0 is now the most recent
-        cache.insert(key(3), fp, expert(&dev, 1024)); // evicts 1
+        cache.insert(key(3), fp, expert(&dev, 1024), false); // evicts 1
         assert!(matches!(cache.lookup(&key(1), fp), Lookup::Miss));
         for a in [0, 2, 3] {
             assert!(matches!(cache.lookup(&key(a), fp), Lookup::Hit(_)), "{a}");
@@ -375,21 +390,54 @@ mod tests {
             (s.hits, s.misses, s.evictions, s.bytes),
             (4, 1, 1, 3 * per as u64)
         );
-        cache.insert(key(9), fp, expert(&dev, 4 * per)); // larger than the budget: not stored
+        cache.insert(key(9), fp, expert(&dev, 4 * per), false); // larger than the budget: not stored
         assert_eq!(cache.len(), 3);
     }
 
-    /// Hits over `sweeps` passes over experts `first..first + width`, in order, inserting misses.
-    fn sweep(cache: &Cache, dev: &Device, first: usize, width: usize, sweeps: usize) -> u64 {
+    /// Hits over `sweeps` passes over experts `first..first + width`, in order, inserting misses
+    /// (those from `priority..` as priority entries).
+    fn sweep_with(
+        cache: &Cache,
+        dev: &Device,
+        (first, width, priority): (usize, usize, usize),
+        sweeps: usize,
+    ) -> u64 {
         let before = cache.stats().hits;
         for _ in 0..sweeps {
             for a in first..first + width {
                 if let Lookup::Miss = cache.lookup(&key(a), Fingerprint(1)) {
-                    cache.insert(key(a), Fingerprint(1), expert(dev, 1024));
+                    cache.insert(key(a), Fingerprint(1), expert(dev, 1024), a >= priority);
                 }
             }
         }
         cache.stats().hits - before
+    }
+
+    fn sweep(cache: &Cache, dev: &Device, first: usize, width: usize, sweeps: usize) -> u64 {
+        sweep_with(cache, dev, (first, width, usize::MAX), sweeps)
+    }
+
+    #[test]
+    fn priority_entries_take_the_place_of_ordinary_ones_under_pin() {
+        let dev = Device::cpu();
+        let per = (1024 + 128) as u64;
+        // A sweep of 25 experts whose last 5 are priority entries (a dense call's matrices,
+        // used after the routed experts), over a budget of 10.
+        let pin = Cache::new(10 * per, Policy::Pin);
+        let hits = sweep_with(&pin, &dev, (0, 25, 20), 8);
+        // Every later sweep hits the 5 priority entries and the 5 ordinary ones still held.
+        assert_eq!(hits, 7 * 10);
+        for a in 20..25 {
+            assert!(
+                matches!(pin.lookup(&key(a), Fingerprint(1)), Lookup::Hit(_)),
+                "{a}"
+            );
+        }
+        // Ordinary entries never push out a priority one that is in use.
+        assert_eq!(pin.stats().evictions, 5);
+        // Under LRU priority changes nothing: the sweep hits nothing.
+        let lru = Cache::new(10 * per, Policy::Lru);
+        assert_eq!(sweep_with(&lru, &dev, (0, 25, 20), 8), 0);
     }
 
     #[test]
@@ -431,7 +479,7 @@ mod tests {
         let mut w: Vec<u8> = (0..n * row).map(|i| (i * 31 % 251) as u8).collect();
         for verify in [Verify::Sampled, Verify::Full] {
             let fp = fingerprint(&w, n, row, row, 18, verify);
-            cache.insert(key(7), fp, expert(&dev, 64));
+            cache.insert(key(7), fp, expert(&dev, 64), false);
             assert!(matches!(
                 cache.lookup(&key(7), fingerprint(&w, n, row, row, 18, verify)),
                 Lookup::Hit(_)

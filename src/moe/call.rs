@@ -313,11 +313,7 @@ pub(super) fn plan_items(groups: &[Group], np: usize, tile: usize, nth: usize) -
     let tiles = np / tile;
     let mut items = Vec::new();
     for (gi, g) in groups.iter().enumerate() {
-        let parts = if nth > 1 {
-            (g.len * nth).div_ceil(total.max(1)).clamp(1, tiles)
-        } else {
-            1
-        };
+        let parts = crate::npu::expert_parts(g.len, total, nth, tiles);
         for p in 0..parts {
             let (t0, t1) = (p * tiles / parts, (p + 1) * tiles / parts);
             items.push(Item {

@@ -606,10 +606,12 @@ impl Engine {
             let routing = call.routing();
             // A pair's GEMM covers both projections' padded channels.
             let np = self.tiles.pad(call.plan.problem.n) * call.plan.problems().count();
-            // The real NPU takes one submit per expert; splitting one over threads only pays
-            // where the GEMM itself runs on the CPU.
+            // The real NPU takes one submit per expert: one is split only over the submitters'
+            // cores, when it has a large share of the rows (a dense call's one expert, which
+            // would otherwise keep one core busy and the others idle); where the GEMM runs on
+            // the CPU, over the caller's threads.
             let split = if self.device.backend() == BackendKind::Rknn {
-                1
+                self.submitter_cores().len().max(1)
             } else {
                 call.nth
             };

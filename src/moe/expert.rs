@@ -105,15 +105,17 @@ impl Experts {
         if let Lookup::Hit(x) = self.cache.lookup(&key, fp) {
             return Ok((x, Source::Cache));
         }
+        // The one expert of its call (a dense matmul): nothing overlaps its inflate.
+        let priority = weights[0].problem.n_expert == 1;
         if let Some(x) = self.staging.take(&key, fp) {
-            self.cache.insert(key, fp, Arc::clone(&x));
+            self.cache.insert(key, fp, Arc::clone(&x), priority);
             let p = weights[0].problem;
             let written = tiles.b_len(tiles.pad(p.k), tiles.pad(p.n) * weights.len());
             return Ok((x, Source::Prefetched(written as u64)));
         }
         let (x, written) = self.make(device, spares, tiles, isa, weights[0].problem, &parts, e)?;
         let x = Arc::new(x);
-        self.cache.insert(key, fp, Arc::clone(&x));
+        self.cache.insert(key, fp, Arc::clone(&x), priority);
         Ok((x, Source::Inflated(written)))
     }
 

@@ -108,6 +108,14 @@ pub fn validate(
     Ok(())
 }
 
+/// Parts one expert of a call is split into over `ways` workers (the caller's threads, or the NPU
+/// cores' submitters): its share of them by its `rows` of the call's `total`, at least one, at
+/// most one per N-tile of its `tiles`. Only an expert with a large share is split (a dense
+/// call's one expert: all of them). The engine's work items and the board model's runs follow it.
+pub fn expert_parts(rows: usize, total: usize, ways: usize, tiles: usize) -> usize {
+    (rows * ways).div_ceil(total.max(1)).clamp(1, tiles.max(1))
+}
+
 /// Splits channels `n0..n1` (whole N-tiles) over `cores`: contiguous ranges, sizes differing by at
 /// most one tile, larger first; cores that get nothing are left out.
 pub fn split_channels(

@@ -14,7 +14,8 @@ mod routing;
 mod weights;
 
 use ork_moe::json::Value;
-use ork_moe::moe::desc::{TensorDesc, GGML_TYPE_I32};
+use ork_moe::moe::cache::Policy;
+use ork_moe::moe::desc::{TensorDesc, DENSE_IDS, GGML_TYPE_I32};
 use ork_moe::moe::{Config, Engine, Inputs, Stages, Stats};
 use ork_moe::npu::board::{
     self, CallWork, ContextCache, CpuRates, EngineModel, ExpertCall, ModelShape, Proj, Settings,
@@ -164,9 +165,20 @@ impl Options {
     }
 }
 
-/// Bytes of all of `shape`'s experts inflated to int8.
-fn full_expert_bytes(shape: &ModelShape) -> u64 {
-    (shape.layers * 3 * shape.n_expert * shape.hidden * shape.expert_ff) as u64
+/// Bytes of one layer's dense matmuls inflated to int8.
+fn dense_weight_bytes_per_layer(shape: &ModelShape) -> u64 {
+    shape.dense_matmul_macs_per_token_layer() as u64
+}
+
+/// Bytes of all of `shape`'s experts inflated to int8, and with `dense` of its dense matmuls.
+fn full_weight_bytes(shape: &ModelShape, dense: bool) -> u64 {
+    let experts = (3 * shape.n_expert * shape.hidden * shape.expert_ff) as u64;
+    let matmuls = if dense {
+        dense_weight_bytes_per_layer(shape)
+    } else {
+        0
+    };
+    (experts + matmuls) * shape.layers as u64
 }
 
 /// The weight type of an expert tensor with rows of `k`: `ty`, unless `k` is not whole blocks
@@ -198,6 +210,9 @@ struct UbatchResult {
     index: usize,
     measured: Measured,
     models: Vec<UbatchModel>,
+    /// Cache hits and lookups of the whole model's calls as modelled (`run_case`).
+    full_hits: u64,
+    full_lookups: u64,
 }
 
 struct Case {
@@ -208,6 +223,8 @@ struct Case {
     ubatches: Vec<UbatchResult>,
     cpu_only_tokps: f64,
     dense_us: f64,
+    /// Dense matmuls the library takes per ubatch, all layers (0 with `ORK_DENSE=0`).
+    dense_calls: usize,
 }
 
 const ENGINES: usize = 4;
@@ -240,6 +257,84 @@ fn delta(after: &Stats, before: &Stats, m: &mut Measured) {
     m.buffers += after.buffers_created - before.buffers_created;
 }
 
+/// The engine, its inputs, and what one ubatch's calls did.
+struct Runner<'a> {
+    engine: &'a Engine,
+    dst: &'a [AtomicU32],
+    m: Measured,
+    calls: Vec<CallWork>,
+}
+
+impl Runner<'_> {
+    /// Runs one call (`ids` None: a dense one, [`Engine::plan_dense`]) and records it as `proj`
+    /// of `layer`.
+    fn call(
+        &mut self,
+        layer: usize,
+        proj: Proj,
+        descs: &[TensorDesc; 4],
+        io: Inputs,
+        dense: bool,
+    ) -> Result<(), String> {
+        let [w, b, ids, dst] = descs;
+        let before = self.engine.stats();
+        let start = Instant::now();
+        let plan = if dense {
+            self.engine.plan_dense(w, b, dst)
+        } else {
+            self.engine.plan(w, b, ids, dst)
+        }
+        .map_err(|e| e.to_string())?;
+        let p = plan.problem.clone();
+        let (stages, runs) = self
+            .engine
+            .run_traced(plan, &io)
+            .map_err(|e| e.to_string())?;
+        self.m.wall_us += start.elapsed().as_secs_f64() * 1e6;
+        add_stages(&mut self.m.stages, stages);
+        delta(&self.engine.stats(), &before, &mut self.m);
+        self.calls.push(CallWork {
+            layer: layer as u32,
+            proj,
+            k: p.k,
+            n: p.n,
+            ty: p.wtype,
+            act_rows: p.act_rows() as u64,
+            n_expert: p.n_expert,
+            experts: runs
+                .iter()
+                .map(|r| ExpertCall {
+                    rows: r.rows as u32,
+                    hit: r.hit,
+                })
+                .collect(),
+        });
+        Ok(())
+    }
+
+    /// A dense matmul of `t` on the first `k` channels of `b` (one row per token).
+    fn dense(
+        &mut self,
+        layer: usize,
+        proj: Proj,
+        t: weights::Tensor,
+        weights: &[u8],
+        b: &[f32],
+        tokens: usize,
+    ) -> Result<(), String> {
+        let descs = dense_descs(t, weights, b, self.dst, tokens, proj);
+        let io = Inputs {
+            weights,
+            name: descs[0].name,
+            b,
+            ids: &DENSE_IDS,
+            dst: &self.dst[..t.n * tokens],
+            pair: None,
+        };
+        self.call(layer, proj, &descs, io, true)
+    }
+}
+
 fn run_case(
     o: &Options,
     shape: ModelShape,
@@ -253,9 +348,27 @@ fn run_case(
         (Proj::Up, type_for(ty, h), h, ff),
         (Proj::Down, type_for(ty, ff), ff, h),
     ];
-    let tensors = weights::layout(projs.map(|(_, t, k, n)| (t, k, n)), ne);
+    let shapes: Vec<_> = projs.iter().map(|&(_, t, k, n)| (t, k, n)).collect();
+    let tensors = weights::layout(&shapes, ne);
     let file = format!("{}-{}-v1", shape.name, ty.name());
     let maps = weights::map_layers(&file, &tensors, o.layers)?;
+    // The dense matmuls the library takes (none with ORK_DENSE=0), in the case's type.
+    let matmuls = if cfg.dense {
+        shape.dense_matmuls()
+    } else {
+        Vec::new()
+    };
+    let dense_shapes: Vec<_> = matmuls
+        .iter()
+        .map(|&(_, k, n)| (type_for(ty, k), k, n))
+        .collect();
+    let dense_tensors = weights::layout(&dense_shapes, 1);
+    let dense_maps = if matmuls.is_empty() {
+        Vec::new()
+    } else {
+        let file = format!("{}-{}-dense-v1", shape.name, ty.name());
+        weights::map_layers(&file, &dense_tensors, o.layers)?
+    };
     let engine = Engine::new(cfg.clone()).map_err(|e| e.to_string())?;
     let backend = engine.device().backend().name();
     let mut rng = Rng::new(0x6d6f_6465 ^ tokens as u64);
@@ -263,20 +376,45 @@ fn run_case(
     let b_down: Vec<f32> = (0..ff * nu * tokens)
         .map(|_| rng.uniform(-1.0, 1.0))
         .collect();
-    let dst: Vec<AtomicU32> = (0..h.max(ff) * nu * tokens)
+    // The inputs of o and a shared expert's down: as wide as the widest K.
+    let dense_k = matmuls.iter().map(|&(_, k, _)| k).max().unwrap_or(0);
+    let b_wide: Vec<f32> = (0..dense_k * tokens)
+        .map(|_| rng.uniform(-1.0, 1.0))
+        .collect();
+    let dense_n = matmuls.iter().map(|&(_, _, n)| n).max().unwrap_or(0);
+    let dst: Vec<AtomicU32> = (0..(h.max(ff) * nu).max(dense_n) * tokens)
         .map(|_| AtomicU32::new(0))
         .collect();
     let params = &o.settings.params;
     let rates = CpuRates::from_reference(params);
-    let dense = rates.dense_layer(&shape, tokens, params);
+    let dense = rates.dense_layer(&shape, tokens, params, !matmuls.is_empty());
     let mut contexts: Vec<ContextCache> = (0..ENGINES).map(|_| ContextCache::default()).collect();
     let mut ubatches = Vec::new();
     for u in 0..o.ubatches {
-        let mut m = Measured::default();
-        let mut calls = Vec::new();
+        let mut run = Runner {
+            engine: &engine,
+            dst: &dst,
+            m: Measured::default(),
+            calls: Vec::new(),
+        };
         for (layer, map) in maps.iter().enumerate() {
+            // In ggml's order: q, k, v, o, the routed experts, a shared expert.
+            let dense_of = |proj: Proj| {
+                matmuls
+                    .iter()
+                    .zip(&dense_tensors)
+                    .filter(move |((p, ..), _)| *p == proj)
+                    .map(|(_, &t)| t)
+            };
+            let dense_input = |t: weights::Tensor| if t.k == h { &b_up } else { &b_wide };
+            for proj in [Proj::AttnIn, Proj::AttnOut] {
+                for t in dense_of(proj) {
+                    let w = &dense_maps[layer][t.offset..t.offset + t.bytes()];
+                    run.dense(layer, proj, t, w, dense_input(t), tokens)?;
+                }
+            }
             let ids = o.routing.ids(layer, u, tokens, ne, nu, &mut rng);
-            for (i, &(proj, wty, k, n)) in projs.iter().enumerate() {
+            for (i, &(proj, ..)) in projs.iter().enumerate() {
                 let t = tensors[i];
                 let weights = &map[t.offset..t.offset + t.bytes()];
                 let (b, b_rows) = if proj == Proj::Down {
@@ -285,47 +423,33 @@ fn run_case(
                     (&b_up, 1)
                 };
                 let descs = descs(t, weights, b, b_rows, &ids, &dst, tokens, nu, proj);
-                let before = engine.stats();
-                let start = Instant::now();
-                let plan = engine
-                    .plan(&descs[0], &descs[1], &descs[2], &descs[3])
-                    .map_err(|e| e.to_string())?;
                 let io = Inputs {
                     weights,
                     name: descs[0].name,
                     b,
                     ids: &ids,
-                    dst: &dst[..n * nu * tokens],
+                    dst: &dst[..t.n * nu * tokens],
                     pair: None,
                 };
-                let (stages, runs) = engine.run_traced(plan, &io).map_err(|e| e.to_string())?;
-                m.wall_us += start.elapsed().as_secs_f64() * 1e6;
-                add_stages(&mut m.stages, stages);
-                let after = engine.stats();
-                delta(&after, &before, &mut m);
-                calls.push(CallWork {
-                    layer: layer as u32,
-                    proj,
-                    k,
-                    n,
-                    ty: wty,
-                    act_rows: (tokens * b_rows) as u64,
-                    n_expert: ne,
-                    experts: runs
-                        .iter()
-                        .map(|r| ExpertCall {
-                            rows: r.rows as u32,
-                            hit: r.hit,
-                        })
-                        .collect(),
-                });
+                run.call(layer, proj, &descs, io, false)?;
+            }
+            for t in dense_of(Proj::Shared) {
+                let w = &dense_maps[layer][t.offset..t.offset + t.bytes()];
+                run.dense(layer, Proj::Shared, t, w, dense_input(t), tokens)?;
             }
         }
+        let Runner { m, calls, .. } = run;
         // The layers run here stand for all of the model's, in turn. Their hits repeat only if
-        // every layer's experts fit the cache; otherwise the layers run here already fill the
+        // every layer's weights fit the cache; otherwise the layers run here already fill the
         // budget (checked in `run`), so whatever the policy keeps, the full model hits no more
-        // experts per ubatch than were hit here.
-        let repeat_hits = full_expert_bytes(&shape) <= cfg.cache_bytes;
+        // experts per ubatch than were hit here. Under `pin` the dense matrices are priority
+        // entries, which displace routed experts: those of the first layers that fit stay.
+        let repeat_hits = full_weight_bytes(&shape, cfg.dense) <= cfg.cache_bytes;
+        let dense_layers_held = match cfg.cache_policy {
+            Policy::Pin => (cfg.cache_bytes / dense_weight_bytes_per_layer(&shape).max(1)) as usize,
+            Policy::Lru if repeat_hits => shape.layers,
+            Policy::Lru => 0,
+        };
         let mut full = Vec::new();
         for l in 0..shape.layers {
             for c in calls.iter().filter(|c| c.layer as usize == l % o.layers) {
@@ -333,12 +457,20 @@ fn run_case(
                     layer: l as u32,
                     ..c.clone()
                 };
-                if l >= o.layers && !repeat_hits {
+                let held = if c.proj.routed() {
+                    repeat_hits
+                } else {
+                    l < dense_layers_held
+                };
+                if l >= o.layers && !held {
                     c.experts.iter_mut().for_each(|x| x.hit = false);
                 }
                 full.push(c);
             }
         }
+        let lookups: Vec<&ExpertCall> = full.iter().flat_map(|c| &c.experts).collect();
+        let full_hits = lookups.iter().filter(|x| x.hit).count() as u64;
+        let full_lookups = lookups.len() as u64;
         let work = UbatchWork {
             tokens,
             calls: full,
@@ -367,6 +499,8 @@ fn run_case(
             index: u,
             measured: m,
             models,
+            full_hits,
+            full_lookups,
         });
     }
     let cpu_only_tokps = rates.cpu_only_tokps(&shape, tokens);
@@ -381,6 +515,7 @@ fn run_case(
         ubatches,
         cpu_only_tokps,
         dense_us,
+        dense_calls: matmuls.len() * shape.layers,
     })
 }
 
@@ -403,6 +538,9 @@ fn descs<'a>(
         Proj::Up => "blk.0.ffn_up_exps.weight",
         Proj::GateUp => "blk.0.ffn_gate_up_exps.weight",
         Proj::Down => "blk.0.ffn_down_exps.weight",
+        Proj::AttnIn => "blk.0.attn_qkv.weight",
+        Proj::AttnOut => "blk.0.attn_output.weight",
+        Proj::Shared => "blk.0.ffn_shexp.weight",
     };
     let (tk, u) = (tokens as i64, n_used as i64);
     [
@@ -435,6 +573,25 @@ fn descs<'a>(
             name: None,
         },
     ]
+}
+
+/// The descriptors of a dense matmul as ggml gives them (2-D; `ids` unused): `b` [K, tokens] and
+/// `dst` [N, tokens], contiguous.
+fn dense_descs<'a>(
+    t: weights::Tensor,
+    weights: &'a [u8],
+    b: &'a [f32],
+    dst: &'a [AtomicU32],
+    tokens: usize,
+    proj: Proj,
+) -> [TensorDesc<'a>; 4] {
+    let mut d = descs(t, weights, b, 1, &DENSE_IDS, dst, tokens, 1, proj);
+    let tk = tokens as i64;
+    d[1].ne = [t.k as i64, tk, 1, 1];
+    d[1].nb = [4, 4 * t.k, 4 * t.k * tokens, 4 * t.k * tokens];
+    d[3].ne = [t.n as i64, tk, 1, 1];
+    d[3].nb = [4, 4 * t.n, 4 * t.n * tokens, 4 * t.n * tokens];
+    d
 }
 
 fn ms(us: f64) -> f64 {
@@ -473,7 +630,7 @@ pub fn run(args: &[String]) -> Result<ExitCode, String> {
     }
     for shape in &o.configs {
         o.routing.check(shape.n_expert, shape.n_used)?;
-        let full_bytes = full_expert_bytes(shape);
+        let full_bytes = full_weight_bytes(shape, cfg.dense);
         let run_bytes = full_bytes / shape.layers as u64 * o.layers as u64;
         if run_bytes <= cfg.cache_bytes && full_bytes > cfg.cache_bytes {
             eprintln!(
@@ -540,6 +697,16 @@ fn print_tables(o: &Options, cfg: &Config, cases: &[Case]) {
         threads,
         cases.first().map_or("-", |c| c.backend)
     );
+    for c in cases.iter().take(1) {
+        println!(
+            "dense matmuls in the library (ORK_DENSE): {} per ubatch of {} ({} per layer: the \
+             attention projections and a shared expert{})",
+            c.dense_calls,
+            c.shape.name,
+            c.dense_calls / c.shape.layers,
+            if c.dense_calls == 0 { ", off" } else { "" }
+        );
+    }
     println!();
     println!("measured here, per ubatch, the layers run here (quant includes the gather into native A; ms):");
     println!(
@@ -704,14 +871,8 @@ fn print_json(o: &Options, cfg: &Config, cases: &[Case]) {
         let scale = c.shape.layers as f64 / o.layers as f64;
         let t = &u.models[0];
         let (ref_tokps, ref_src) = reference(c, o);
-        // Full model: the hits of the layers run here, repeated only when every layer's
-        // experts fit the cache (see `run_case`); every other lookup a miss.
-        let lookups = (m.hits + m.misses) as f64 * scale;
-        let hits = if full_expert_bytes(&c.shape) <= cfg.cache_bytes {
-            m.hits as f64 * scale
-        } else {
-            m.hits as f64
-        };
+        // Full model: the hits the modelled calls have (see `run_case`); every other lookup a miss.
+        let (hits, lookups) = (u.full_hits as f64, u.full_lookups as f64);
         let misses = lookups - hits;
         let per_miss = m.bytes_inflated as f64 / m.misses.max(1) as f64;
         let mut fields: Vec<(String, Value)> = vec![
@@ -743,6 +904,7 @@ fn print_json(o: &Options, cfg: &Config, cases: &[Case]) {
             ("measured_bytes_inflated".into(), num(m.bytes_inflated as f64)),
             ("measured_buffers_created".into(), num(m.buffers as f64)),
             ("submits".into(), num(m.submits as f64 * scale)),
+            ("dense_calls".into(), num(c.dense_calls as f64)),
             ("npu_runs".into(), num(t.experts.runs as f64)),
             ("contexts_created".into(), num(t.experts.contexts_created as f64)),
             (

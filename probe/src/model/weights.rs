@@ -1,5 +1,5 @@
-//! Synthetic expert weights at real sizes: one layer's gate, up and down expert tensors,
-//! generated once into a file under `~/.cache/ork-moe/model-weights/` and mapped once per
+//! Synthetic weights at real sizes: one layer's gate, up and down expert tensors (or its dense
+//! weight matrices), generated once into a file under `~/.cache/ork-moe/model-weights/` and mapped once per
 //! layer the probe runs. Each mapping has its own addresses (so the engine's cache sees
 //! distinct experts per layer, as with a real model) while all share the page cache: the
 //! probe's memory is one layer's weights whatever `--layers` says.
@@ -11,7 +11,7 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-/// One expert tensor of a layer: `[K, N, n_expert]` blocks of `ty`.
+/// One weight tensor of a layer: `[K, N, n_expert]` blocks of `ty` (`n_expert` 1: a matrix).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Tensor {
     pub ty: GgmlType,
@@ -32,20 +32,23 @@ impl Tensor {
     }
 }
 
-/// The three expert tensors of one layer, laid out back to back.
-pub fn layout(shapes: [(GgmlType, usize, usize); 3], n_expert: usize) -> [Tensor; 3] {
+/// Tensors of `(type, K, N)` with `n_expert` experts each, laid out back to back.
+pub fn layout(shapes: &[(GgmlType, usize, usize)], n_expert: usize) -> Vec<Tensor> {
     let mut offset = 0;
-    shapes.map(|(ty, k, n)| {
-        let t = Tensor {
-            ty,
-            k,
-            n,
-            n_expert,
-            offset,
-        };
-        offset += t.bytes();
-        t
-    })
+    shapes
+        .iter()
+        .map(|&(ty, k, n)| {
+            let t = Tensor {
+                ty,
+                k,
+                n,
+                n_expert,
+                offset,
+            };
+            offset += t.bytes();
+            t
+        })
+        .collect()
 }
 
 fn cache_dir() -> PathBuf {
@@ -55,7 +58,7 @@ fn cache_dir() -> PathBuf {
 
 /// The layer file for `name` holding `tensors`, generated if missing; then `layers` mappings
 /// of it.
-pub fn map_layers(name: &str, tensors: &[Tensor; 3], layers: usize) -> Result<Vec<Mmap>, String> {
+pub fn map_layers(name: &str, tensors: &[Tensor], layers: usize) -> Result<Vec<Mmap>, String> {
     let path = cache_dir().join(format!("{name}.bin"));
     let size: usize = tensors.iter().map(Tensor::bytes).sum();
     let have = std::fs::metadata(&path).map(|m| m.len()).ok();
@@ -73,10 +76,10 @@ pub fn map_layers(name: &str, tensors: &[Tensor; 3], layers: usize) -> Result<Ve
         .collect()
 }
 
-fn generate(path: &Path, tensors: &[Tensor; 3], name: &str) -> std::io::Result<()> {
+fn generate(path: &Path, tensors: &[Tensor], name: &str) -> std::io::Result<()> {
     let size: usize = tensors.iter().map(Tensor::bytes).sum();
     eprintln!(
-        "model: generating {:.0} MB of synthetic experts into {} (once)",
+        "model: generating {:.0} MB of synthetic weights into {} (once)",
         size as f64 / 1e6,
         path.display()
     );

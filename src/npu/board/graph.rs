@@ -6,6 +6,7 @@ use super::params::Params;
 use super::shape::DenseWork;
 use crate::layout::Tiles;
 use crate::npu::exec::split_channels;
+use crate::npu::expert_parts;
 use crate::npu::rknn::CONTEXT_CACHE;
 use crate::npu::{in_stream_envelope, Primitive};
 use crate::quant::GgmlType;
@@ -245,7 +246,8 @@ impl Graph {
     }
 }
 
-/// The projection a MUL_MAT_ID call computes.
+/// The projection a call computes: a routed expert's (MUL_MAT_ID), or a dense weight matrix's
+/// (MUL_MAT, one expert every token routes to: `ork_mul_mat_mt`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Proj {
     Gate,
@@ -253,6 +255,20 @@ pub enum Proj {
     /// llama.cpp's fused `ffn_gate_up_exps`: one call, N = 2·n_ff.
     GateUp,
     Down,
+    /// An attention projection before the attention core (q, k, v).
+    AttnIn,
+    /// The attention output projection (o), after the core.
+    AttnOut,
+    /// A shared expert's gate, up or down, after the routed experts.
+    Shared,
+}
+
+impl Proj {
+    /// A routed projection: a MUL_MAT_ID, which the patch announces at graph begin for the
+    /// prefetcher. Dense calls are not announced: their inflates run in the call.
+    pub fn routed(self) -> bool {
+        matches!(self, Proj::Gate | Proj::Up | Proj::GateUp | Proj::Down)
+    }
 }
 
 /// One used expert of a call.
@@ -264,8 +280,8 @@ pub struct ExpertCall {
     pub hit: bool,
 }
 
-/// One MUL_MAT_ID call as the engine ran it: what the engine (or the probe, from the engine's
-/// statistics and the routing) can count.
+/// One call as the engine ran it (a MUL_MAT_ID, or a dense matmul as one expert): what the
+/// engine (or the probe, from the engine's statistics and the routing) can count.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CallWork {
     pub layer: u32,
@@ -303,7 +319,8 @@ impl CallWork {
 #[derive(Clone, Debug, PartialEq)]
 pub struct UbatchWork {
     pub tokens: usize,
-    /// The calls in the order ggml runs them: per layer gate, up (or gate_up), down.
+    /// The calls in the order ggml runs them: per layer the dense calls the library takes
+    /// (q, k, v, o; none with `ORK_DENSE=0`), gate, up (or gate_up), down, a shared expert's.
     pub calls: Vec<CallWork>,
     /// The dense part, per layer (index = `CallWork::layer`).
     pub dense: Vec<DenseWork>,
@@ -622,17 +639,37 @@ impl Builder<'_> {
     }
 
     fn layer(&mut self, layer: u32, calls: &[&CallWork], d: &DenseWork, prev: Option<u32>) -> u32 {
-        let prev: Vec<u32> = prev.into_iter().collect();
+        let of = |proj: Proj| -> Vec<&CallWork> {
+            calls.iter().copied().filter(|c| c.proj == proj).collect()
+        };
+        let mut before: Vec<u32> = prev.into_iter().collect();
+        let attn_in = of(Proj::AttnIn);
+        if !attn_in.is_empty() {
+            // q, k and v read the layer's input; the attention core needs all three.
+            let begin = self.g.join(&before, layer);
+            let mut after = begin;
+            let mut ends = Vec::new();
+            for c in attn_in {
+                after = self.call(c, begin, after);
+                ends.push(after);
+            }
+            before = vec![self.g.join(&ends, layer)];
+        }
         let (us, bytes) = if self.dense {
             (d.before_us, d.bytes / self.params.big_cores as u64)
         } else {
             (0.0, 0)
         };
-        let input = self.on_big_cores(Work::Dense { us, bytes }, &prev, layer);
+        // The dense part's CPU work: with dense calls, the attention core and the router
+        // (placed before o, which in ggml comes before the router: in sequence the sum is the same).
+        let mut input = self.on_big_cores(Work::Dense { us, bytes }, &before, layer);
+        for c in of(Proj::AttnOut) {
+            input = self.call(c, input, input);
+        }
         let gate_up: Vec<&CallWork> = calls
             .iter()
             .copied()
-            .filter(|c| c.proj != Proj::Down)
+            .filter(|c| matches!(c.proj, Proj::Gate | Proj::Up | Proj::GateUp))
             .collect();
         let mut ends = Vec::new();
         if self.engine.fuse_gate_up && gate_up.len() == 2 {
@@ -649,6 +686,10 @@ impl Builder<'_> {
         let mut end = act;
         for c in calls.iter().filter(|c| c.proj == Proj::Down) {
             end = self.call(c, act, end);
+        }
+        // A shared expert's projections, one after another (its SiLU·mul is in the dense time).
+        for c in of(Proj::Shared) {
+            end = self.call(c, end, end);
         }
         self.elementwise(d.combine_elems, &[end], layer)
     }
@@ -683,6 +724,8 @@ impl Builder<'_> {
             });
         }
         let phase1 = self.g.join(&phase1, layer);
+        // Only the announced calls' experts are prefetched; a dense call inflates its own.
+        let prefetched = e.prefetch && c.proj.routed();
         let t = Tiles::RK3588;
         let (kp, np) = (t.pad(c.k), t.pad(c.n));
         let mut scatters = Vec::new();
@@ -698,12 +741,12 @@ impl Builder<'_> {
                     layer,
                 );
                 (w, w)
-            } else if e.prefetch {
-                let w = self.weights(c, &[]);
+            } else if prefetched {
+                let w = self.weights(c, &[], e.inflate_on, true);
                 self.withdraw(w, route, false);
                 (phase1, w)
             } else {
-                let w = self.weights(c, &[phase1]);
+                let w = self.weights(c, &[phase1], cpu, false);
                 (w, w)
             };
             let m = x.rows as u64;
@@ -756,7 +799,7 @@ impl Builder<'_> {
                 self.g.join(&runs, layer)
             };
             if !x.hit {
-                self.release(c.b_bytes(), done);
+                self.release(c.b_bytes(), done, prefetched);
             }
             let c_bytes = m * np as u64 * 4;
             let sync_c = if e.blocking_submits {
@@ -783,14 +826,14 @@ impl Builder<'_> {
             }
             scatters.push(self.g.push_on(scatter, cpu, sync_c, &scatter_deps, layer));
         }
-        if e.prefetch {
+        if prefetched {
             // Prefetching inflates every expert of the call, the unused ones too; the call
             // learns which those are from its routing, and only then frees their slots.
             for _ in c.experts.len()..c.n_expert {
-                let w = self.weights(c, &[]);
+                let w = self.weights(c, &[], e.inflate_on, true);
                 self.withdraw(w, route, true);
                 let unused = self.g.join(&[w, route], layer);
-                self.release(c.b_bytes(), unused);
+                self.release(c.b_bytes(), unused, true);
             }
         }
         let end = self.g.join(&scatters, layer);
@@ -807,21 +850,21 @@ impl Builder<'_> {
         }
         let per_expert = match c.proj {
             Proj::Down => self.params.outlier_columns_down,
-            Proj::Gate | Proj::Up | Proj::GateUp => self.params.outlier_columns_gate_up,
+            // Dense calls: as gate/up, whose input is also a normed hidden state (assumption).
+            _ => self.params.outlier_columns_gate_up,
         };
         (per_expert.max(0.0).round() as u64).min(c.k as u64)
     }
 
     /// The tasks that make one expert's B ready, the last of them returned: a fresh device
-    /// buffer (or a ring slot, waiting for the runs of the expert that held it), the inflate,
-    /// the flush. They run on one thread, the first of them after `deps`.
-    fn weights(&mut self, c: &CallWork, deps: &[u32]) -> u32 {
+    /// buffer (or, `prefetched`, a ring slot, waiting for the runs of the expert that held it),
+    /// the inflate, the flush. They run on one thread of `unit`, the first of them after `deps`.
+    fn weights(&mut self, c: &CallWork, deps: &[u32], unit: Unit, prefetched: bool) -> u32 {
         let e = self.engine;
         let layer = c.layer;
-        let unit = e.inflate_on;
         let bytes = c.b_bytes();
         let mut deps = deps.to_vec();
-        let freed = if e.prefetch {
+        let freed = if prefetched {
             // Inflates may run in any order: each waits for every slot given up so far, not
             // only its own, or the ring could overfill.
             let (_, mut releases) = self.ring.take(bytes);
@@ -866,9 +909,10 @@ impl Builder<'_> {
         }
     }
 
-    /// The expert B just made ready may be reused (ring) or evicted (cache) after `done`.
-    fn release(&mut self, bytes: u64, done: u32) {
-        if self.engine.prefetch {
+    /// The expert B just made ready may be reused (the ring, when `prefetched`) or evicted
+    /// (cache) after `done`.
+    fn release(&mut self, bytes: u64, done: u32, prefetched: bool) {
+        if prefetched {
             self.ring.hold(bytes, done);
             self.g.tasks[done as usize].free += bytes;
         } else {
@@ -889,12 +933,19 @@ impl Builder<'_> {
             Primitive::RunI8
         };
         let cores = self.params.cores as usize;
+        let t = Tiles::RK3588;
         let slices = if e.rknn_placement && !stream {
             let all: Vec<usize> = (0..cores).collect();
-            split_channels(&Tiles::RK3588, 0, np, &all)
-        } else {
+            split_channels(&t, 0, np, &all)
+        } else if e.rknn_placement || e.blocking_submits {
             // A one-GEMM stream: one run, on core 0 in the rknn backend.
             vec![(0, 0, np)]
+        } else {
+            // The engine's submitters: an expert with a large share of the call's rows is split
+            // over the cores as the engine's work items are; each part one run on any core.
+            let parts = expert_parts(rows as usize, c.rows() as usize, cores, np / t.b_n);
+            let ways: Vec<usize> = (0..parts).map(|_| 0).collect();
+            split_channels(&t, 0, np, &ways)
         };
         slices
             .into_iter()

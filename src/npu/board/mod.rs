@@ -96,8 +96,97 @@ mod tests {
         UbatchWork {
             tokens,
             calls,
-            dense: vec![rates.dense_layer(shape, tokens, p); layers],
+            dense: vec![rates.dense_layer(shape, tokens, p, false); layers],
         }
+    }
+
+    /// `ub` with `shape`'s dense matmuls as calls of one expert (every row, a miss), ordered as
+    /// ggml runs them, and the dense part's CPU work without them.
+    fn with_dense_calls(ub: &UbatchWork, shape: &ModelShape, p: &Params) -> UbatchWork {
+        let rates = CpuRates::from_reference(p);
+        let layers = ub.dense.len();
+        let mut calls = Vec::new();
+        for layer in 0..layers as u32 {
+            let dense = |proj: Proj| {
+                shape
+                    .dense_matmuls()
+                    .into_iter()
+                    .filter(move |&(x, ..)| x == proj)
+                    .map(move |(proj, k, n)| CallWork {
+                        layer,
+                        proj,
+                        k,
+                        n,
+                        ty: GgmlType::Q4_0,
+                        act_rows: ub.tokens as u64,
+                        n_expert: 1,
+                        experts: vec![ExpertCall {
+                            rows: ub.tokens as u32,
+                            hit: false,
+                        }],
+                    })
+            };
+            calls.extend(dense(Proj::AttnIn).chain(dense(Proj::AttnOut)));
+            calls.extend(ub.calls.iter().filter(|c| c.layer == layer).cloned());
+            calls.extend(dense(Proj::Shared));
+        }
+        UbatchWork {
+            tokens: ub.tokens,
+            calls,
+            dense: vec![rates.dense_layer(shape, ub.tokens, p, true); layers],
+        }
+    }
+
+    #[test]
+    fn dense_calls_take_the_projections_off_the_cpu_and_inflate_in_their_call() {
+        let p = Params::default();
+        let s = ModelShape::QWEN3_30B_A3B;
+        let routed = even(&s, 4, 2048, &p);
+        let both = with_dense_calls(&routed, &s, &p);
+        let model = |ub: &UbatchWork, e: &EngineModel| {
+            model_ubatch(ub, e, &p, 1 << 30, &mut ContextCache::default()).unwrap()
+        };
+        for e in [EngineModel::engine(), EngineModel::prefetching()] {
+            let (before, after) = (model(&routed, &e), model(&both, &e));
+            // The projections' MACs move to the NPU: more NPU time, far less ubatch time.
+            let macs = 4.0 * 2048.0 * s.dense_matmul_macs_per_token_layer();
+            let npu_us = 2.0 * macs / (p.cores * p.core_tops * 1e12) * 1e6;
+            let more = after.experts.bound.npu_us - before.experts.bound.npu_us;
+            assert!(more > npu_us && more < 1.2 * npu_us, "{more} vs {npu_us}");
+            assert!(
+                after.whole.scheduled_us < 0.8 * before.whole.scheduled_us,
+                "{}",
+                e.name
+            );
+            let e_sched = &after.experts;
+            assert!(e_sched.scheduled_us >= e_sched.bound.us() * (1.0 - 1e-9));
+        }
+        // The patch announces only the MUL_MAT_IDs: the prefetcher inflates the routed experts
+        // on the A55s, each dense call its one matrix on ggml's threads, in the call.
+        let g = build(
+            &both,
+            &EngineModel::prefetching(),
+            &p,
+            1 << 30,
+            &mut ContextCache::default(),
+            true,
+        );
+        let units = |big: bool| {
+            g.tasks
+                .iter()
+                .filter(|t| t.work.stage() == Stage::Inflate)
+                .filter(|t| (t.unit == graph::Unit::Big) == big)
+                .count()
+        };
+        assert_eq!(units(true), 4 * 4);
+        assert_eq!(units(false), 4 * 2 * s.n_expert);
+        // A dense call's one expert is split over the three cores: three runs each.
+        let runs = g
+            .tasks
+            .iter()
+            .filter(|t| matches!(t.work, graph::Work::Run { m: 2048, .. }))
+            .count();
+        assert_eq!(runs, 4 * 4 * 3);
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Model shapes, and the dense part (everything but the routed experts: attention, norms, the
 //! router, a shared expert) priced at a CPU rate derived from a published CPU-only figure.
 
+use super::graph::Proj;
 use super::params::Params;
 
 /// What the board model needs of a MoE transformer.
@@ -71,6 +72,40 @@ impl ModelShape {
         (attn + self.hidden * self.n_expert + shared) as u64
     }
 
+    /// The dense part's weight matrices that the library takes (`ORK_DENSE`, `ork_mul_mat_mt`),
+    /// as (where in the layer, K, N): the attention projections q, k, v and o, and a shared
+    /// expert's gate, up and down. The router stays ggml's: llama.cpp's quantizer leaves
+    /// `ffn_gate_inp.weight` in F32 (src/llama-quant.cpp), which the library does not inflate.
+    pub fn dense_matmuls(&self) -> Vec<(Proj, usize, usize)> {
+        let (h, q, kv) = (
+            self.hidden,
+            self.heads * self.head_dim,
+            self.kv_heads * self.head_dim,
+        );
+        let mut m = vec![
+            (Proj::AttnIn, h, q),
+            (Proj::AttnIn, h, kv),
+            (Proj::AttnIn, h, kv),
+            (Proj::AttnOut, q, h),
+        ];
+        if self.shared_ff > 0 {
+            m.extend([
+                (Proj::Shared, h, self.shared_ff),
+                (Proj::Shared, h, self.shared_ff),
+                (Proj::Shared, self.shared_ff, h),
+            ]);
+        }
+        m
+    }
+
+    /// Multiply-accumulates per token and layer of [`ModelShape::dense_matmuls`].
+    pub fn dense_matmul_macs_per_token_layer(&self) -> f64 {
+        self.dense_matmuls()
+            .iter()
+            .map(|&(_, k, n)| (k * n) as f64)
+            .sum()
+    }
+
     /// Multiply-accumulates of the dense part per token and layer, the attention over `ctx`
     /// earlier positions included.
     pub fn dense_macs_per_token_layer(&self, ctx: f64) -> f64 {
@@ -131,12 +166,25 @@ impl CpuRates {
         1e6 / (dense * self.dense_us_per_mac + expert * self.expert_us_per_mac)
     }
 
-    /// The dense part of one layer for a prompt ubatch of `tokens` starting at position 0.
-    pub fn dense_layer(&self, shape: &ModelShape, tokens: usize, p: &Params) -> DenseWork {
+    /// The dense part of one layer for a prompt ubatch of `tokens` starting at position 0, on
+    /// the CPU; with `matmuls_offloaded` without [`ModelShape::dense_matmuls`] (the library's
+    /// calls then), whose MACs and weights it no longer prices.
+    pub fn dense_layer(
+        &self,
+        shape: &ModelShape,
+        tokens: usize,
+        p: &Params,
+        matmuls_offloaded: bool,
+    ) -> DenseWork {
         let t = tokens as u64;
         let act_elems = t * (shape.n_used * shape.expert_ff) as u64;
         let combine_elems = t * (shape.n_used * shape.hidden) as u64;
-        let total_us = shape.dense_macs_per_token_layer(tokens as f64 / 2.0)
+        let offloaded = if matmuls_offloaded {
+            shape.dense_matmul_macs_per_token_layer()
+        } else {
+            0.0
+        };
+        let total_us = (shape.dense_macs_per_token_layer(tokens as f64 / 2.0) - offloaded)
             * tokens as f64
             * self.dense_us_per_mac;
         DenseWork {
@@ -145,7 +193,8 @@ impl CpuRates {
             before_us: (total_us - self.elementwise_us(act_elems + combine_elems, p)).max(0.0),
             act_elems,
             combine_elems,
-            bytes: (shape.dense_weights_per_layer() as f64 * p.dense_weight_bytes) as u64,
+            bytes: ((shape.dense_weights_per_layer() as f64 - offloaded) * p.dense_weight_bytes)
+                as u64,
         }
     }
 
@@ -184,10 +233,34 @@ mod tests {
         let r = CpuRates::from_reference(&p);
         let s = ModelShape::QWEN3_30B_A3B;
         let tokens = p.reference_context as usize;
-        let d = r.dense_layer(&s, tokens, &p);
+        let d = r.dense_layer(&s, tokens, &p, false);
         let elementwise = r.elementwise_us(d.act_elems + d.combine_elems, &p);
         let per_token = (d.before_us + elementwise) * s.layers as f64 / tokens as f64;
         let expected = 1e6 / p.cpu_only_reference_tokps * (1.0 - p.mul_mat_id_share);
         assert!((per_token - expected).abs() < 1e-6 * expected);
+    }
+
+    #[test]
+    fn offloaded_matmuls_leave_the_attention_core_and_the_router() {
+        let p = Params::default();
+        let r = CpuRates::from_reference(&p);
+        let s = ModelShape::QWEN3_30B_A3B;
+        // q 2048x4096, k and v 2048x512, o 4096x2048
+        assert_eq!(s.dense_matmul_macs_per_token_layer(), 18_874_368.0);
+        let (all, cpu) = (
+            r.dense_layer(&s, 2048, &p, false),
+            r.dense_layer(&s, 2048, &p, true),
+        );
+        let left = 2048.0 * 128.0 + 2.0 * 4096.0 * 1024.0;
+        let priced =
+            |d: &DenseWork| d.before_us + r.elementwise_us(d.act_elems + d.combine_elems, &p);
+        let expected = left / s.dense_macs_per_token_layer(1024.0);
+        assert!(
+            (priced(&cpu) / priced(&all) - expected).abs() < 1e-9,
+            "{expected}"
+        );
+        assert_eq!(cpu.bytes, (2048.0 * 128.0 * p.dense_weight_bytes) as u64);
+        // A shared expert is a dense matmul too.
+        assert_eq!(ModelShape::QWEN15_MOE_A27B.dense_matmuls().len(), 7);
     }
 }
