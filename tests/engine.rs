@@ -979,6 +979,21 @@ fn on_the_vendor_runtime_calls_and_prefetches_give_the_emulators_bits() {
             gate.run_pair(&up, &npu, 3) == gate.run_pair(&up, &emu, 1),
             "pair"
         );
+        // One expert with every row (a dense matmul's): split over the three cores' submitters.
+        let one = Shape {
+            ty: GgmlType::Q4_K,
+            k: 512,
+            n: 200,
+            n_expert: 1,
+            n_used: 1,
+            n_tokens: 40,
+            b_rows: 1,
+            dst_gap: 3,
+        };
+        let dense = Case::new(one, 830);
+        let runs = s.counters().runs;
+        assert!(dense.run(&npu, 1) == dense.run(&emu, 1), "one expert");
+        assert_eq!(s.counters().runs - runs, 3, "one run per core");
     }
     {
         let npu = engine_on_runtime(&s.path, 2);
