@@ -487,7 +487,10 @@ impl Engine {
         let mut call = Call::new(plan, key, participants, nth);
         if self.prefetching() {
             let addr = io.weights.as_ptr() as usize;
-            call.prefetch_pause = Some(self.experts.staging().call_starts(addr));
+            // A call of one expert (a dense matmul) is NPU work with little DRAM traffic of its
+            // own: the prefetch threads keep inflating the next calls' experts meanwhile.
+            let pause = call.plan.problem.n_expert > 1;
+            call.prefetch_pause = self.experts.staging().call_starts(addr, pause);
         }
         call
     }

@@ -158,17 +158,20 @@ impl Staging {
         self.moved.notify_all();
     }
 
-    /// A call on the weights at `addr` starts: its experts still queued are its own work, and no
-    /// prefetch thread starts another expert until it ends (the guard drops), which leaves the
-    /// DRAM to the call's NPU runs.
-    pub fn call_starts(self: &Arc<Self>, addr: usize) -> PrefetchPause {
+    /// A call on the weights at `addr` starts: its experts still queued are its own work, and,
+    /// with `pause`, no prefetch thread starts another expert until it ends (the guard drops),
+    /// which leaves the DRAM to the call's NPU runs.
+    pub fn call_starts(self: &Arc<Self>, addr: usize, pause: bool) -> Option<PrefetchPause> {
         let mut g = self.lock();
         g.started.insert(addr);
-        g.calls_running += 1;
         let before = g.queue.len();
         g.queue.retain(|j| j.call.addr() != addr);
         g.stats.withdrawn += (before - g.queue.len()) as u64;
-        PrefetchPause(Arc::clone(self))
+        if !pause {
+            return None;
+        }
+        g.calls_running += 1;
+        Some(PrefetchPause(Arc::clone(self)))
     }
 
     /// The staged expert under `key` if its fingerprint matches (any other is dropped: the bytes
@@ -366,7 +369,7 @@ mod tests {
     fn a_running_call_pauses_the_prefetch_threads() {
         let staging = Arc::new(Staging::new(1 << 20));
         let w = Arc::new(vec![0x11u8; 4 * 18]);
-        let other_call = staging.call_starts(1);
+        let other_call = staging.call_starts(1, true);
         staging.announce(announced(&w));
         let (tx, rx) = mpsc::channel();
         let s = Arc::clone(&staging);
@@ -384,11 +387,33 @@ mod tests {
         assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok(0));
         thread.join().unwrap();
         // Its own call withdraws the rest.
-        let own = staging.call_starts(w.as_ptr() as usize);
+        let own = staging.call_starts(w.as_ptr() as usize, true);
         assert_eq!(staging.stats().withdrawn, 3);
         drop(own);
         staging.fence();
         assert_eq!(Arc::strong_count(&w), 1);
+    }
+
+    #[test]
+    fn a_call_that_does_not_pause_lets_the_prefetch_threads_work() {
+        let staging = Arc::new(Staging::new(1 << 20));
+        let w = Arc::new(vec![0x11u8; 4 * 18]);
+        // A dense matmul's call: no pause, so a job starts while it runs.
+        let no_pause = staging.call_starts(1, false);
+        assert!(no_pause.is_none());
+        staging.announce(announced(&w));
+        let (tx, rx) = mpsc::channel();
+        let s = Arc::clone(&staging);
+        let thread = std::thread::spawn(move || {
+            let job = s.next_job().expect("a job");
+            tx.send(job.expert).unwrap();
+            drop(job);
+            s.finish();
+        });
+        assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok(0));
+        thread.join().unwrap();
+        drop(no_pause);
+        staging.fence();
     }
 
     #[test]
@@ -438,7 +463,7 @@ mod tests {
         });
         // Once its call has started, nobody claims its experts.
         let other = Arc::new(Staging::new(1 << 20));
-        let started = other.call_starts(1);
+        let started = other.call_starts(1, true);
         assert!(other.claim(key, fp, 1).is_none());
         drop(started);
     }

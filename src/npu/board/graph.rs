@@ -361,8 +361,9 @@ pub struct EngineModel {
     /// A call withdraws its prefetched experts not started yet and inflates them itself, as the
     /// engine's prefetcher does (`Staging::withdraw`); otherwise it waits for the prefetch.
     pub withdraw: bool,
-    /// The prefetch threads start no expert while a call runs, as the engine's (they leave the
-    /// DRAM to the call's NPU runs); needs `withdraw`, or a call would wait for them forever.
+    /// The prefetch threads start no expert while a routed call runs, as the engine's (they
+    /// leave the DRAM to the call's NPU runs); needs `withdraw`, or a call would wait for them
+    /// forever.
     pub pause: bool,
     /// The outlier split runs (the default since issue 13): per expert, the f32 weight columns
     /// of its rows' outlier channels (`outlier_columns_*` parameters), on the CPU.
@@ -442,7 +443,8 @@ impl EngineModel {
     /// its experts from there and frees each slot when its runs are done. Everything else is
     /// `engine()`. When a call starts it withdraws its experts the prefetcher has not started:
     /// its own threads inflate the used ones, the unused ones are dropped; one the prefetcher
-    /// is inflating it waits for; and until it ends the prefetcher starts no expert. Assumes
+    /// is inflating it waits for; and until it ends the prefetcher starts no expert (a dense
+    /// call, NPU work with little DRAM traffic, does not pause it). Assumes
     /// the prefetch threads start at graph begin (during layer 0's dense part).
     ///
     /// Against the engine: it frees a slot when the call takes the expert, not when its runs
@@ -837,7 +839,8 @@ impl Builder<'_> {
             }
         }
         let end = self.g.join(&scatters, layer);
-        if e.pause {
+        // The engine's dense calls do not pause the prefetcher (`Engine::start`).
+        if e.pause && c.proj.routed() {
             self.g.calls.push((route, end));
         }
         end
