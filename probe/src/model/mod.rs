@@ -2,8 +2,10 @@
 //! the engine on this machine, and the modelled RK3588 timeline of the same work
 //! (`ork_moe::npu::board`).
 //!
-//! Per layer the probe makes the three calls ggml makes (gate, up: the layer input; down: the
-//! SiLU·mul output, one row per token and slot), with synthetic experts at their real sizes
+//! Per layer the probe makes the calls ggml makes: the dense matmuls the engine takes (q, k, v, o;
+//! a shared expert's after the routed experts; none with `ORK_DENSE=0`), then gate and up (the
+//! layer input) and down (the SiLU·mul output, one row per token and slot), with synthetic
+//! weights at their real sizes
 //! ([`weights`]) and routing from [`routing`]. It measures what the engine does here, then builds
 //! the board model's work graph of the whole model from the counts of each call (rows per used
 //! expert, cache hits and misses, submits): the layers it ran stand for all of the model's
@@ -32,8 +34,8 @@ use std::time::Instant;
 
 pub const USAGE: &str = "\
 ork-probe model [options]: the MUL_MAT_ID calls of whole forward passes through the engine, and
-the modelled RK3588 timeline of the same work (today's engine, with its prefetcher, and
-pipelined variants)
+the dense matmuls it takes (ORK_DENSE=0: none), and the modelled RK3588 timeline of the same work
+(today's engine, with its prefetcher, and pipelined variants)
   --config C,...       qwen3-30b-a3b (default), qwen1.5-moe-a2.7b
   --types T,...        expert weight types (default q4_0,q4_K; a K that is not whole blocks of
                        the type uses q5_0, as llama-quantize does)
@@ -700,7 +702,7 @@ fn print_tables(o: &Options, cfg: &Config, cases: &[Case]) {
     for c in cases.iter().take(1) {
         println!(
             "dense matmuls in the library (ORK_DENSE): {} per ubatch of {} ({} per layer: the \
-             attention projections and a shared expert{})",
+             attention projections, and a shared expert's where the model has one{})",
             c.dense_calls,
             c.shape.name,
             c.dense_calls / c.shape.layers,
