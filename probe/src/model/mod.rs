@@ -268,7 +268,7 @@ struct Runner<'a> {
 }
 
 impl Runner<'_> {
-    /// Runs one call (`ids` None: a dense one, [`Engine::plan_dense`]) and records it as `proj`
+    /// Runs one call (`dense`: planned by [`Engine::plan_dense`], whose `ids` it ignores) and records it as `proj`
     /// of `layer`.
     fn call(
         &mut self,
