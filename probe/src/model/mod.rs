@@ -268,8 +268,8 @@ struct Runner<'a> {
 }
 
 impl Runner<'_> {
-    /// Runs one call (`dense`: planned by [`Engine::plan_dense`], whose `ids` it ignores) and records it as `proj`
-    /// of `layer`.
+    /// Runs one call (`dense`: planned by [`Engine::plan_dense`], which ignores `descs[2]`) and
+    /// records it as `proj` of `layer`.
     fn call(
         &mut self,
         layer: usize,
