@@ -1,6 +1,7 @@
 //! Descriptor validation on fuzz-built descriptors (types, shapes, strides and data addresses
 //! inside a small real buffer, NULL, or near the top of the address space):
-//! - `moe::desc::validate` and `ork_mul_mat_id_check` never panic and agree;
+//! - `moe::desc::validate` and `ork_mul_mat_id_check` never panic and agree, and so do the dense
+//!   entry `ork_mul_mat_check` on `as`, `b`, `dst` and `dense_as_mul_mat_id` then `validate`;
 //! - an accepted problem's extents are the descriptors' true extents, its `dst` elements are
 //!   distinct and share no byte with an input, its weight and activation rows are distinct;
 //! - "outputs overlap" and "dst overlaps" (INVALID_ARGUMENT) are true, by brute force.
@@ -11,8 +12,8 @@ mod common;
 use common::{cross_overlap, runs, self_overlap, Bytes};
 use libfuzzer_sys::fuzz_target;
 use ork_moe::ffi::*;
-use ork_moe::moe::desc::{validate, weight_format, TensorDesc};
-use ork_moe::moe::ErrorKind;
+use ork_moe::moe::desc::{dense_as_mul_mat_id, validate, weight_format, Problem, TensorDesc};
+use ork_moe::moe::{Error, ErrorKind};
 use std::sync::OnceLock;
 
 /// Brute force only below this many runs.
@@ -124,9 +125,7 @@ fuzz_target!(|data: &[u8]| {
         addr: t.data as usize,
         name: None,
     });
-    let v = validate(&d[0], &d[1], &d[2], &d[3]);
-    let rc = ork_mul_mat_id_check(ctx(), &t[0], &t[1], &t[2], &t[3]);
-    let want = match &v {
+    let code = |v: &Result<Problem, Error>| match v {
         Ok(_) => ORK_OK,
         Err(e) if e.kind == ErrorKind::NotHandled => ORK_NOT_HANDLED,
         Err(e) => {
@@ -134,7 +133,13 @@ fuzz_target!(|data: &[u8]| {
             ORK_INVALID_ARGUMENT
         }
     };
-    assert_eq!(rc, want, "{v:?}");
+    let v = validate(&d[0], &d[1], &d[2], &d[3]);
+    let rc = ork_mul_mat_id_check(ctx(), &t[0], &t[1], &t[2], &t[3]);
+    assert_eq!(rc, code(&v), "{v:?}");
+    let dense = dense_as_mul_mat_id(&d[0], &d[1], &d[3])
+        .and_then(|[w, b, ids, dst]| validate(&w, &b, &ids, &dst));
+    let rc = ork_mul_mat_check(ctx(), &t[0], &t[1], &t[3]);
+    assert_eq!(rc, code(&dense), "dense: {dense:?}");
 
     let ne = |i: usize, j: usize| d[i].ne[j] as usize;
     let used = |i: usize, j: usize| if ne(i, j) > 1 { d[i].nb[j] } else { 0 };

@@ -298,7 +298,8 @@ impl Engine {
 
     /// [`Engine::plan`] for a dense matmul `dst = w^T · b` ([`dense_as_mul_mat_id`]: one expert
     /// every token routes to): the attention projections of a prefill, say. Its [`Inputs`] take
-    /// `ids` = [`DENSE_IDS`](super::desc::DENSE_IDS). Declined when the configuration turns dense calls off.
+    /// `ids` = [`DENSE_IDS`](super::desc::DENSE_IDS). Declined when the configuration turns
+    /// dense calls off.
     pub fn plan_dense(
         &self,
         w: &TensorDesc,
@@ -306,8 +307,7 @@ impl Engine {
         dst: &TensorDesc,
     ) -> Result<Plan, Error> {
         if !self.config.dense {
-            return Err(Error::new(
-                ErrorKind::NotHandled,
+            return Err(Error::not_handled(
                 "dense matmuls are turned off (ORK_DENSE=0)",
             ));
         }

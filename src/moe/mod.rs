@@ -60,6 +60,7 @@ pub struct Error {
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Message {
     Text(String),
+    Static(&'static str),
     BelowMinRows {
         rows_per_expert: usize,
         min_rows: u32,
@@ -71,6 +72,15 @@ impl Error {
         Error {
             kind,
             message: Message::Text(message.into()),
+        }
+    }
+
+    /// A call the configuration leaves to the caller, for a fixed reason: no allocation, as it
+    /// may be every call's answer.
+    pub fn not_handled(reason: &'static str) -> Error {
+        Error {
+            kind: ErrorKind::NotHandled,
+            message: Message::Static(reason),
         }
     }
 
@@ -89,6 +99,7 @@ impl Error {
     pub fn message(&self) -> std::borrow::Cow<'_, str> {
         match &self.message {
             Message::Text(text) => text.into(),
+            Message::Static(text) => (*text).into(),
             Message::BelowMinRows {
                 rows_per_expert,
                 min_rows,
