@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ThreadSanitizer over the engine's cooperative and concurrent tests: the worker pool, the device
 # layer's submits shared by caller threads, the engine units, cooperative calls on 1-4 threads
-# with a real barrier (tests/faults.rs, tests/engine.rs, tests/check_predicts_call.rs), and
+# with a real barrier (tests/faults.rs, tests/engine.rs, tests/dense.rs, tests/check_predicts_call.rs), and
 # concurrent calls on one context (tests/concurrent.rs). Nightly, with std rebuilt instrumented (-Zbuild-std; needs the
 # nightly rust-src component), so that std's own synchronization is seen. Any report fails the
 # run (TSan exits 66). The C harness is left out: its C side is not instrumented.
@@ -18,12 +18,13 @@ tsan() {
     cargo +nightly test -Zbuild-std --target x86_64-unknown-linux-gnu \
         --target-dir "${ORK_TSAN_TARGET:-$HOME/.cache/ork-moe/target-tsan}" "$@"
 }
-tsan --no-run --lib --test concurrent --test faults --test engine --test check_predicts_call --test npu
+tsan --no-run --lib --test concurrent --test faults --test engine --test dense --test check_predicts_call --test npu
 echo "build: $(( $(date +%s) - start )) s"
 tsan --lib -- pool:: moe:: npu::
 tsan --test concurrent
 tsan --test faults
 tsan --test engine
+tsan --test dense
 tsan --test check_predicts_call
 tsan --test npu -- concurrent_submits_from_several_threads caller_threads_run_the_shares
 echo "tsan: no reports, $(( $(date +%s) - start )) s"
