@@ -940,6 +940,58 @@ fn the_staging_budget_bounds_what_is_inflated_ahead() {
     assert!(case.run_on(&w, &engine, 1) == case.run(&engine_on(BackendChoice::Emu, 1), 1));
 }
 
+/// While a one-expert call (a dense matmul's) waits for its NPU runs, its threads inflate queued
+/// experts of announced calls (`Staging::help_job`); results keep their bits.
+#[test]
+fn a_dense_call_waiting_for_its_runs_inflates_announced_experts() {
+    // Each run takes 200 ms: the call's three threads wait that long for the three runs.
+    let s = Standin::new(Sdk::V2_3, "run_us=200000");
+    let emu = engine_on(BackendChoice::Emu, 1);
+    let npu = engine_on_runtime(&s.path, 1);
+    // 512 small experts queued: more than the one prefetch thread inflates in that time.
+    let later = Case::new(
+        Shape {
+            ty: GgmlType::Q4_0,
+            k: 512,
+            n: 256,
+            n_expert: 512,
+            n_used: 2,
+            n_tokens: 4,
+            b_rows: 1,
+            dst_gap: 0,
+        },
+        840,
+    );
+    let w = held(&later.weights);
+    announce(&npu, &[(&later, &w)]);
+    let dense = Case::new(
+        Shape {
+            ty: GgmlType::Q4_K,
+            k: 512,
+            n: 200,
+            n_expert: 1,
+            n_used: 1,
+            n_tokens: 40,
+            b_rows: 1,
+            dst_gap: 3,
+        },
+        841,
+    );
+    assert!(dense.run(&npu, 3) == dense.run(&emu, 1), "dense call");
+    let st = npu.prefetch_stats();
+    assert!(
+        st.helped > 0,
+        "the waiting threads inflated nothing: {st:?}"
+    );
+    assert!(
+        later.run_on(&w, &npu, 1) == later.run(&emu, 1),
+        "later call"
+    );
+    npu.prefetch_fence();
+    let st = npu.prefetch_stats();
+    assert_eq!(st.staged + st.withdrawn, 512, "{st:?}");
+}
+
 /// [`engine_prefetching`] on the rknn backend through the stand-in runtime at `lib` (the board's
 /// path: its submitter threads, one per core).
 fn engine_on_runtime(lib: &str, prefetch_threads: usize) -> Engine {

@@ -218,6 +218,9 @@ pub(super) struct Call {
     pub runs: Mutex<Vec<(usize, ExpertRun)>>,
     /// With prefetch threads: they pause until the call is gone.
     pub prefetch_pause: Option<PrefetchPause>,
+    /// With prefetch threads, a call that does not pause them: its threads take prefetch jobs
+    /// while they wait for its NPU runs.
+    pub helps_prefetch: bool,
 }
 
 impl Call {
@@ -241,6 +244,7 @@ impl Call {
             pipe: Pipe::default(),
             runs: Mutex::new(Vec::new()),
             prefetch_pause: None,
+            helps_prefetch: false,
         }
     }
 

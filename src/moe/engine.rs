@@ -8,7 +8,7 @@ use super::call::{
 use super::desc::{dense_as_mul_mat_id, validate, Problem, TensorDesc};
 use super::expert::{Experts, Source, Weights};
 use super::outliers::split_row;
-use super::prefetch::{Announced, HeldWeights, PrefetchStats};
+use super::prefetch::{Announced, HeldWeights, Job, PrefetchStats};
 use super::quantize::quantize_row_scaled;
 use super::route::{Group, Routing, Row};
 use super::scatter::{publish, scale_row, Row as ScatterRow, QUAD};
@@ -491,6 +491,7 @@ impl Engine {
             // own: the prefetch threads keep inflating the next calls' experts meanwhile.
             let pause = call.plan.problem.n_expert > 1;
             call.prefetch_pause = self.experts.staging().call_starts(addr, pause);
+            call.helps_prefetch = !pause;
         }
         call
     }
@@ -676,17 +677,35 @@ impl Engine {
                     return;
                 }
                 if let Some(done) = st.done.pop_front() {
-                    break Some(done);
+                    break Next::Scatter(done);
                 }
                 let more = call.next.load(Ordering::Relaxed) < items.len();
                 if more && st.queued - st.scattered < ahead {
-                    break None;
+                    break Next::Prepare;
+                }
+                // Nothing to do but wait for the runs: inflate an expert of a later call.
+                if call.helps_prefetch {
+                    if let Some(job) = self.experts.staging().help_job() {
+                        break Next::Help(job);
+                    }
                 }
                 st = pipe.moved.wait(st).unwrap_or_else(|e| e.into_inner());
             };
             drop(st);
             match next {
-                Some((i, product)) => {
+                Next::Help(job) => {
+                    let t = Instant::now();
+                    inflate_job(
+                        job,
+                        &self.device,
+                        &self.experts,
+                        &self.spare_b,
+                        &self.tiles,
+                        self.isa,
+                    );
+                    call.clock.add(Stage::Inflate, t);
+                }
+                Next::Scatter((i, product)) => {
                     let item = &items[i];
                     let done = self
                         .prepared(call, io, item)
@@ -698,7 +717,7 @@ impl Engine {
                     lock(&pipe.state).scattered += 1;
                     pipe.moved.notify_all();
                 }
-                None => {
+                Next::Prepare => {
                     let i = call.next.fetch_add(1, Ordering::Relaxed);
                     let Some(item) = items.get(i) else { continue };
                     if let Err(e) = self.prepared(call, io, item) {
@@ -1081,44 +1100,61 @@ impl Prefetcher {
                 log::warn!("prefetch thread stays unpinned: {e}");
             }
         }
-        let staging = self.experts.staging();
-        while let Some(job) = staging.next_job() {
-            let done = panic::catch_unwind(AssertUnwindSafe(|| {
-                let call = &job.call;
-                let weights: Vec<Weights> = call
-                    .plan
-                    .problems()
-                    .zip(&call.weights)
-                    .map(|(problem, w)| Weights {
-                        problem,
-                        data: w.data.bytes(),
-                        name: w.name.as_deref(),
-                    })
-                    .collect();
-                self.experts.prefetch(
-                    &self.device,
-                    &self.spares,
-                    &self.tiles,
-                    self.isa,
-                    &weights,
-                    job.expert,
-                )
-            }));
-            match done {
-                Ok(Ok(())) => {}
-                // The call inflates it itself and reports what goes wrong then.
-                Ok(Err(e)) => log::debug!("prefetch of expert {}: {e}", job.expert),
-                Err(p) => {
-                    log::warn!(
-                        "prefetch of expert {}: {}",
-                        job.expert,
-                        Error::from_panic(p)
-                    )
-                }
-            }
-            // The job holds the host's weights: gone before the fence can count it finished.
-            drop(job);
-            staging.finish();
+        while let Some(job) = self.experts.staging().next_job() {
+            inflate_job(
+                job,
+                &self.device,
+                &self.experts,
+                &self.spares,
+                &self.tiles,
+                self.isa,
+            );
         }
     }
+}
+
+/// Inflates the expert of an announced call into the staging area: a prefetch thread's job, or
+/// one a waiting call's thread took ([`Staging::help_job`]). Errors and panics stay here: the
+/// call inflates the expert itself and reports what goes wrong then.
+fn inflate_job(
+    job: Job,
+    device: &Device,
+    experts: &Experts,
+    spares: &Spares<i8>,
+    tiles: &Tiles,
+    isa: Isa,
+) {
+    let done = panic::catch_unwind(AssertUnwindSafe(|| {
+        let call = &job.call;
+        let weights: Vec<Weights> = call
+            .plan
+            .problems()
+            .zip(&call.weights)
+            .map(|(problem, w)| Weights {
+                problem,
+                data: w.data.bytes(),
+                name: w.name.as_deref(),
+            })
+            .collect();
+        experts.prefetch(device, spares, tiles, isa, &weights, job.expert)
+    }));
+    match done {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => log::debug!("prefetch of expert {}: {e}", job.expert),
+        Err(p) => log::warn!(
+            "prefetch of expert {}: {}",
+            job.expert,
+            Error::from_panic(p)
+        ),
+    }
+    // The job holds the host's weights: gone before the fence can count it finished.
+    drop(job);
+    experts.staging().finish();
+}
+
+/// What a caller thread of a piped phase 2 does next.
+enum Next {
+    Scatter((usize, Product)),
+    Prepare,
+    Help(Job),
 }

@@ -82,14 +82,16 @@ pub struct PrefetchStats {
     pub dropped: u64,
     /// Jobs withdrawn by their own call or emptied by a fence before they ran.
     pub withdrawn: u64,
+    /// Jobs a call's thread took while it waited for the call's NPU runs ([`Staging::help_job`]).
+    pub helped: u64,
 }
 
 impl std::fmt::Display for PrefetchStats {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "prefetch: {} staged, {} taken, {} dropped, {} withdrawn",
-            self.staged, self.taken, self.dropped, self.withdrawn
+            "prefetch: {} staged, {} taken, {} dropped, {} withdrawn, {} jobs by waiting calls",
+            self.staged, self.taken, self.dropped, self.withdrawn, self.helped
         )
     }
 }
@@ -230,7 +232,21 @@ impl Staging {
         }
     }
 
-    /// A job taken by [`Staging::next_job`] is done (its [`Claim`], if any, is gone).
+    /// A job for a call's thread that would otherwise wait for the call's NPU runs, if one is
+    /// queued and a prefetch thread could start it now; never waits. On the RK3588 that is an
+    /// idle A76 during a dense matmul's runs, which leave the DRAM to spare.
+    pub fn help_job(&self) -> Option<Job> {
+        let mut g = self.lock();
+        if g.shutdown || g.calls_running > 0 || g.staged_bytes >= self.budget {
+            return None;
+        }
+        let job = g.queue.pop_front()?;
+        g.in_flight += 1;
+        g.stats.helped += 1;
+        Some(job)
+    }
+
+    /// A job taken by [`Staging::next_job`] or [`Staging::help_job`] is done (its [`Claim`], if any, is gone).
     pub fn finish(&self) {
         self.lock().in_flight -= 1;
         self.moved.notify_all();
@@ -392,6 +408,33 @@ mod tests {
         let own = staging.call_starts(w.as_ptr() as usize, true);
         assert_eq!(staging.stats().withdrawn, 3);
         drop(own);
+        staging.fence();
+        assert_eq!(Arc::strong_count(&w), 1);
+    }
+
+    #[test]
+    fn a_waiting_call_takes_jobs_only_when_a_prefetch_thread_could() {
+        let staging = Arc::new(Staging::new(1 << 20));
+        let w = Arc::new(vec![0x11u8; 4 * 18]);
+        assert!(staging.help_job().is_none(), "nothing queued");
+        staging.announce(announced(&w));
+        // A routed call runs: its NPU runs have the DRAM.
+        let routed = staging.call_starts(1, true);
+        assert!(
+            staging.help_job().is_none(),
+            "a job while a routed call ran"
+        );
+        drop(routed);
+        let job = staging.help_job().expect("a queued job");
+        assert_eq!(job.expert, 0, "in graph order");
+        assert_eq!(staging.stats().helped, 1);
+        drop(job);
+        staging.finish();
+        // A full staging area: no job.
+        let full = Staging::new(0);
+        full.announce(announced(&w));
+        assert!(full.help_job().is_none(), "a job past the budget");
+        full.fence();
         staging.fence();
         assert_eq!(Arc::strong_count(&w), 1);
     }

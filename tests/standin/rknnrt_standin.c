@@ -25,6 +25,8 @@
  *   cores=1         a single-core NPU (RK3566/RK3568): rknn_matmul_set_core_mask returns -1
  *   no_device=1     no NPU: rknn_matmul_create returns -1, rknn_create_mem2 NULL, with the runtime's lines
  *   bind_us=N       each set_io_mem holds its buffer N microseconds (widens the window of the check above)
+ *   run_us=N        each rknn_matmul_run takes at least N microseconds, blocking its thread as the runtime's
+ *                   does (a slow NPU: what the caller's threads do while they wait shows)
  *   skew_after=N    contexts created after the N-th report RK3566's B tile (16 x 32) instead of 32 x 32
  *   domain_mb=N     each IOMMU domain holds at most N MiB; a fuller one fails rknn_create_mem2
  *   fail=KIND:N     the N-th call of KIND fails (N+ : that one and every later one); KIND is alloc
@@ -119,7 +121,7 @@ static const char *const fault_names[F_KINDS] = {"alloc", "import", "create", "r
 enum { MAX_FAULTS = 16 };
 
 static struct {
-    int cores, no_device, bind_us, skew_after;
+    int cores, no_device, bind_us, run_us, skew_after;
     uint64_t domain_bytes;
     int n_faults;
     struct {
@@ -211,6 +213,7 @@ int rknn_standin_configure(const char *spec) {
         if (!strcmp(w, "cores")) cfg.cores = atoi(v);
         else if (!strcmp(w, "no_device")) cfg.no_device = atoi(v);
         else if (!strcmp(w, "bind_us")) cfg.bind_us = atoi(v);
+        else if (!strcmp(w, "run_us")) cfg.run_us = atoi(v);
         else if (!strcmp(w, "skew_after")) cfg.skew_after = atoi(v);
         else if (!strcmp(w, "domain_mb")) cfg.domain_bytes = (uint64_t)atoll(v) << 20;
         else if (!strcmp(w, "fail")) ret |= parse_fault(v);
@@ -694,6 +697,7 @@ int rknn_matmul_run(rknn_context ctx) {
         }
     }
     if (injected(F_WRONG)) c[0] ^= 1;
+    if (cfg.run_us) usleep((useconds_t)cfg.run_us);
     return 0;
 }
 
