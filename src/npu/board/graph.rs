@@ -204,6 +204,9 @@ pub struct Graph {
     /// Each call's first and last task, where the prefetcher pauses while a call runs
     /// (`EngineModel::pause`).
     pub calls: Vec<(u32, u32)>,
+    /// The same for the calls whose waiting threads take prefetch inflates meanwhile
+    /// (`EngineModel::help`).
+    pub helping: Vec<(u32, u32)>,
 }
 
 impl Graph {
@@ -368,6 +371,9 @@ pub struct EngineModel {
     /// The outlier split runs (the default since issue 13): per expert, the f32 weight columns
     /// of its rows' outlier channels (`outlier_columns_*` parameters), on the CPU.
     pub outliers: bool,
+    /// While a dense call's runs keep its threads waiting, they inflate prefetch jobs, as the
+    /// engine's do (`Staging::help`): the A76s' share of the prefetch.
+    pub help: bool,
 }
 
 /// The bytes of inflated experts a prefetching engine keeps resident at most.
@@ -411,6 +417,7 @@ impl EngineModel {
             withdraw: false,
             pause: false,
             outliers: true,
+            help: false,
         }
     }
 
@@ -433,6 +440,7 @@ impl EngineModel {
             withdraw: false,
             pause: false,
             outliers: false,
+            help: false,
         }
     }
 
@@ -460,6 +468,7 @@ impl EngineModel {
             inflate_on: Unit::Little,
             withdraw: true,
             pause: true,
+            help: true,
             ..EngineModel::engine()
         }
     }
@@ -483,6 +492,7 @@ impl EngineModel {
             withdraw: false,
             pause: false,
             outliers: true,
+            help: false,
         }
     }
 
@@ -793,28 +803,17 @@ impl Builder<'_> {
                 } else {
                     self.g.push(work, r.unit, &deps, layer)
                 };
-                runs.push(last);
+                runs.push((last, r.n));
             }
             let done = if runs.len() == 1 {
-                runs[0]
+                runs[0].0
             } else {
-                self.g.join(&runs, layer)
+                let ends: Vec<u32> = runs.iter().map(|&(run, _)| run).collect();
+                self.g.join(&ends, layer)
             };
             if !x.hit {
                 self.release(c.b_bytes(), done, prefetched);
             }
-            let c_bytes = m * np as u64 * 4;
-            let sync_c = if e.blocking_submits {
-                self.g
-                    .push_on(Work::Sync { bytes: c_bytes }, cpu, last, &[], layer)
-            } else {
-                self.g
-                    .push(Work::Sync { bytes: c_bytes }, cpu, &[done], layer)
-            };
-            let scatter = Work::Scatter {
-                c_bytes,
-                dst_bytes: m * c.n as u64 * 4,
-            };
             // The columns need the rows' outlier channels (phase 1) and the quantized weights;
             // the correction is added where the rows are scattered.
             let mut scatter_deps = Vec::new();
@@ -826,7 +825,28 @@ impl Builder<'_> {
                 };
                 scatter_deps.push(self.g.push(work, cpu, &[phase1], layer));
             }
-            scatters.push(self.g.push_on(scatter, cpu, sync_c, &scatter_deps, layer));
+            // The thread that issued the runs reads C back after the last of them; otherwise each
+            // part is an item of its own, read back and scattered when its run ends.
+            let parts = if e.blocking_submits {
+                vec![(last, np as u32)]
+            } else {
+                runs
+            };
+            for (run, n) in parts {
+                let c_bytes = m * n as u64 * 4;
+                let sync_c = if e.blocking_submits {
+                    self.g
+                        .push_on(Work::Sync { bytes: c_bytes }, cpu, run, &[], layer)
+                } else {
+                    self.g
+                        .push(Work::Sync { bytes: c_bytes }, cpu, &[run], layer)
+                };
+                let scatter = Work::Scatter {
+                    c_bytes,
+                    dst_bytes: m * 4 * (c.n as u64 * n as u64).div_ceil(np as u64),
+                };
+                scatters.push(self.g.push_on(scatter, cpu, sync_c, &scatter_deps, layer));
+            }
         }
         if prefetched {
             // Prefetching inflates every expert of the call, the unused ones too; the call
@@ -842,6 +862,8 @@ impl Builder<'_> {
         // The engine's dense calls do not pause the prefetcher (`Engine::start`).
         if e.pause && c.proj.routed() {
             self.g.calls.push((route, end));
+        } else if e.help && !c.proj.routed() {
+            self.g.helping.push((route, end));
         }
         end
     }

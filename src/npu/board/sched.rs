@@ -271,6 +271,16 @@ struct Ready {
     any_npu: BinaryHeap<Reverse<u32>>,
 }
 
+/// The earliest task of `q` not started yet (others are dropped: they started elsewhere).
+fn pop_unstarted(q: &mut BinaryHeap<Reverse<u32>>, started: &[bool]) -> Option<u32> {
+    while let Some(Reverse(i)) = q.pop() {
+        if !started[i as usize] {
+            return Some(i);
+        }
+    }
+    None
+}
+
 fn pop_first(a: &mut BinaryHeap<Reverse<u32>>, b: &mut BinaryHeap<Reverse<u32>>) -> Option<u32> {
     match (a.peek(), b.peek()) {
         (Some(x), Some(y)) if x.0 <= y.0 => a.pop().map(|r| r.0),
@@ -319,6 +329,13 @@ fn simulate(g: &Graph, p: &Params) -> Result<Simulated, String> {
         begins[b as usize] = true;
         ends[e as usize] = true;
     }
+    // Dense calls whose threads help the prefetcher while they wait.
+    let mut helping = 0usize;
+    let (mut help_begins, mut help_ends) = (vec![false; n], vec![false; n]);
+    for &(b, e) in &g.helping {
+        help_begins[b as usize] = true;
+        help_ends[e as usize] = true;
+    }
     let mut held: Vec<Option<usize>> = vec![None; n];
     let mut cpu_free = vec![true; n_cpu];
     let mut npu_free = vec![true; n_npu];
@@ -362,6 +379,8 @@ fn simulate(g: &Graph, p: &Params) -> Result<Simulated, String> {
                 );
                 active += begins[i as usize] as usize;
                 active -= ends[i as usize] as usize;
+                helping += help_begins[i as usize] as usize;
+                helping -= help_ends[i as usize] as usize;
                 for &s in &succ[i as usize] {
                     left_deps[s as usize] -= 1;
                     if left_deps[s as usize] == 0 {
@@ -404,12 +423,25 @@ fn simulate(g: &Graph, p: &Params) -> Result<Simulated, String> {
         // two queues until one of them starts it; only a big core may).
         let mut deferred = Vec::new();
         for (c, free) in cpu_free.iter_mut().enumerate().filter(|(_, f)| **f) {
-            let own = if c < n_big {
-                &mut ready.big
-            } else {
-                &mut ready.little
-            };
-            while let Some(i) = pop_first(own, &mut ready.any_cpu) {
+            let mut helps = c < n_big && helping > 0;
+            loop {
+                let own = if c < n_big {
+                    &mut ready.big
+                } else {
+                    &mut ready.little
+                };
+                let i = match pop_first(own, &mut ready.any_cpu) {
+                    Some(i) => i,
+                    // Nothing of its own: a waiting thread of a dense call takes a prefetch.
+                    None if helps => {
+                        helps = false;
+                        match pop_unstarted(&mut ready.little, &started) {
+                            Some(i) => i,
+                            None => break,
+                        }
+                    }
+                    None => break,
+                };
                 let k = i as usize;
                 if started[k] || (c >= n_big && taken_over[k]) {
                     continue;
@@ -694,6 +726,44 @@ mod tests {
         assert!(
             (own - 300.0).abs() < 1e-6,
             "an unused expert withdrawn costs nothing: {own}"
+        );
+    }
+
+    #[test]
+    fn a_waiting_dense_call_takes_a_prefetch_on_an_idle_big_core() {
+        // 2 A76s, 2 A55s at half speed. A dense call starts (`begin`, 10 µs) and keeps one A76
+        // for 500 µs; three prefetches of 150 µs of A76 work (300 µs on an A55) are queued.
+        let p = Params {
+            little_cores: 2.0,
+            little_core_factor: 0.5,
+            memcpy_gbps_little_core: 1e6,
+            ..params()
+        };
+        let case = |helps: bool| {
+            let mut g = Graph::default();
+            let begin = dense(&mut g, 10.0, 0, &[]);
+            let body = dense(&mut g, 500.0, 0, &[begin]);
+            let end = g.join(&[body], 0);
+            let work = Work::Dense {
+                us: 150.0,
+                bytes: 0,
+            };
+            let prefetches: Vec<u32> = (0..3).map(|_| g.push(work, Unit::Little, &[], 0)).collect();
+            if helps {
+                g.helping.push((begin, end));
+            }
+            let s = simulate(&g, &p).unwrap();
+            s.end[prefetches[2] as usize]
+        };
+        let third = case(true);
+        assert!(
+            (third - 160.0).abs() < 1e-6,
+            "on the idle A76 from 10 µs: {third}"
+        );
+        let third = case(false);
+        assert!(
+            (third - 600.0).abs() < 1e-6,
+            "after the first two on an A55: {third}"
         );
     }
 
