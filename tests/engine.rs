@@ -1031,7 +1031,8 @@ fn on_the_vendor_runtime_calls_and_prefetches_give_the_emulators_bits() {
             gate.run_pair(&up, &npu, 3) == gate.run_pair(&up, &emu, 1),
             "pair"
         );
-        // One expert with every row (a dense matmul's): split over the three cores' submitters.
+        // One expert with every row (a dense matmul's): split over the three cores' submitters,
+        // two parts each (`submitter_ways`).
         let one = Shape {
             ty: GgmlType::Q4_K,
             k: 512,
@@ -1045,7 +1046,7 @@ fn on_the_vendor_runtime_calls_and_prefetches_give_the_emulators_bits() {
         let dense = Case::new(one, 830);
         let runs = s.counters().runs;
         assert!(dense.run(&npu, 1) == dense.run(&emu, 1), "one expert");
-        assert_eq!(s.counters().runs - runs, 3, "one run per core");
+        assert_eq!(s.counters().runs - runs, 6, "two runs per core");
     }
     {
         let npu = engine_on_runtime(&s.path, 2);

@@ -248,6 +248,15 @@ impl Call {
         }
     }
 
+    /// Its activation rows are quantized where each expert gathers them, not in phase 1: each
+    /// row has one reader, so that is no extra work, saves a pass over the rows, and overlaps
+    /// the earlier experts' NPU runs instead of keeping the NPU idle until phase 1 ends. A dense
+    /// call's one expert keeps phase 1, which spreads the rows over every thread.
+    pub fn quantized_at_gather(&self) -> bool {
+        let p = &self.plan.problem;
+        p.rows_read_once() && !p.one_expert()
+    }
+
     /// Records the call's first failure; every thread stops taking work.
     pub fn fail(&self, e: Error) {
         self.failed.store(true, Ordering::Relaxed);

@@ -580,6 +580,18 @@ impl Problem {
         self.rows().div_ceil(self.n_expert.min(self.rows()))
     }
 
+    /// A call of one expert every row routes to: a dense matmul's (`dense_as_mul_mat_id`).
+    pub fn one_expert(&self) -> bool {
+        self.n_expert == 1
+    }
+
+    /// Each activation row is read by one row of the call alone (`b` has a row per slot: the
+    /// down projection's input, a dense matmul's), so one expert's rows can be quantized where
+    /// they are gathered, by no other.
+    pub fn rows_read_once(&self) -> bool {
+        self.b_rows == self.n_used
+    }
+
     /// Activation rows of `b` (distinct quantized rows).
     pub fn act_rows(&self) -> usize {
         self.b_rows * self.n_tokens

@@ -18,7 +18,9 @@ use super::{Config, Error, ErrorKind, MtMode, SmallBatch};
 use crate::inflate::{dequantize_columns_in, ExpertWeights};
 use crate::isa::Isa;
 use crate::layout::Tiles;
-use crate::npu::{in_stream_envelope, BackendKind, Buffer, CoreMask, Device, MatMul};
+use crate::npu::{
+    in_stream_envelope, submitter_ways, BackendKind, Buffer, CoreMask, Device, MatMul,
+};
 use crate::sync::lock;
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -489,7 +491,7 @@ impl Engine {
             let addr = io.weights.as_ptr() as usize;
             // A call of one expert (a dense matmul) is NPU work with little DRAM traffic of its
             // own: the prefetch threads keep inflating the next calls' experts meanwhile.
-            let pause = call.plan.problem.n_expert > 1;
+            let pause = !call.plan.problem.one_expert();
             call.prefetch_pause = self.experts.staging().call_starts(addr, pause);
             call.helps_prefetch = !pause;
         }
@@ -562,39 +564,13 @@ impl Engine {
         if routed.is_err() {
             return;
         }
+        if call.quantized_at_gather() {
+            return;
+        }
         let t = Instant::now();
-        let kp = self.tiles.pad(p.k);
         let first = (ith * call.chunk).min(p.act_rows());
         let last = ((ith + 1) * call.chunk).min(p.act_rows());
-        let share = try_vec((last - first) * kp, 0i8, "quantized activations").map(|mut q| {
-            let rows = last - first;
-            let mut share = QuantShare {
-                first,
-                q: Vec::new(),
-                scales: Vec::with_capacity(rows),
-                outliers: Vec::new(),
-                ends: Vec::with_capacity(rows),
-            };
-            let (mut scratch, mut channels) = (Vec::new(), Vec::new());
-            for (r, out) in (first..last).zip(q.chunks_exact_mut(kp)) {
-                let off = p.b_offset(r);
-                let x = &io.b[off..off + p.k];
-                let scale = match self.config.outliers {
-                    Some(rule) => {
-                        scratch.resize(p.k, 0.0);
-                        let scale = split_row(x, rule, &mut scratch, &mut channels, out);
-                        share.outliers.extend(channels.iter().map(|&c| c as u32));
-                        scale
-                    }
-                    None => quantize_row_scaled(x, out),
-                };
-                share.scales.push(scale);
-                share.ends.push(share.outliers.len() as u32);
-            }
-            share.q = q;
-            share
-        });
-        match share {
+        match self.quantize_rows(p, io, first, first..last) {
             Ok(s) => {
                 // Set once per share index; a second set cannot happen (one thread per ith).
                 let _ = call.quant[ith].set(s);
@@ -602,6 +578,45 @@ impl Engine {
             Err(e) => call.fail(e),
         }
         call.clock.add(Stage::Quant, t);
+    }
+
+    /// The activation rows `rows` quantized (with the outlier split if configured), as a share
+    /// whose first row has index `first`.
+    fn quantize_rows(
+        &self,
+        p: &Problem,
+        io: &Inputs,
+        first: usize,
+        rows: impl ExactSizeIterator<Item = usize>,
+    ) -> Result<QuantShare, Error> {
+        let kp = self.tiles.pad(p.k);
+        let n = rows.len();
+        let mut q = try_vec(n * kp, 0i8, "quantized activations")?;
+        let mut share = QuantShare {
+            first,
+            q: Vec::new(),
+            scales: Vec::with_capacity(n),
+            outliers: Vec::new(),
+            ends: Vec::with_capacity(n),
+        };
+        let (mut scratch, mut channels) = (Vec::new(), Vec::new());
+        for (r, out) in rows.zip(q.chunks_exact_mut(kp)) {
+            let off = p.b_offset(r);
+            let x = &io.b[off..off + p.k];
+            let scale = match self.config.outliers {
+                Some(rule) => {
+                    scratch.resize(p.k, 0.0);
+                    let scale = split_row(x, rule, &mut scratch, &mut channels, out);
+                    share.outliers.extend(channels.iter().map(|&c| c as u32));
+                    scale
+                }
+                None => quantize_row_scaled(x, out),
+            };
+            share.scales.push(scale);
+            share.ends.push(share.outliers.len() as u32);
+        }
+        share.q = q;
+        Ok(share)
     }
 
     /// The call's phase-2 work items and the slots of its prepared experts (made once).
@@ -612,10 +627,13 @@ impl Engine {
             let np = self.tiles.pad(call.plan.problem.n) * call.plan.problems().count();
             // The real NPU takes one submit per expert: one is split only over the submitters'
             // cores, when it has a large share of the rows (a dense call's one expert, which
-            // would otherwise keep one core busy and the others idle); where the GEMM runs on
-            // the CPU, over the caller's threads.
+            // would otherwise keep one core busy and the others idle: in two parts per core,
+            // `submitter_ways`); where the GEMM runs on the CPU, over the caller's threads.
             let split = if self.device.backend() == BackendKind::Rknn {
-                self.submitter_cores().len().max(1)
+                submitter_ways(
+                    self.submitter_cores().len().max(1),
+                    call.plan.problem.one_expert(),
+                )
             } else {
                 call.nth
             };
@@ -817,14 +835,27 @@ impl Engine {
         let mut row_scales = Vec::with_capacity(m);
         let mut src = Vec::with_capacity(m);
         let mut outliers = Vec::with_capacity(m);
-        for row in rows {
-            let r = p.act_row(row.token as usize, row.slot as usize);
-            let share = call.quant[r / call.chunk]
-                .get()
-                .expect("phase 1 quantized every share");
-            src.push(&share.q[(r - share.first) * kp..(r - share.first + 1) * kp]);
-            row_scales.push(share.scales[r - share.first]);
-            outliers.push((r, share.outliers_of(r)));
+        let own;
+        if call.quantized_at_gather() {
+            let act_rows = rows
+                .iter()
+                .map(|row| p.act_row(row.token as usize, row.slot as usize));
+            own = self.quantize_rows(p, io, 0, act_rows.clone())?;
+            for (i, r) in act_rows.enumerate() {
+                src.push(&own.q[i * kp..(i + 1) * kp]);
+                row_scales.push(own.scales[i]);
+                outliers.push((r, own.outliers_of(i)));
+            }
+        } else {
+            for row in rows {
+                let r = p.act_row(row.token as usize, row.slot as usize);
+                let share = call.quant[r / call.chunk]
+                    .get()
+                    .expect("phase 1 quantized every share");
+                src.push(&share.q[(r - share.first) * kp..(r - share.first + 1) * kp]);
+                row_scales.push(share.scales[r - share.first]);
+                outliers.push((r, share.outliers_of(r)));
+            }
         }
         let outliers = self.corrections(call, io, g.expert, &outliers)?;
         // Native A is [K/16][M][16]: filled in that order, the writes are one sequential stream

@@ -106,7 +106,7 @@ impl Experts {
             return Ok((x, Source::Cache));
         }
         // The one expert of its call (a dense matmul): nothing overlaps its inflate.
-        let priority = weights[0].problem.n_expert == 1;
+        let priority = weights[0].problem.one_expert();
         if let Some(x) = self.staging.take(&key, fp) {
             self.cache.insert(key, fp, Arc::clone(&x), priority);
             let p = weights[0].problem;

@@ -116,6 +116,13 @@ pub fn expert_parts(rows: usize, total: usize, ways: usize, tiles: usize) -> usi
     (rows * ways).div_ceil(total.max(1)).clamp(1, tiles.max(1))
 }
 
+/// The `ways` a call's experts are split over on the NPU's `cores` submitters: a call of one
+/// expert (a dense matmul's) in two parts per core, so that the first round of parts is read
+/// back and scattered while the second runs, instead of every core idling through the scatter.
+pub fn submitter_ways(cores: usize, one_expert: bool) -> usize {
+    cores * if one_expert { 2 } else { 1 }
+}
+
 /// Splits channels `n0..n1` (whole N-tiles) over `cores`: contiguous ranges, sizes differing by at
 /// most one tile, larger first; cores that get nothing are left out.
 pub fn split_channels(

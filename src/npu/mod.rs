@@ -40,7 +40,7 @@ pub mod emu;
 mod exec;
 pub mod rknn;
 
-pub use exec::{expert_parts, HostExec};
+pub use exec::{expert_parts, submitter_ways, HostExec};
 
 use crate::layout::Tiles;
 use std::any::Any;

@@ -6,8 +6,8 @@ use super::params::Params;
 use super::shape::DenseWork;
 use crate::layout::Tiles;
 use crate::npu::exec::split_channels;
-use crate::npu::expert_parts;
 use crate::npu::rknn::CONTEXT_CACHE;
+use crate::npu::{expert_parts, submitter_ways};
 use crate::npu::{in_stream_envelope, Primitive};
 use crate::quant::GgmlType;
 use std::collections::{HashSet, VecDeque};
@@ -374,6 +374,9 @@ pub struct EngineModel {
     /// While a dense call's runs keep its threads waiting, they inflate prefetch jobs, as the
     /// engine's do (`Staging::help`): the A76s' share of the prefetch.
     pub help: bool,
+    /// A call whose activation rows are each read by one row of it (down) quantizes an expert's
+    /// rows where it gathers them, not in phase 1 (`Call::quantized_at_gather`).
+    pub quant_at_gather: bool,
 }
 
 /// The bytes of inflated experts a prefetching engine keeps resident at most.
@@ -418,6 +421,7 @@ impl EngineModel {
             pause: false,
             outliers: true,
             help: false,
+            quant_at_gather: true,
         }
     }
 
@@ -441,6 +445,7 @@ impl EngineModel {
             pause: false,
             outliers: false,
             help: false,
+            quant_at_gather: false,
         }
     }
 
@@ -493,6 +498,7 @@ impl EngineModel {
             pause: false,
             outliers: true,
             help: false,
+            quant_at_gather: true,
         }
     }
 
@@ -720,11 +726,12 @@ impl Builder<'_> {
             .g
             .push(Work::Route { rows: c.rows() }, Unit::Big, &[begin], layer);
         let big = self.params.big_cores as u64;
+        let at_gather = e.quant_at_gather && c.act_rows == c.rows() && c.n_expert > 1;
         let share = Work::Quant {
             elems: (c.act_rows * c.k as u64).div_ceil(big),
         };
         let mut phase1 = vec![route];
-        for i in 0..big {
+        for i in 0..if at_gather { 0 } else { big } {
             phase1.push(if seq && i == 0 {
                 // The thread that routed quantizes its own share next.
                 self.g.push_on(share, Unit::Big, route, &[], layer)
@@ -763,17 +770,21 @@ impl Builder<'_> {
             };
             let m = x.rows as u64;
             let a_bytes = m * kp as u64;
-            let gather = if e.blocking_submits {
-                self.g.push_on(
-                    Work::Gather { bytes: a_bytes },
-                    cpu,
-                    chain,
-                    &[phase1],
-                    layer,
-                )
+            let gather = Work::Gather { bytes: a_bytes };
+            let gather = if at_gather {
+                let quant = Work::Quant {
+                    elems: m * c.k as u64,
+                };
+                let quant = if e.blocking_submits {
+                    self.g.push_on(quant, cpu, chain, &[phase1], layer)
+                } else {
+                    self.g.push(quant, cpu, &[phase1], layer)
+                };
+                self.g.push_on(gather, cpu, quant, &[], layer)
+            } else if e.blocking_submits {
+                self.g.push_on(gather, cpu, chain, &[phase1], layer)
             } else {
-                self.g
-                    .push(Work::Gather { bytes: a_bytes }, cpu, &[phase1], layer)
+                self.g.push(gather, cpu, &[phase1], layer)
             };
             let sync_a = self
                 .g
@@ -968,7 +979,8 @@ impl Builder<'_> {
         } else {
             // The engine's submitters: an expert with a large share of the call's rows is split
             // over the cores as the engine's work items are; each part one run on any core.
-            let parts = expert_parts(rows as usize, c.rows() as usize, cores, np / t.b_n);
+            let ways = submitter_ways(cores, c.n_expert == 1);
+            let parts = expert_parts(rows as usize, c.rows() as usize, ways, np / t.b_n);
             let ways: Vec<usize> = (0..parts).map(|_| 0).collect();
             split_channels(&t, 0, np, &ways)
         };

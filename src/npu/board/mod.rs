@@ -180,13 +180,13 @@ mod tests {
         };
         assert_eq!(units(true), 4 * 4);
         assert_eq!(units(false), 4 * 2 * s.n_expert);
-        // A dense call's one expert is split over the three cores: three runs each.
+        // A dense call's one expert is split over the three cores, two parts each: six runs.
         let runs = g
             .tasks
             .iter()
             .filter(|t| matches!(t.work, graph::Work::Run { m: 2048, .. }))
             .count();
-        assert_eq!(runs, 4 * 4 * 3);
+        assert_eq!(runs, 4 * 4 * 6);
     }
 
     #[test]
