@@ -702,8 +702,10 @@ impl Engine {
                     break Next::Prepare;
                 }
                 // Nothing to do but wait for the runs: inflate an expert of a later call.
-                if call.helps_prefetch {
+                if call.helps_prefetch && call.helpers.load(Ordering::Relaxed) + 1 < call.nth {
                     if let Some(job) = self.experts.staging().help_job() {
+                        // Counted under the pipe's lock: the others see it before they decide.
+                        call.helpers.fetch_add(1, Ordering::Relaxed);
                         break Next::Help(job);
                     }
                 }
@@ -721,6 +723,7 @@ impl Engine {
                         &self.tiles,
                         self.isa,
                     );
+                    call.helpers.fetch_sub(1, Ordering::Relaxed);
                     call.clock.add(Stage::Inflate, t);
                 }
                 Next::Scatter((i, product)) => {

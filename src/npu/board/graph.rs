@@ -371,8 +371,8 @@ pub struct EngineModel {
     /// The outlier split runs (the default since issue 13): per expert, the f32 weight columns
     /// of its rows' outlier channels (`outlier_columns_*` parameters), on the CPU.
     pub outliers: bool,
-    /// While a dense call's runs keep its threads waiting, they inflate prefetch jobs, as the
-    /// engine's do (`Staging::help`): the A76s' share of the prefetch.
+    /// While a dense call's runs keep its threads waiting, all but one of them inflate
+    /// prefetch jobs, as the engine's do (`Staging::help_job`): the A76s' share of the prefetch.
     pub help: bool,
     /// A call whose activation rows are each read by one row of it (down) quantizes an expert's
     /// rows where it gathers them, not in phase 1 (`Call::quantized_at_gather`).
