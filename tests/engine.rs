@@ -317,6 +317,18 @@ fn engine_on(backend: BackendChoice, threads: usize) -> Engine {
     .expect("the backend opens")
 }
 
+/// A dense matmul's call: one expert with every row.
+const DENSE: Shape = Shape {
+    ty: GgmlType::Q4_K,
+    k: 512,
+    n: 200,
+    n_expert: 1,
+    n_used: 1,
+    n_tokens: 40,
+    b_rows: 1,
+    dst_gap: 3,
+};
+
 const SHAPES: [Shape; 6] = [
     Shape {
         ty: GgmlType::Q4_0,
@@ -964,19 +976,7 @@ fn a_dense_call_waiting_for_its_runs_inflates_announced_experts() {
     );
     let w = held(&later.weights);
     announce(&npu, &[(&later, &w)]);
-    let dense = Case::new(
-        Shape {
-            ty: GgmlType::Q4_K,
-            k: 512,
-            n: 200,
-            n_expert: 1,
-            n_used: 1,
-            n_tokens: 40,
-            b_rows: 1,
-            dst_gap: 3,
-        },
-        841,
-    );
+    let dense = Case::new(DENSE, 841);
     assert!(dense.run(&npu, 3) == dense.run(&emu, 1), "dense call");
     let st = npu.prefetch_stats();
     assert!(
@@ -1033,17 +1033,7 @@ fn on_the_vendor_runtime_calls_and_prefetches_give_the_emulators_bits() {
         );
         // One expert with every row (a dense matmul's): split over the three cores' submitters,
         // two parts each (`submitter_ways`).
-        let one = Shape {
-            ty: GgmlType::Q4_K,
-            k: 512,
-            n: 200,
-            n_expert: 1,
-            n_used: 1,
-            n_tokens: 40,
-            b_rows: 1,
-            dst_gap: 3,
-        };
-        let dense = Case::new(one, 830);
+        let dense = Case::new(DENSE, 830);
         let runs = s.counters().runs;
         assert!(dense.run(&npu, 1) == dense.run(&emu, 1), "one expert");
         assert_eq!(s.counters().runs - runs, 6, "two runs per core");
