@@ -160,7 +160,7 @@ pub const VARS: &[Var] = &[
     Var {
         name: "ORK_PREFETCH",
         default: "0",
-        meaning: "threads that inflate the experts of the calls a patched llama.cpp announces at each graph's start, ahead of them, while ggml runs what lies between the calls (on the RK3588: 4, with `ORK_PREFETCH_CPUS=0-3`); 0: none",
+        meaning: "threads that inflate the experts of the calls a patched llama.cpp announces at each graph's start, ahead of them, while ggml runs what lies between the calls (on the RK3588: 4, with `ORK_PREFETCH_CPUS=0-3`); a dense call's threads also take their jobs while they wait for its NPU runs; 0: none",
         apply: |c, v| {
             c.prefetch_threads = v.parse().map_err(|_| "a whole number of threads")?;
             Ok(())

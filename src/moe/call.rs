@@ -261,6 +261,14 @@ impl Call {
         p.rows_read_once() && !p.one_expert()
     }
 
+    /// Phase 1 writes its shares in native A's order (`[K/16][rows][16]`): a call of one expert
+    /// whose rows are each read once (a dense matmul's) gathers every row, in order, so its A is
+    /// the shares' blocks side by side, copied whole instead of 16 bytes at a time.
+    pub fn quantized_native(&self) -> bool {
+        let p = &self.plan.problem;
+        p.one_expert() && p.rows_read_once()
+    }
+
     /// Records the call's first failure; every thread stops taking work.
     pub fn fail(&self, e: Error) {
         self.failed.store(true, Ordering::Relaxed);

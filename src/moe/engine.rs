@@ -570,7 +570,7 @@ impl Engine {
         let t = Instant::now();
         let first = (ith * call.chunk).min(p.act_rows());
         let last = ((ith + 1) * call.chunk).min(p.act_rows());
-        match self.quantize_rows(p, io, first, first..last) {
+        match self.quantize_rows(p, io, first, first..last, call.quantized_native()) {
             Ok(s) => {
                 // Set once per share index; a second set cannot happen (one thread per ith).
                 let _ = call.quant[ith].set(s);
@@ -581,13 +581,15 @@ impl Engine {
     }
 
     /// The activation rows `rows` quantized (with the outlier split if configured), as a share
-    /// whose first row has index `first`.
+    /// whose first row has index `first`: row after row, or with `native` in native A's order
+    /// (`[K/16][rows][16]`).
     fn quantize_rows(
         &self,
         p: &Problem,
         io: &Inputs,
         first: usize,
         rows: impl ExactSizeIterator<Item = usize>,
+        native: bool,
     ) -> Result<QuantShare, Error> {
         let kp = self.tiles.pad(p.k);
         let n = rows.len();
@@ -600,7 +602,13 @@ impl Engine {
             ends: Vec::with_capacity(n),
         };
         let (mut scratch, mut channels) = (Vec::new(), Vec::new());
-        for (r, out) in rows.zip(q.chunks_exact_mut(kp)) {
+        let mut native_row = if native { vec![0i8; kp] } else { Vec::new() };
+        for (i, r) in rows.enumerate() {
+            let out = if native {
+                &mut native_row[..]
+            } else {
+                &mut q[i * kp..(i + 1) * kp]
+            };
             let off = p.b_offset(r);
             let x = &io.b[off..off + p.k];
             let scale = match self.config.outliers {
@@ -614,6 +622,12 @@ impl Engine {
             };
             share.scales.push(scale);
             share.ends.push(share.outliers.len() as u32);
+            if native {
+                for (kb, piece) in native_row.chunks_exact(A_K).enumerate() {
+                    let at = (kb * n + i) * A_K;
+                    q[at..at + A_K].copy_from_slice(piece);
+                }
+            }
         }
         share.q = q;
         Ok(share)
@@ -839,11 +853,37 @@ impl Engine {
         let mut src = Vec::with_capacity(m);
         let mut outliers = Vec::with_capacity(m);
         let own;
-        if call.quantized_at_gather() {
+        if call.quantized_native() {
+            // The one group is every activation row in order (`rows_read_once`).
+            let in_order = rows
+                .iter()
+                .enumerate()
+                .all(|(i, row)| p.act_row(row.token as usize, row.slot as usize) == i);
+            if m != p.act_rows() || !in_order {
+                return Err(Error::new(
+                    ErrorKind::Internal,
+                    "a one-expert call's rows are not its activation rows in order",
+                ));
+            }
+            let a = a.as_mut_slice();
+            for cell in &call.quant {
+                let share = cell.get().expect("phase 1 quantized every share");
+                let n = share.scales.len();
+                if n == 0 {
+                    continue;
+                }
+                for (kb, block) in share.q.chunks_exact(n * A_K).enumerate() {
+                    let at = (kb * m + share.first) * A_K;
+                    a[at..at + n * A_K].copy_from_slice(block);
+                }
+                row_scales.extend_from_slice(&share.scales);
+                outliers.extend((share.first..share.first + n).map(|r| (r, share.outliers_of(r))));
+            }
+        } else if call.quantized_at_gather() {
             let act_rows = rows
                 .iter()
                 .map(|row| p.act_row(row.token as usize, row.slot as usize));
-            own = self.quantize_rows(p, io, 0, act_rows.clone())?;
+            own = self.quantize_rows(p, io, 0, act_rows.clone(), false)?;
             for (i, r) in act_rows.enumerate() {
                 src.push(&own.q[i * kp..(i + 1) * kp]);
                 row_scales.push(own.scales[i]);
@@ -863,11 +903,13 @@ impl Engine {
         let outliers = self.corrections(call, io, g.expert, &outliers)?;
         // Native A is [K/16][M][16]: filled in that order, the writes are one sequential stream
         // and each row is read 16 bytes at a time (m rows of 16-byte pieces stay in cache).
-        let blocks = a.as_mut_slice()[..m * kp].chunks_exact_mut(m * A_K);
-        for (kb, block) in blocks.enumerate() {
-            let k0 = kb * A_K;
-            for (piece, row) in block.chunks_exact_mut(A_K).zip(&src) {
-                piece.copy_from_slice(&row[k0..k0 + A_K]);
+        if !src.is_empty() {
+            let blocks = a.as_mut_slice()[..m * kp].chunks_exact_mut(m * A_K);
+            for (kb, block) in blocks.enumerate() {
+                let k0 = kb * A_K;
+                for (piece, row) in block.chunks_exact_mut(A_K).zip(&src) {
+                    piece.copy_from_slice(&row[k0..k0 + A_K]);
+                }
             }
         }
         a.sync_to_device()?;
