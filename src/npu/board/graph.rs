@@ -99,6 +99,11 @@ pub enum Work {
     Gather {
         bytes: u64,
     },
+    /// Bytes of native A copied whole from phase 1's shares, written in A's order already (a
+    /// dense call: `Call::quantized_native`).
+    Concat {
+        bytes: u64,
+    },
     /// One expert-cache hit.
     Lookup,
     /// Creating a device buffer of `bytes`.
@@ -153,7 +158,7 @@ impl Work {
             Work::Join => Stage::Join,
             Work::Route { .. } => Stage::Route,
             Work::Quant { .. } => Stage::Quant,
-            Work::Gather { .. } => Stage::Gather,
+            Work::Gather { .. } | Work::Concat { .. } => Stage::Gather,
             Work::Lookup => Stage::Lookup,
             Work::BufferCreate { .. } => Stage::BufferCreate,
             Work::Inflate { .. } => Stage::Inflate,
@@ -375,7 +380,8 @@ pub struct EngineModel {
     /// prefetch jobs, as the engine's do (`Staging::help_job`): the A76s' share of the prefetch.
     pub help: bool,
     /// A call whose activation rows are each read by one row of it (down) quantizes an expert's
-    /// rows where it gathers them, not in phase 1 (`Call::quantized_at_gather`).
+    /// rows where it gathers them, not in phase 1 (`Call::quantized_at_gather`); a dense call's
+    /// phase 1 writes native A's order, which its gather copies whole (`Call::quantized_native`).
     pub quant_at_gather: bool,
 }
 
@@ -770,7 +776,11 @@ impl Builder<'_> {
             };
             let m = x.rows as u64;
             let a_bytes = m * kp as u64;
-            let gather = Work::Gather { bytes: a_bytes };
+            let gather = if e.quant_at_gather && c.n_expert == 1 && c.act_rows == c.rows() {
+                Work::Concat { bytes: a_bytes }
+            } else {
+                Work::Gather { bytes: a_bytes }
+            };
             let gather = if at_gather {
                 let quant = Work::Quant {
                     elems: m * c.k as u64,

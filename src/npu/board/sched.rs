@@ -46,6 +46,7 @@ fn price(w: &Work, core: Core, p: &Params) -> (f64, u64) {
             5 * elems,
         ),
         Work::Gather { bytes } => (at(bytes, p.gather_gbps_big_core), 2 * bytes),
+        Work::Concat { bytes } => (bytes as f64 / (memcpy * 1e3), 2 * bytes),
         Work::Lookup => (p.lookup_us / speed, 0),
         // The kernel zeroes the pages it hands out.
         Work::BufferCreate { bytes } => (p.buffer_create_us, bytes),
