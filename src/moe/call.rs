@@ -221,9 +221,6 @@ pub(super) struct Call {
     /// With prefetch threads, a call that does not pause them: its threads take prefetch jobs
     /// while they wait for its NPU runs.
     pub helps_prefetch: bool,
-    /// Its threads inflating a prefetch job now: fewer than `nth`, so one is always free to
-    /// scatter what the runs hand back.
-    pub helpers: AtomicUsize,
 }
 
 impl Call {
@@ -248,7 +245,6 @@ impl Call {
             runs: Mutex::new(Vec::new()),
             prefetch_pause: None,
             helps_prefetch: false,
-            helpers: AtomicUsize::new(0),
         }
     }
 

@@ -715,11 +715,11 @@ impl Engine {
                 if more && st.queued - st.scattered < ahead {
                     break Next::Prepare;
                 }
-                // Nothing to do but wait for the runs: inflate an expert of a later call.
-                if call.helps_prefetch && call.helpers.load(Ordering::Relaxed) + 1 < call.nth {
+                // Nothing to do but wait for the runs: inflate an expert of a later call, while
+                // some runs are still queued (once the submitters took the last ones, the threads
+                // stay free for the scatters that end the call).
+                if call.helps_prefetch && st.submitted < items.len() {
                     if let Some(job) = self.experts.staging().help_job() {
-                        // Counted under the pipe's lock: the others see it before they decide.
-                        call.helpers.fetch_add(1, Ordering::Relaxed);
                         break Next::Help(job);
                     }
                 }
@@ -737,7 +737,6 @@ impl Engine {
                         &self.tiles,
                         self.isa,
                     );
-                    call.helpers.fetch_sub(1, Ordering::Relaxed);
                     call.clock.add(Stage::Inflate, t);
                 }
                 Next::Scatter((i, product)) => {

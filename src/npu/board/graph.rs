@@ -376,8 +376,9 @@ pub struct EngineModel {
     /// The outlier split runs (the default since issue 13): per expert, the f32 weight columns
     /// of its rows' outlier channels (`outlier_columns_*` parameters), on the CPU.
     pub outliers: bool,
-    /// While a dense call's runs keep its threads waiting, all but one of them inflate
-    /// prefetch jobs, as the engine's do (`Staging::help_job`): the A76s' share of the prefetch.
+    /// While a dense call's runs keep its threads waiting and more of its runs are queued, they
+    /// inflate prefetch jobs, as the engine's do (`Staging::help_job`): the A76s' share of the
+    /// prefetch. Once the submitters took the last runs, the threads are kept for the scatters.
     pub help: bool,
     /// A call whose activation rows are each read by one row of it (down) quantizes an expert's
     /// rows where it gathers them, not in phase 1 (`Call::quantized_at_gather`); a dense call's
@@ -754,6 +755,7 @@ impl Builder<'_> {
         let t = Tiles::RK3588;
         let (kp, np) = (t.pad(c.k), t.pad(c.n));
         let mut scatters = Vec::new();
+        let mut help_until = None;
         let columns = self.outlier_columns(c);
         for x in &c.experts {
             // Today an item's thread starts after phase 1 and keeps going through the item:
@@ -826,6 +828,13 @@ impl Builder<'_> {
                 };
                 runs.push((last, r.n));
             }
+            // The last `cores` runs are the last ones the submitters take, when the others end:
+            // from then on the call's threads are kept for its scatters (`help_until`).
+            let cores = self.params.cores as usize;
+            if runs.len() > cores {
+                let first: Vec<u32> = runs[..runs.len() - cores].iter().map(|r| r.0).collect();
+                help_until = Some(self.g.join(&first, layer));
+            }
             let done = if runs.len() == 1 {
                 runs[0].0
             } else {
@@ -884,7 +893,7 @@ impl Builder<'_> {
         if e.pause && c.proj.routed() {
             self.g.calls.push((route, end));
         } else if e.help && !c.proj.routed() {
-            self.g.helping.push((route, end));
+            self.g.helping.push((route, help_until.unwrap_or(end)));
         }
         end
     }

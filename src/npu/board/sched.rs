@@ -424,15 +424,7 @@ fn simulate(g: &Graph, p: &Params) -> Result<Simulated, String> {
         // two queues until one of them starts it; only a big core may).
         let mut deferred = Vec::new();
         for (c, free) in cpu_free.iter_mut().enumerate().filter(|(_, f)| **f) {
-            // All but one of ggml's threads: one is left for the scatters.
-            let helpers = running
-                .iter()
-                .filter(|r| {
-                    r.cpu.is_some_and(|x| x < n_big)
-                        && g.tasks[r.task as usize].unit == Unit::Little
-                })
-                .count();
-            let mut helps = c < n_big && helping > 0 && helpers + 1 < n_big;
+            let mut helps = c < n_big && helping > 0;
             loop {
                 let own = if c < n_big {
                     &mut ready.big
