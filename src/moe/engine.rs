@@ -728,6 +728,8 @@ impl Engine {
             drop(st);
             match next {
                 Next::Help(job) => {
+                    // This call's threads' time, so this call's stage, although another call's
+                    // expert.
                     let t = Instant::now();
                     inflate_job(
                         job,
