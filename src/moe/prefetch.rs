@@ -246,7 +246,8 @@ impl Staging {
         Some(job)
     }
 
-    /// A job taken by [`Staging::next_job`] or [`Staging::help_job`] is done (its [`Claim`], if any, is gone).
+    /// A job taken by [`Staging::next_job`] or [`Staging::help_job`] is done (its [`Claim`], if
+    /// any, is gone).
     pub fn finish(&self) {
         self.lock().in_flight -= 1;
         self.moved.notify_all();

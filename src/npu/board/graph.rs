@@ -321,6 +321,16 @@ impl CallWork {
     pub fn rows(&self) -> u64 {
         self.experts.iter().map(|e| e.rows as u64).sum()
     }
+
+    /// A dense call's: one expert (`Problem::one_expert`).
+    pub fn one_expert(&self) -> bool {
+        self.n_expert == 1
+    }
+
+    /// Each activation row read by one row of the call (`Problem::rows_read_once`).
+    pub fn rows_read_once(&self) -> bool {
+        self.act_rows == self.rows()
+    }
 }
 
 /// One ubatch's expert work and dense part.
@@ -733,7 +743,9 @@ impl Builder<'_> {
             .g
             .push(Work::Route { rows: c.rows() }, Unit::Big, &[begin], layer);
         let big = self.params.big_cores as u64;
-        let at_gather = e.quant_at_gather && c.act_rows == c.rows() && c.n_expert > 1;
+        // The engine's `Call::quantized_at_gather` and `Call::quantized_native`.
+        let at_gather = e.quant_at_gather && c.rows_read_once() && !c.one_expert();
+        let native = e.quant_at_gather && c.rows_read_once() && c.one_expert();
         let share = Work::Quant {
             elems: (c.act_rows * c.k as u64).div_ceil(big),
         };
@@ -778,7 +790,7 @@ impl Builder<'_> {
             };
             let m = x.rows as u64;
             let a_bytes = m * kp as u64;
-            let gather = if e.quant_at_gather && c.n_expert == 1 && c.act_rows == c.rows() {
+            let gather = if native {
                 Work::Concat { bytes: a_bytes }
             } else {
                 Work::Gather { bytes: a_bytes }
@@ -998,7 +1010,7 @@ impl Builder<'_> {
         } else {
             // The engine's submitters: an expert with a large share of the call's rows is split
             // over the cores as the engine's work items are; each part one run on any core.
-            let ways = submitter_ways(cores, c.n_expert == 1);
+            let ways = submitter_ways(cores, c.one_expert());
             let parts = expert_parts(rows as usize, c.rows() as usize, ways, np / t.b_n);
             let ways: Vec<usize> = (0..parts).map(|_| 0).collect();
             split_channels(&t, 0, np, &ways)
