@@ -175,8 +175,9 @@ impl Domains {
 /// differs from the CPU's, so that a recycled output buffer costs neither fresh pages nor a copy
 /// of what the submit overwrites: only the bytes that differ and that the submit leaves alone are
 /// copied (at real scale the fresh pages and whole-buffer copies were a quarter of the host's
-/// time per ubatch, docs/PERFORMANCE.md). A buffer the device wrote so holds two vectors of its
-/// length from then on, as the board holds its device memory besides the CPU's cached view.
+/// time per ubatch, docs/PERFORMANCE.md). A buffer whose views once parted (a submit wrote it,
+/// or a lenient buffer's CPU rewrote it) so holds two vectors of its length from then on, as the
+/// board holds its device memory besides the CPU's cached view.
 pub struct EmuStorage<T> {
     cpu: Vec<T>,
     /// What the NPU sees when it differs from `cpu` (always None when non-cacheable).
