@@ -85,6 +85,9 @@
 // ... or caller thread 0 runs the call on the library's pool while the others wait in the barrier.
 #define ORK_MT_LEADER 1
 
+// `ork_config.prefetch_threads`: as `ORK_PREFETCH=auto` (the default) picks them.
+#define ORK_PREFETCH_AUTO UINT32_MAX
+
 // `ork_config.simd`: the kernel path (`ORK_SIMD`); a path this CPU lacks fails `ork_ctx_new`.
 #define ORK_SIMD_BEST 0
 
@@ -178,8 +181,10 @@ typedef struct ork_config {
   const char *emu_faults;
   // Row counts one dynamic-shape context of librknnrt covers (0: one context per row count).
   uint32_t rknn_dynamic_m;
-  // Prefetch threads (`ORK_PREFETCH`, [`ork_prefetch`]); 0: none. Their CPUs come from
-  // `ORK_PREFETCH_CPUS` only.
+  // Prefetch threads (`ORK_PREFETCH`, [`ork_prefetch`]); 0: none; `ORK_PREFETCH_AUTO`: one per
+  // CPU of `ORK_PREFETCH_CPUS`, else one per idle core of the slowest type (the RK3588's A55s
+  // when the host runs on the A76s only), else none. Their CPUs come from `ORK_PREFETCH_CPUS`
+  // or that rule only.
   uint32_t prefetch_threads;
   // Inflated experts the prefetch threads may hold ahead of their calls, in bytes.
   uint64_t prefetch_bytes;

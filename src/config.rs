@@ -159,19 +159,22 @@ pub const VARS: &[Var] = &[
     },
     Var {
         name: "ORK_PREFETCH",
-        default: "0",
-        meaning: "threads that inflate the experts of the calls a patched llama.cpp announces at each graph's start, ahead of them, while ggml runs what lies between the calls (on the RK3588: 4, with `ORK_PREFETCH_CPUS=0-3`); a dense call's threads also take their jobs while they wait for its NPU runs; 0: none",
+        default: "auto",
+        meaning: "threads that inflate the experts of the calls a patched llama.cpp announces at each graph's start, ahead of them, while ggml runs what lies between the calls; a dense call's threads also take their jobs while they wait for its NPU runs. `auto`: one on each CPU of `ORK_PREFETCH_CPUS`, else one on each core of the slowest type when the process may run on none of them (the RK3588's A55s under `taskset -c 4-7`), else none; 0: none",
         apply: |c, v| {
-            c.prefetch_threads = v.parse().map_err(|_| "a whole number of threads")?;
+            c.prefetch_threads = match v {
+                "auto" => None,
+                n => Some(n.parse().map_err(|_| "auto or a whole number of threads")?),
+            };
             Ok(())
         },
     },
     Var {
         name: "ORK_PREFETCH_CPUS",
         default: "",
-        meaning: "CPUs the prefetch threads run on, e.g. `0-3` (the RK3588's A55s) or `0,2`; empty: wherever the process may run",
+        meaning: "CPUs the prefetch threads run on, e.g. `0-3` (the RK3588's A55s) or `0,2`; empty: as `ORK_PREFETCH=auto` picks them, else wherever the process may run",
         apply: |c, v| {
-            c.prefetch_cpus = cpu_list(v)?;
+            c.prefetch_cpus = crate::cpus::parse_list(v)?;
             Ok(())
         },
     },
@@ -369,26 +372,6 @@ pub fn outliers(v: &str) -> Result<Option<Rule>, String> {
     }))
 }
 
-/// A CPU list as `taskset -c` takes it: numbers and ranges, comma-separated (`0-3`, `0,2,4-5`).
-pub fn cpu_list(v: &str) -> Result<Vec<usize>, String> {
-    let want = "CPU numbers and ranges, e.g. 0-3 or 0,2,4-5";
-    let mut cpus = Vec::new();
-    for part in v.split(',') {
-        let (a, b) = part.split_once('-').unwrap_or((part, part));
-        let (a, b): (usize, usize) = (
-            a.trim().parse().map_err(|_| want)?,
-            b.trim().parse().map_err(|_| want)?,
-        );
-        if a > b || b >= 1024 {
-            return Err(want.into());
-        }
-        cpus.extend(a..=b);
-    }
-    cpus.sort_unstable();
-    cpus.dedup();
-    Ok(cpus)
-}
-
 /// One of `choices`' words, any case.
 fn word<T: Copy>(v: &str, choices: &[(&'static str, T)]) -> Result<T, String> {
     let lower = v.to_ascii_lowercase();
@@ -477,7 +460,7 @@ mod tests {
         assert!(!c.device.emu.strict);
         assert_eq!(c.device.emu.dump, Some(PathBuf::from("/tmp/d")));
         assert_eq!(c.min_rows, Config::default().min_rows, "blank is unset");
-        assert_eq!(c.prefetch_threads, 4);
+        assert_eq!(c.prefetch_threads, Some(4));
         assert_eq!(c.prefetch_cpus, vec![0, 4, 5]);
         assert_eq!(c.prefetch_bytes, 512 << 20);
         assert_eq!(

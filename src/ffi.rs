@@ -115,6 +115,9 @@ pub const ORK_MT_COOP: u32 = 0;
 /// ... or caller thread 0 runs the call on the library's pool while the others wait in the barrier.
 pub const ORK_MT_LEADER: u32 = 1;
 
+/// `ork_config.prefetch_threads`: as `ORK_PREFETCH=auto` (the default) picks them.
+pub const ORK_PREFETCH_AUTO: u32 = u32::MAX;
+
 /// `ork_config.simd`: the kernel path (`ORK_SIMD`); a path this CPU lacks fails `ork_ctx_new`.
 pub const ORK_SIMD_BEST: u32 = 0;
 pub const ORK_SIMD_SCALAR: u32 = 1;
@@ -216,8 +219,10 @@ pub struct ork_config {
     pub emu_faults: *const c_char,
     /// Row counts one dynamic-shape context of librknnrt covers (0: one context per row count).
     pub rknn_dynamic_m: u32,
-    /// Prefetch threads (`ORK_PREFETCH`, [`ork_prefetch`]); 0: none. Their CPUs come from
-    /// `ORK_PREFETCH_CPUS` only.
+    /// Prefetch threads (`ORK_PREFETCH`, [`ork_prefetch`]); 0: none; `ORK_PREFETCH_AUTO`: one per
+    /// CPU of `ORK_PREFETCH_CPUS`, else one per idle core of the slowest type (the RK3588's A55s
+    /// when the host runs on the A76s only), else none. Their CPUs come from `ORK_PREFETCH_CPUS`
+    /// or that rule only.
     pub prefetch_threads: u32,
     /// Inflated experts the prefetch threads may hold ahead of their calls, in bytes.
     pub prefetch_bytes: u64,
@@ -395,7 +400,7 @@ fn to_c_config(c: &Config) -> ork_config {
         submitters: c.submitters.map_or(-1, |n| n as i32),
         emu_faults: std::ptr::null(),
         rknn_dynamic_m: d.rknn.dynamic_m as u32,
-        prefetch_threads: c.prefetch_threads as u32,
+        prefetch_threads: c.prefetch_threads.map_or(ORK_PREFETCH_AUTO, |n| n as u32),
         prefetch_bytes: c.prefetch_bytes,
         dense: c.dense as u32,
     }
@@ -490,7 +495,10 @@ fn from_c_config(c: &ork_config, base: Config) -> Result<Config, Error> {
         }
     };
     cfg.mt_mode = value_of(&MT_MODES, c.mt_mode, "mt_mode")?;
-    cfg.prefetch_threads = c.prefetch_threads as usize;
+    cfg.prefetch_threads = match c.prefetch_threads {
+        ORK_PREFETCH_AUTO => None,
+        n => Some(n as usize),
+    };
     cfg.prefetch_bytes = c.prefetch_bytes;
     cfg.dense = c.dense != 0;
     cfg.log_level = value_of(&LOG_LEVELS, c.log_level, "log_level")?;

@@ -11,13 +11,14 @@
 //! - [`config`]: the environment, read once, into the typed configuration passed down;
 //! - [`ffi`]: the C ABI.
 //!
-//! [`isa`] (instruction-set detection), [`pool`] (the one worker pool) and [`json`] (the reader
-//! and writer of board profiles) sit beside the bottom layers and are shared by the kernels, the
-//! devices and the tools.
+//! [`isa`] (instruction-set detection), [`cpus`] (core types), [`pool`] (the one worker pool)
+//! and [`json`] (the reader and writer of board profiles) sit beside the bottom layers and are
+//! shared by the kernels, the devices and the tools.
 
 #![warn(clippy::undocumented_unsafe_blocks)]
 
 pub mod config;
+pub mod cpus;
 pub mod ffi;
 pub mod gemm;
 pub mod inflate;

@@ -196,6 +196,28 @@ pub fn cores() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
+/// The CPUs the calling thread may run on (`taskset` narrows them); all cores if the kernel
+/// does not say.
+#[cfg(target_os = "linux")]
+pub fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: cpu_set_t is plain bits (all-zero is the empty set); sched_getaffinity writes at
+    // most the size given; CPU_ISSET reads bits below CPU_SETSIZE of that set.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return (0..cores()).collect();
+        }
+        (0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| libc::CPU_ISSET(c, &set))
+            .collect()
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn allowed_cpus() -> Vec<usize> {
+    (0..cores()).collect()
+}
+
 /// Restricts the calling thread to `cpus` (a dedicated thread's placement, e.g. the prefetch
 /// threads on the RK3588's A55s). An error names the CPUs the kernel refused.
 #[cfg(target_os = "linux")]

@@ -811,7 +811,7 @@ fn engine_prefetching_on(device: DeviceConfig, threads: usize, bytes: u64) -> En
         device,
         min_rows: 0,
         cache_bytes: 0,
-        prefetch_threads: threads,
+        prefetch_threads: Some(threads),
         prefetch_bytes: bytes,
         ..Config::default()
     })
@@ -867,6 +867,36 @@ fn distinct_experts(case: &Case) -> u64 {
     ids.sort_unstable();
     ids.dedup();
     ids.len() as u64
+}
+
+#[test]
+fn by_default_prefetch_threads_run_on_the_cpus_given_else_on_idle_slow_cores() {
+    let engine = |prefetch_cpus: Vec<usize>| {
+        Engine::new(Config {
+            device: DeviceConfig {
+                backend: BackendChoice::Emu,
+                ..DeviceConfig::default()
+            },
+            min_rows: 0,
+            cache_bytes: 0,
+            prefetch_cpus,
+            ..Config::default()
+        })
+        .expect("the emulator opens")
+    };
+    // ORK_PREFETCH_CPUS alone: a thread there, which inflates what is announced.
+    let given = engine(vec![ork_moe::pool::allowed_cpus()[0]]);
+    let one = Case::new(SHAPES[0], 701);
+    let w = held(&one.weights);
+    announce(&given, &[(&one, &w)]);
+    wait_staged(&given, one.s.n_expert as u64);
+    // Neither: as the machine's core types and this process's CPUs say (on this test's machines
+    // one core type, so none; the rule's cases are src/cpus.rs's tests).
+    let machine = engine(Vec::new());
+    assert_eq!(
+        machine.prefetching(),
+        ork_moe::cpus::idle_slow_cores().is_ok()
+    );
 }
 
 #[test]

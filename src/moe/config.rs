@@ -47,10 +47,13 @@ pub struct Config {
     pub outliers: Option<Rule>,
     /// Most verbose library log level (process-wide: the last context created sets it).
     pub log_level: log::LevelFilter,
-    /// Threads that inflate the experts of announced calls ahead (`Engine::prefetch`); 0: none.
-    pub prefetch_threads: usize,
-    /// CPUs those threads run on (empty: wherever the process may run). On the RK3588 the A55s,
-    /// while ggml's threads keep the A76s for the work between the calls.
+    /// Threads that inflate the experts of announced calls ahead (`Engine::prefetch`); 0: none;
+    /// `None`: one per CPU of `prefetch_cpus`, else one per idle core of the slowest type
+    /// ([`crate::cpus::idle_slow_cores`]), else none.
+    pub prefetch_threads: Option<usize>,
+    /// CPUs those threads run on (empty: as `None` above picks them, else wherever the process
+    /// may run). On the RK3588 the A55s, while ggml's threads keep the A76s for the work between
+    /// the calls.
     pub prefetch_cpus: Vec<usize>,
     /// Inflated experts the prefetch threads may hold ahead of their calls, in bytes.
     pub prefetch_bytes: u64,
@@ -71,7 +74,7 @@ impl Default for Config {
             submitters: None,
             outliers: Some(Rule::DEFAULT),
             log_level: log::LevelFilter::Warn,
-            prefetch_threads: 0,
+            prefetch_threads: None,
             prefetch_cpus: Vec::new(),
             prefetch_bytes: 1 << 30,
             dense: true,

@@ -116,18 +116,19 @@ impl Engine {
                 format!("unsupported tile sizes {tiles:?}"),
             ));
         }
-        if config.prefetch_threads > MAX_PREFETCH_THREADS {
+        let placement = PrefetchPlacement::of(&config);
+        if placement.threads > MAX_PREFETCH_THREADS {
             return Err(Error::new(
                 ErrorKind::InvalidArgument,
                 format!(
                     "{} prefetch threads: at most {MAX_PREFETCH_THREADS}",
-                    config.prefetch_threads
+                    placement.threads
                 ),
             ));
         }
         // Without prefetch threads nothing is ever staged: a budget of 0 says so to the staging
         // area, which then skips its lock on every miss.
-        let staged = if config.prefetch_threads > 0 {
+        let staged = if placement.threads > 0 {
             config.prefetch_bytes as usize
         } else {
             0
@@ -143,15 +144,16 @@ impl Engine {
         // graph (milliseconds each on the board).
         let spare_b = Arc::new(Spares::new(256 + (staged >> 20), (256 << 20) + staged));
         let device = Arc::new(device);
-        let mut prefetchers = Vec::with_capacity(config.prefetch_threads);
-        for i in 0..config.prefetch_threads {
+        let mut prefetchers = Vec::with_capacity(placement.threads);
+        for i in 0..placement.threads {
             let worker = Prefetcher {
                 device: Arc::clone(&device),
                 experts: Arc::clone(&experts),
                 spares: Arc::clone(&spare_b),
                 tiles,
                 isa: config.device.host.isa,
-                cpus: config.prefetch_cpus.clone(),
+                cpus: placement.cpus.clone(),
+                pinned_or_none: placement.picked,
             };
             let spawned = std::thread::Builder::new()
                 .name(format!("ork-prefetch-{i}"))
@@ -1160,6 +1162,47 @@ impl Drop for Engine {
     }
 }
 
+/// How many prefetch threads run and where ([`Config::prefetch_threads`]).
+struct PrefetchPlacement {
+    threads: usize,
+    cpus: Vec<usize>,
+    /// The library picked the CPUs (idle slow cores): a thread that cannot run there does not
+    /// run at all, where it would take a core from the host's threads.
+    picked: bool,
+}
+
+impl PrefetchPlacement {
+    fn of(config: &Config) -> PrefetchPlacement {
+        let given = |threads| PrefetchPlacement {
+            threads,
+            cpus: config.prefetch_cpus.clone(),
+            picked: false,
+        };
+        match config.prefetch_threads {
+            Some(n) => given(n),
+            None if !config.prefetch_cpus.is_empty() => given(config.prefetch_cpus.len()),
+            None => match crate::cpus::idle_slow_cores() {
+                Ok(cpus) => {
+                    log::info!(
+                        "prefetch: {} threads on the idle slow cores, cpu {} (ORK_PREFETCH=0: none)",
+                        cpus.len(),
+                        crate::cpus::list(&cpus)
+                    );
+                    PrefetchPlacement {
+                        threads: cpus.len(),
+                        cpus,
+                        picked: true,
+                    }
+                }
+                Err(why) => {
+                    log::debug!("prefetch: no threads by default: {why}");
+                    given(0)
+                }
+            },
+        }
+    }
+}
+
 /// One prefetch thread: takes announced experts and inflates them into the staging area.
 struct Prefetcher {
     device: Arc<Device>,
@@ -1168,12 +1211,19 @@ struct Prefetcher {
     tiles: Tiles,
     isa: Isa,
     cpus: Vec<usize>,
+    /// [`PrefetchPlacement::picked`].
+    pinned_or_none: bool,
 }
 
 impl Prefetcher {
     fn run(self) {
         if !self.cpus.is_empty() {
             if let Err(e) = crate::pool::pin_current_thread(&self.cpus) {
+                if self.pinned_or_none {
+                    // Announced experts it would have taken are inflated by their calls.
+                    log::warn!("prefetch thread does not run: {e}");
+                    return;
+                }
                 log::warn!("prefetch thread stays unpinned: {e}");
             }
         }

@@ -624,6 +624,9 @@ static void pair_calls(ork_ctx *emu) {
 static void prefetch_calls(ork_ctx *emu) {
     ork_config cfg;
     ork_config_default(&cfg);
+    const char *env = getenv("ORK_PREFETCH");
+    CHECK((env && *env && strcmp(env, "auto") != 0) || cfg.prefetch_threads == ORK_PREFETCH_AUTO,
+          "default prefetch_threads %u, not ORK_PREFETCH_AUTO", cfg.prefetch_threads);
     cfg.backend = ORK_BACKEND_EMU;
     cfg.min_rows = 0;
     cfg.cache_bytes = 0; /* every expert comes from the prefetch or from the call */
