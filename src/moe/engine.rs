@@ -1189,7 +1189,7 @@ impl PrefetchPlacement {
                         crate::cpus::list(&cpus)
                     );
                     PrefetchPlacement {
-                        threads: cpus.len(),
+                        threads: cpus.len().min(MAX_PREFETCH_THREADS),
                         cpus,
                         picked: true,
                     }
