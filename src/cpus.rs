@@ -233,9 +233,12 @@ pub fn idle_slow_cores() -> Result<Vec<usize>, String> {
 }
 
 fn pick_idle_slow(machine: &Cpus, allowed: &[usize]) -> Result<Vec<usize>, String> {
-    let little = machine
-        .little()
-        .ok_or_else(|| format!("one core type ({})", machine.big().describe()))?;
+    let Some(little) = machine.little() else {
+        return Err(match machine.clusters.first() {
+            Some(only) => format!("one core type ({})", only.describe()),
+            None => "no CPUs listed".into(),
+        });
+    };
     if little.cpus.iter().any(|c| allowed.contains(c)) {
         return Err(format!(
             "this process may run on the slowest cores, {} (allowed: cpu {})",
@@ -316,6 +319,7 @@ mod tests {
         // One core type (this x86 box, or a board's kernel exposing nothing): none.
         let same = group(&[0, 1], &[], |_| Speed::default());
         assert!(pick_idle_slow(&same, &[0]).is_err());
+        assert!(pick_idle_slow(&group(&[], &[], |_| Speed::default()), &[0]).is_err());
     }
 
     #[test]
