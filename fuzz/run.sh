@@ -18,7 +18,7 @@ cargo fuzz --version
 cargo +nightly fuzz build
 echo "build: $(( $(date +%s) - start )) s"
 
-for target in validate decode call; do
+for target in validate decode call profile; do
     corpus=target/corpus/$target
     mkdir -p "$corpus"
     t0=$(date +%s)

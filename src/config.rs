@@ -13,7 +13,6 @@ use crate::isa::Isa;
 use crate::moe::cache::{Policy, Verify};
 use crate::moe::outliers::Rule;
 use crate::moe::{Config, MtMode, SmallBatch};
-use crate::npu::board::Settings;
 use crate::npu::emu::FaultPlan;
 use crate::npu::{BackendChoice, CoreMask};
 use std::path::PathBuf;
@@ -224,9 +223,8 @@ pub const VARS: &[Var] = &[
         apply: |c, v| {
             let text = std::fs::read_to_string(v)
                 .map_err(|e| format!("a readable board profile ({e})"))?;
-            let settings = Settings::from_profile(&text, v)
-                .map_err(|e| format!("a board profile ({e})"))?;
-            c.device.emu.cost = settings.params.npu_cost();
+            c.device.emu.cost = crate::npu::emu::CostModel::from_profile(&text)
+                .map_err(|e| format!("a board profile ({v}: {e})"))?;
             c.device.emu.profile = Some(PathBuf::from(v));
             Ok(())
         },
@@ -501,18 +499,22 @@ mod tests {
 
     #[test]
     fn a_board_profile_sets_the_emulator_cost_model_and_the_variables_override_it() {
-        use crate::npu::board::{Params, ProfileInfo};
+        use crate::npu::emu::CostModel;
         let dir = std::env::temp_dir().join(format!("ork-config-profile-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("board.json");
-        let mut p = Params::default();
-        for (name, v) in [("run_us_floor", 61.5), ("task_us", 3.0), ("core_tops", 0.9)] {
-            p.set(name, v).unwrap();
-        }
-        std::fs::write(&path, p.to_profile(&ProfileInfo::default())).unwrap();
+        let profile = r#"{"backend": "rknn", "run_us_floor": 61.5, "task_us": 3.0,
+            "core_tops": 0.9, "cores": 3.0, "shapes": [{"k": 2048, "n": 768}]}"#;
+        std::fs::write(&path, profile).unwrap();
         let file = path.to_str().unwrap();
         let c = parse(&[("ORK_EMU_PROFILE", file)]).unwrap();
-        assert_eq!(c.device.emu.cost, p.npu_cost());
+        let expected = CostModel {
+            submit_us: 61.5,
+            task_us: 3.0,
+            core_tops: 0.9,
+            ..CostModel::default()
+        };
+        assert_eq!(c.device.emu.cost, expected);
         assert_eq!(c.device.emu.profile.as_deref(), Some(path.as_path()));
         let c = parse(&[("ORK_EMU_PROFILE", file), ("ORK_EMU_CORE_TOPS", "1.5")]).unwrap();
         assert_eq!(c.device.emu.cost.core_tops, 1.5);

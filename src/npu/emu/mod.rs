@@ -21,9 +21,11 @@
 
 mod cost;
 mod faults;
+mod profile;
 
 pub use cost::{CostModel, SubmitParts};
 pub use faults::{Fault, FaultOp, FaultPlan, OpCounts};
+pub use profile::ProfileFigures;
 
 use super::exec::{self, Execution, GemmView, HostExec, Split, Task};
 use super::{
