@@ -11,9 +11,8 @@
 //! - [`config`]: the environment, read once, into the typed configuration passed down;
 //! - [`ffi`]: the C ABI.
 //!
-//! [`isa`] (instruction-set detection), [`cpus`] (core types), [`pool`] (the one worker pool)
-//! and [`json`] (the reader and writer of board profiles) sit beside the bottom layers and are
-//! shared by the kernels, the devices and the tools.
+//! [`isa`] (instruction-set detection), [`cpus`] (core types) and [`pool`] (the one worker pool)
+//! sit beside the bottom layers and are shared by the kernels, the devices and the tools.
 
 #![warn(clippy::undocumented_unsafe_blocks)]
 
@@ -23,7 +22,6 @@ pub mod ffi;
 pub mod gemm;
 pub mod inflate;
 pub mod isa;
-pub mod json;
 pub mod layout;
 pub mod moe;
 pub mod npu;

@@ -9,9 +9,9 @@ mod npu_util;
 mod standin;
 
 use npu_util::{slow_target, Case};
-use ork_moe::json::{self, Value};
-use ork_moe::npu::board::{Settings, SPECS};
 use ork_moe::npu::{flags, Device};
+use ork_probe::timeline::{Settings, SPECS};
+use serde_json::Value;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -61,8 +61,8 @@ fn board(dir: &Path, env: &[(&str, &str)]) -> (Output, String, Value) {
             String::from_utf8_lossy(&out.stderr)
         )
     });
-    let parsed = json::parse(&text).expect("the profile is JSON");
-    let printed = json::parse(&String::from_utf8_lossy(&out.stdout)).expect("--json prints JSON");
+    let parsed: Value = serde_json::from_str(&text).expect("the profile is JSON");
+    let printed: Value = serde_json::from_slice(&out.stdout).expect("--json prints JSON");
     assert_eq!(printed, parsed, "--json prints the profile");
     (out, text, parsed)
 }
@@ -75,7 +75,7 @@ fn num(v: &Value, key: &str) -> f64 {
 
 fn names(v: &Value, key: &str) -> Vec<String> {
     match v.get(key) {
-        Some(Value::Arr(items)) => items
+        Some(Value::Array(items)) => items
             .iter()
             .map(|x| x.as_str().expect("a name").to_string())
             .collect(),
@@ -85,7 +85,7 @@ fn names(v: &Value, key: &str) -> Vec<String> {
 
 fn rows<'a>(v: &'a Value, key: &str) -> &'a [Value] {
     match v.get(key) {
-        Some(Value::Arr(items)) => items,
+        Some(Value::Array(items)) => items,
         _ => panic!("{key} is a list"),
     }
 }
@@ -115,11 +115,11 @@ fn check_profile(v: &Value, text: &str, backend: &str) {
         assert!(measured.iter().any(|m| m == key), "{key} measured");
     }
     // Every parameter is either measured or kept, with the reason.
-    let Some(Value::Obj(kept)) = v.get("not_measured") else {
+    let Some(Value::Object(kept)) = v.get("not_measured") else {
         panic!("not_measured is an object");
     };
     for s in SPECS {
-        let is_kept = kept.iter().any(|(k, _)| k == s.name);
+        let is_kept = kept.contains_key(s.name);
         assert!(
             measured.iter().any(|m| m == s.name) != is_kept,
             "{} is measured or kept",
@@ -181,9 +181,9 @@ fn model(args: &[String]) -> Vec<(String, Value)> {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    match json::parse(&String::from_utf8_lossy(&out.stdout)).unwrap() {
-        Value::Arr(mut rows) if rows.len() == 1 => match rows.remove(0) {
-            Value::Obj(fields) => fields,
+    match serde_json::from_slice(&out.stdout).unwrap() {
+        Value::Array(mut rows) if rows.len() == 1 => match rows.remove(0) {
+            Value::Object(fields) => fields.into_iter().collect(),
             _ => panic!("a row is an object"),
         },
         other => panic!("one row: {other:?}"),

@@ -49,7 +49,7 @@ impl StageClock {
 }
 
 /// One used expert of a call, as phase 2 handled it: what a model of the call's schedule (the
-/// board timeline model, `npu::board`) needs.
+/// board timeline model of `ork-probe model`) needs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ExpertRun {
     pub expert: usize,

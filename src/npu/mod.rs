@@ -34,13 +34,12 @@
 //! group calls [`Submission::run_share`]`(ith, nth)` (ggml drives ops from its own threads), then
 //! one of them calls [`Submission::finish`]. The `run_*` forms do the same on the crate's pool.
 
-pub mod board;
 pub mod cpu;
 pub mod emu;
 mod exec;
 pub mod rknn;
 
-pub use exec::{expert_parts, submitter_ways, HostExec};
+pub use exec::{expert_parts, split_channels, submitter_ways, HostExec};
 
 use crate::layout::Tiles;
 use std::any::Any;

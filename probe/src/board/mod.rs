@@ -14,10 +14,10 @@ mod npu;
 mod system;
 
 use super::bench::Options;
-use ork_moe::json::{self, Value};
 use ork_moe::moe::Config;
-use ork_moe::npu::board::{Params, ProfileInfo, SPECS};
 use ork_moe::npu::BackendKind;
+use ork_probe::timeline::{Params, ProfileInfo, SPECS};
+use serde_json::{json, Map, Value};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
@@ -63,7 +63,7 @@ pub struct Findings {
     measured: Vec<(&'static str, f64, String)>,
     kept: Vec<(&'static str, String)>,
     pub checks: Vec<Check>,
-    timings: Vec<(String, Value)>,
+    timings: Map<String, Value>,
 }
 
 impl Findings {
@@ -89,7 +89,7 @@ impl Findings {
 
     /// A raw timing for the JSON's `timings`.
     pub fn num(&mut self, name: &str, v: f64) {
-        self.timings.push((name.to_string(), Value::Num(v)));
+        self.timings.insert(name.to_string(), v.into());
     }
 
     /// The model's parameters with those measured so far.
@@ -150,38 +150,19 @@ const NPU_PARAMS: [&str; 8] = [
 /// The default `--profile`.
 const DEFAULT_PROFILE: &str = "board-profile.json";
 
-fn opt(x: Option<f64>) -> Value {
-    x.map_or(Value::Null, Value::Num)
-}
-
-fn text(s: impl Into<String>) -> Value {
-    Value::Str(s.into())
-}
-
-fn obj(fields: Vec<(&str, Value)>) -> Value {
-    Value::Obj(
-        fields
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v))
-            .collect(),
-    )
-}
-
 /// The profile as JSON with one top-level field per line (rows of arrays one per line too).
-fn pretty(fields: &[(String, Value)]) -> String {
+fn pretty(fields: &Map<String, Value>) -> String {
     let mut out = String::from("{\n");
     for (i, (k, v)) in fields.iter().enumerate() {
-        let mut key = String::new();
-        json::write_str(&mut key, k);
         let value = match v {
-            Value::Arr(items) if items.iter().any(|x| matches!(x, Value::Obj(_))) => {
+            Value::Array(items) if items.iter().any(Value::is_object) => {
                 let rows: Vec<String> = items.iter().map(|x| format!("    {x}")).collect();
                 format!("[\n{}\n  ]", rows.join(",\n"))
             }
             _ => v.to_string(),
         };
         let comma = if i + 1 < fields.len() { "," } else { "" };
-        out += &format!("  {key}: {value}{comma}\n");
+        out += &format!("  {}: {value}{comma}\n", Value::from(k.as_str()));
     }
     out.push('}');
     out
@@ -331,99 +312,96 @@ pub fn run(opts: &Options, cfg: &Config) -> Result<ExitCode, String> {
 }
 
 /// The profile's fields beyond the parameters: what was found, how each parameter was measured or
-/// why not, the checks and the raw timings.
-fn extras(r: &Report, f: &Findings) -> Vec<(String, Value)> {
-    let pairs =
-        |v: &[(String, String)]| Value::Obj(v.iter().map(|(k, x)| (k.clone(), text(x))).collect());
-    let clusters = r
+/// why not, the checks and the raw timings. Counts are written as floats, as every number of the
+/// profile.
+fn extras(r: &Report, f: &Findings) -> Map<String, Value> {
+    let pairs = |v: &[(String, String)]| -> Map<String, Value> {
+        v.iter()
+            .map(|(k, x)| (k.clone(), x.as_str().into()))
+            .collect()
+    };
+    let floats = |v: &[usize]| -> Vec<f64> { v.iter().map(|&x| x as f64).collect() };
+    let clusters: Vec<Value> = r
         .cpus
         .clusters
         .iter()
         .map(|c| {
-            obj(vec![
-                (
-                    "cpus",
-                    Value::Arr(c.cpus.iter().map(|&x| Value::Num(x as f64)).collect()),
-                ),
-                ("part", c.part.clone().map_or(Value::Null, text)),
-                ("capacity", opt(c.capacity.map(f64::from))),
-                ("max_mhz", opt(c.max_mhz.map(f64::from))),
-            ])
+            json!({
+                "cpus": floats(&c.cpus),
+                "part": c.part,
+                "capacity": c.capacity.map(f64::from),
+                "max_mhz": c.max_mhz.map(f64::from),
+            })
         })
         .collect();
-    let checks = f
+    let checks: Vec<Value> = f
         .checks
         .iter()
         .map(|c| {
-            obj(vec![
-                ("role", text(&c.role)),
-                ("k", Value::Num(c.k as f64)),
-                ("n", Value::Num(c.n as f64)),
-                ("m", Value::Num(c.m as f64)),
-                ("primitive", text(&c.primitive)),
-                ("npu_us", Value::Num(c.npu_us)),
-                ("npu_min_us", Value::Num(c.npu_min_us)),
-                ("npu_max_us", Value::Num(c.npu_max_us)),
-                ("cpu1_us", opt(c.cpu1_us)),
-                ("cpun_us", opt(c.cpun_us)),
-                ("modelled_rk3588_us", opt(c.modelled_us)),
-                ("bit_exact", Value::Bool(c.bit_exact)),
-            ])
+            json!({
+                "role": c.role,
+                "k": c.k as f64,
+                "n": c.n as f64,
+                "m": c.m as f64,
+                "primitive": c.primitive,
+                "npu_us": c.npu_us,
+                "npu_min_us": c.npu_min_us,
+                "npu_max_us": c.npu_max_us,
+                "cpu1_us": c.cpu1_us,
+                "cpun_us": c.cpun_us,
+                "modelled_rk3588_us": c.modelled_us,
+                "bit_exact": c.bit_exact,
+            })
         })
         .collect();
-    let inflate = r
+    let inflate: Vec<Value> = r
         .inflate
         .iter()
         .map(|x| {
-            obj(vec![
-                ("type", text(x.ty.name())),
-                ("k", Value::Num(2048.0)),
-                ("n", Value::Num(768.0)),
-                ("bit_exact", Value::Bool(x.bit_exact)),
-                ("big_core_gbps", Value::Num(x.big_gbps)),
-                ("little_core_gbps", opt(x.little_gbps)),
-            ])
+            json!({
+                "type": x.ty.name(),
+                "k": 2048.0,
+                "n": 768.0,
+                "bit_exact": x.bit_exact,
+                "big_core_gbps": x.big_gbps,
+                "little_core_gbps": x.little_gbps,
+            })
         })
         .collect();
-    let how = f
+    let how: Map<String, Value> = f
         .measured
         .iter()
-        .map(|(n, _, how)| (n.to_string(), text(how)))
+        .map(|(n, _, how)| (n.to_string(), how.as_str().into()))
         .collect();
-    let why = f
+    let why: Map<String, Value> = f
         .kept
         .iter()
-        .map(|(n, why)| (n.to_string(), text(why)))
+        .map(|(n, why)| (n.to_string(), why.as_str().into()))
         .collect();
-    vec![
-        ("npu_figures".into(), text(r.npu_figures())),
-        ("quick".into(), Value::Bool(r.quick)),
-        ("seconds".into(), Value::Num(r.seconds)),
+    [
+        ("npu_figures", json!(r.npu_figures())),
+        ("quick", json!(r.quick)),
+        ("seconds", json!(r.seconds)),
+        ("driver_version", json!(r.driver.version)),
+        ("driver_source", json!(r.driver.source)),
+        ("device_nodes", json!(r.driver.nodes)),
+        ("npu_cores", json!(floats(&r.cores))),
+        ("cpu_clusters", json!(clusters)),
+        ("memory", json!(pairs(&r.memory))),
+        ("host", json!(pairs(&r.host))),
         (
-            "driver_version".into(),
-            r.driver.version.clone().map_or(Value::Null, text),
+            "emu_cost_profile",
+            json!(r.emu_profile.as_ref().map(|p| p.display().to_string())),
         ),
-        ("driver_source".into(), text(&r.driver.source)),
-        ("device_nodes".into(), text(&r.driver.nodes)),
-        (
-            "npu_cores".into(),
-            Value::Arr(r.cores.iter().map(|&c| Value::Num(c as f64)).collect()),
-        ),
-        ("cpu_clusters".into(), Value::Arr(clusters)),
-        ("memory".into(), pairs(&r.memory)),
-        ("host".into(), pairs(&r.host)),
-        (
-            "emu_cost_profile".into(),
-            r.emu_profile
-                .as_ref()
-                .map_or(Value::Null, |p| text(p.display().to_string())),
-        ),
-        ("how_measured".into(), Value::Obj(how)),
-        ("not_measured".into(), Value::Obj(why)),
-        ("timings".into(), Value::Obj(f.timings.clone())),
-        ("inflate".into(), Value::Arr(inflate)),
-        ("shapes".into(), Value::Arr(checks)),
+        ("how_measured", json!(how)),
+        ("not_measured", json!(why)),
+        ("timings", json!(f.timings)),
+        ("inflate", json!(inflate)),
+        ("shapes", json!(checks)),
     ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect()
 }
 
 fn print_report(
@@ -596,15 +574,20 @@ mod tests {
 
     #[test]
     fn the_pretty_profile_is_the_same_json() {
-        let fields = vec![
-            ("a".to_string(), Value::Num(1.5)),
-            (
-                "rows".to_string(),
-                Value::Arr(vec![obj(vec![("x", Value::Bool(true))]), obj(vec![])]),
-            ),
-            ("s".to_string(), text("q\"uote")),
-        ];
-        let parsed = json::parse(&pretty(&fields)).unwrap();
-        assert_eq!(parsed, Value::Obj(fields));
+        let fields = json!({
+            "a": 1.5,
+            "rows": [{"x": true}, {}],
+            "s": "q\"uote",
+            "k\u{1}y": [1.0, null],
+        });
+        let Value::Object(map) = &fields else {
+            unreachable!()
+        };
+        let text = pretty(map);
+        assert_eq!(text.lines().count(), 2 + map.len() + 3, "{text}");
+        let parsed: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(parsed, fields);
+        let keys: Vec<&String> = parsed.as_object().unwrap().keys().collect();
+        assert_eq!(keys, map.keys().collect::<Vec<_>>(), "order kept");
     }
 }

@@ -15,18 +15,18 @@ mod chart;
 mod routing;
 mod weights;
 
-use ork_moe::json::Value;
 use ork_moe::moe::cache::Policy;
 use ork_moe::moe::desc::{TensorDesc, DENSE_IDS, GGML_TYPE_I32};
 use ork_moe::moe::{Config, Engine, Inputs, Stages, Stats};
-use ork_moe::npu::board::{
-    self, CallWork, ContextCache, CpuRates, EngineModel, ExpertCall, ModelShape, Proj, Settings,
-    Stage, Timeline, UbatchModel, UbatchWork,
-};
 use ork_moe::npu::BackendChoice;
 use ork_moe::quant::GgmlType;
 use ork_moe::testutil::Rng;
+use ork_probe::timeline::{
+    self, CallWork, ContextCache, CpuRates, EngineModel, ExpertCall, ModelShape, Proj, Settings,
+    Stage, Timeline, UbatchModel, UbatchWork,
+};
 use routing::Routing;
+use serde_json::{Map, Value};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::AtomicU32;
@@ -482,7 +482,7 @@ fn run_case(
         let models = engines()
             .iter()
             .zip(contexts.iter_mut())
-            .map(|(e, ctx)| board::model_ubatch(&work, e, params, cache_bytes, ctx))
+            .map(|(e, ctx)| timeline::model_ubatch(&work, e, params, cache_bytes, ctx))
             .collect::<Result<Vec<_>, _>>()?;
         eprintln!(
             "model: {} {} ub{tokens} ubatch {}/{}: {:.0} ms here for {} layers; modelled RK3588 \
@@ -671,7 +671,7 @@ pub fn run(args: &[String]) -> Result<ExitCode, String> {
 fn reference(case: &Case, o: &Options) -> (f64, String) {
     let p = &o.settings.params;
     if case.shape == ModelShape::QWEN3_30B_A3B {
-        let src = board::SPECS
+        let src = timeline::SPECS
             .iter()
             .find(|s| s.name == "cpu_only_reference_tokps")
             .expect("a parameter");
@@ -854,11 +854,11 @@ fn print_tables(o: &Options, cfg: &Config, cases: &[Case]) {
 }
 
 fn num(x: f64) -> Value {
-    Value::Num(x)
+    Value::from(x)
 }
 
 fn print_json(o: &Options, cfg: &Config, cases: &[Case]) {
-    let params: Vec<(String, Value)> = board::SPECS
+    let params: Map<String, Value> = timeline::SPECS
         .iter()
         .map(|s| {
             let v = o.settings.params.get(s.name).expect("a parameter");
@@ -878,21 +878,21 @@ fn print_json(o: &Options, cfg: &Config, cases: &[Case]) {
         let misses = lookups - hits;
         let per_miss = m.bytes_inflated as f64 / m.misses.max(1) as f64;
         let mut fields: Vec<(String, Value)> = vec![
-            ("config".into(), Value::Str(c.shape.name.into())),
+            ("config".into(), Value::from(c.shape.name)),
             ("layers".into(), num(c.shape.layers as f64)),
             ("measured_layers".into(), num(o.layers as f64)),
             (
                 "modelled_layers_from".into(),
-                Value::Str(format!(
+                Value::from(format!(
                     "the {} layer(s) measured here, repeated to {} (measured counts scaled by {:.1})",
                     o.layers, c.shape.layers, scale
                 )),
             ),
-            ("type".into(), Value::Str(c.ty.name().into())),
+            ("type".into(), Value::from(c.ty.name())),
             ("ubatch".into(), num(c.tokens as f64)),
             ("ubatch_index".into(), num(u.index as f64)),
-            ("routing".into(), Value::Str(o.routing.name())),
-            ("backend_here".into(), Value::Str(c.backend.into())),
+            ("routing".into(), Value::from(o.routing.name())),
+            ("backend_here".into(), Value::from(c.backend)),
             ("cache_mb".into(), num((cfg.cache_bytes >> 20) as f64)),
             ("hit_rate".into(), num(hits / lookups.max(1.0))),
             ("cache_hits".into(), num(hits)),
@@ -931,7 +931,7 @@ fn print_json(o: &Options, cfg: &Config, cases: &[Case]) {
             ("modelled_bound_us".into(), num(t.experts.bound.us())),
             (
                 "modelled_bound_limit".into(),
-                Value::Str(t.experts.bound.limit().into()),
+                Value::from(t.experts.bound.limit()),
             ),
             (
                 "modelled_critical_path_us".into(),
@@ -946,7 +946,7 @@ fn print_json(o: &Options, cfg: &Config, cases: &[Case]) {
                 num(c.tokens as f64 * 1e6 / c.dense_us),
             ),
             ("cpu_only_reference_tokps".into(), num(ref_tokps)),
-            ("cpu_only_reference_source".into(), Value::Str(ref_src)),
+            ("cpu_only_reference_source".into(), Value::from(ref_src)),
             ("cpu_only_modelled_tokps".into(), num(c.cpu_only_tokps)),
         ];
         for (name, i) in [("pipelined", 1), ("fused", 2), ("prefetch", 3)] {
@@ -957,7 +957,7 @@ fn print_json(o: &Options, cfg: &Config, cases: &[Case]) {
                 (format!("{name}_bound_us"), num(x.experts.bound.us())),
                 (
                     format!("{name}_bound_limit"),
-                    Value::Str(x.experts.bound.limit().into()),
+                    Value::from(x.experts.bound.limit()),
                 ),
                 (format!("{name}_ubatch_us"), num(x.whole.scheduled_us)),
                 (
@@ -984,11 +984,11 @@ fn print_json(o: &Options, cfg: &Config, cases: &[Case]) {
                 ));
             }
         }
-        fields.push(("board_params".into(), Value::Obj(params.clone())));
+        fields.push(("board_params".into(), Value::Object(params.clone())));
         if let Some(info) = &o.settings.profile {
-            fields.push(("board_profile".into(), Value::Str(info.path.clone())));
+            fields.push(("board_profile".into(), Value::from(info.path.clone())));
         }
-        rows.push(Value::Obj(fields).to_string());
+        rows.push(Value::Object(fields.into_iter().collect()).to_string());
     }
     println!("[\n{}\n]", rows.join(",\n"));
 }

@@ -58,9 +58,9 @@ use sys::{Api, TensorMem};
 /// into K-segments of its own layout; deeper GEMMs get [`Error::Envelope`], and the engine sums
 /// them from depth segments of at most this K (`Device::max_k`).
 const MAX_K: usize = 8192;
-/// Matmul contexts kept before unused ones are destroyed (the board model counts creations
-/// with the same rule).
-pub(crate) const CONTEXT_CACHE: usize = 256;
+/// Matmul contexts kept before unused ones are destroyed (the board timeline model of
+/// `ork-probe model` counts creations with the same rule).
+pub const CONTEXT_CACHE: usize = 256;
 
 /// Settings of the rknn backend.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -4,12 +4,12 @@
 
 use super::params::Params;
 use super::shape::DenseWork;
-use crate::layout::Tiles;
-use crate::npu::exec::split_channels;
-use crate::npu::rknn::CONTEXT_CACHE;
-use crate::npu::{expert_parts, submitter_ways};
-use crate::npu::{in_stream_envelope, Primitive};
-use crate::quant::GgmlType;
+use ork_moe::layout::Tiles;
+use ork_moe::npu::rknn::CONTEXT_CACHE;
+use ork_moe::npu::split_channels;
+use ork_moe::npu::{expert_parts, submitter_ways};
+use ork_moe::npu::{in_stream_envelope, Primitive};
+use ork_moe::quant::GgmlType;
 use std::collections::{HashSet, VecDeque};
 
 /// What a task's time is reported under.

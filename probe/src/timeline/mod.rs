@@ -9,7 +9,7 @@
 //!   shared among the running tasks), and the resource lower bound;
 //! - [`shape`]: model shapes and the dense part (priced from a published CPU-only figure).
 //!
-//! The NPU runs are priced by the emulator's cost model ([`crate::npu::emu::modelled_submit`]).
+//! The NPU runs are priced by the emulator's cost model ([`ork_moe::npu::emu::modelled_submit`]).
 //! docs/BOARD-MODEL.md explains the model and its parameters.
 
 pub mod graph;
@@ -62,7 +62,7 @@ pub fn model_ubatch(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::quant::GgmlType;
+    use ork_moe::quant::GgmlType;
 
     /// A ubatch of `shape` with every used expert getting the same rows, every one a miss.
     fn even(shape: &ModelShape, layers: usize, tokens: usize, p: &Params) -> UbatchWork {

@@ -2,8 +2,8 @@
 //! overridable by name, loadable from a board profile (a flat JSON object whose keys are these
 //! names, written by the board check of issue 12), and printed with every result.
 
-use crate::json::{self, Value};
-use crate::npu::emu::{CostModel, DOMAIN_BYTES};
+use ork_moe::npu::emu::{CostModel, DOMAIN_BYTES};
+use serde_json::{Map, Value};
 
 /// Name, unit and source of one parameter.
 #[derive(Clone, Copy, Debug)]
@@ -264,30 +264,25 @@ impl Params {
     /// Writes these parameters as a board profile: a flat JSON object of every parameter plus
     /// `info`'s fields.
     pub fn to_profile(&self, info: &ProfileInfo) -> String {
-        Value::Obj(self.profile_fields(info)).to_string()
+        Value::Object(self.profile_fields(info)).to_string()
     }
 
     /// The fields of [`Params::to_profile`], for a writer that adds fields of its own (the board
     /// check's per-shape rows and timings).
-    pub fn profile_fields(&self, info: &ProfileInfo) -> Vec<(String, Value)> {
-        let mut fields = vec![
-            ("backend".to_string(), Value::Str(info.backend.clone())),
-            (
-                "runtime_version".to_string(),
-                Value::Str(info.runtime_version.clone()),
-            ),
-            (
-                "all_bit_exact".to_string(),
-                info.all_bit_exact.map_or(Value::Null, Value::Bool),
-            ),
-        ];
+    pub fn profile_fields(&self, info: &ProfileInfo) -> Map<String, Value> {
+        let mut fields = Map::new();
+        fields.insert("backend".into(), info.backend.clone().into());
+        fields.insert(
+            "runtime_version".into(),
+            info.runtime_version.clone().into(),
+        );
+        fields.insert("all_bit_exact".into(), info.all_bit_exact.into());
         if let Some(names) = &info.measured {
-            let names = names.iter().map(|n| Value::Str(n.clone())).collect();
-            fields.push(("measured".to_string(), Value::Arr(names)));
+            fields.insert("measured".into(), names.clone().into());
         }
         for s in SPECS {
             let v = self.get(s.name).expect("every spec has a field");
-            fields.push((s.name.to_string(), Value::Num(v)));
+            fields.insert(s.name.into(), v.into());
         }
         fields
     }
@@ -299,13 +294,13 @@ impl Settings {
     /// parameter with a value that is not a usable number is an error. A parameter the profile's
     /// `measured` list leaves out keeps the profile's value, marked [`Origin::ProfileKept`].
     pub fn from_profile(text: &str, path: &str) -> Result<Settings, String> {
-        let v = json::parse(text).map_err(|e| format!("{path}: {e}"))?;
-        let Value::Obj(fields) = &v else {
+        let v: Value = serde_json::from_str(text).map_err(|e| format!("{path}: {e}"))?;
+        let Value::Object(fields) = &v else {
             return Err(format!("{path}: a board profile is a JSON object"));
         };
         let measured = match v.get("measured") {
             None | Some(Value::Null) => None,
-            Some(Value::Arr(names)) => Some(
+            Some(Value::Array(names)) => Some(
                 names
                     .iter()
                     .map(|n| n.as_str().map(String::from))

@@ -10,8 +10,8 @@
 
 use super::graph::{Graph, Stage, Unit, Work};
 use super::params::Params;
-use crate::npu::emu::modelled_submit;
-use crate::quant::GgmlType;
+use ork_moe::npu::emu::modelled_submit;
+use ork_moe::quant::GgmlType;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
@@ -625,7 +625,7 @@ fn share_dram(running: &mut [Running], cap: f64) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::npu::board::graph::{Graph, Unit, Withdraw, Work};
+    use crate::timeline::graph::{Graph, Unit, Withdraw, Work};
 
     fn params() -> Params {
         Params {
@@ -809,7 +809,7 @@ mod tests {
         let mut g = Graph::default();
         let a0 = dense(&mut g, 100.0, 0, &[]);
         let run = Work::Run {
-            primitive: crate::npu::Primitive::RunI8,
+            primitive: ork_moe::npu::Primitive::RunI8,
             m: 32,
             k: 2048,
             n: 768,
