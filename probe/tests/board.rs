@@ -10,7 +10,7 @@ mod standin;
 
 use npu_util::{slow_target, Case};
 use ork_moe::npu::{flags, Device};
-use ork_probe::timeline::{Settings, SPECS};
+use ork_probe::timeline::{profile, SPECS};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -139,7 +139,7 @@ fn check_profile(v: &Value, text: &str, backend: &str) {
             "{role} row"
         );
     }
-    let loaded = Settings::from_profile(text, "profile.json").expect("the model loads it");
+    let loaded = profile::read(text, "profile.json").expect("the model loads it");
     assert_eq!(loaded.params.run_us_floor, num(v, "run_us_floor"));
 }
 

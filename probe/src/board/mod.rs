@@ -16,7 +16,7 @@ mod system;
 use super::bench::Options;
 use ork_moe::moe::Config;
 use ork_moe::npu::BackendKind;
-use ork_probe::timeline::{Params, ProfileInfo, SPECS};
+use ork_probe::timeline::{profile, Params, ProfileInfo, SPECS};
 use serde_json::{json, Map, Value};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -285,7 +285,7 @@ pub fn run(opts: &Options, cfg: &Config) -> Result<ExitCode, String> {
         all_bit_exact: Some(all_exact),
         measured: Some(f.measured.iter().map(|m| m.0.to_string()).collect()),
     };
-    let mut fields = params.profile_fields(&info);
+    let mut fields = profile::fields(&params, &info);
     fields.extend(extras(&report, &f));
     let profile = pretty(&fields);
     let path = opts

@@ -146,7 +146,7 @@ impl Options {
                     let path = value()?;
                     let text =
                         std::fs::read_to_string(&path).map_err(|e| format!("{path}: {e}"))?;
-                    o.settings = Settings::from_profile(&text, &path)?;
+                    o.settings = timeline::profile::read(&text, &path)?;
                 }
                 "--param" => overrides.push(value()?),
                 "--threads" => o.threads = Some(positive(&value()?)?),

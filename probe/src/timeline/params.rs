@@ -1,9 +1,8 @@
 //! The board model's parameters: every one with its unit and source (or "assumption"),
-//! overridable by name, loadable from a board profile (a flat JSON object whose keys are these
-//! names, written by the board check of issue 12), and printed with every result.
+//! overridable by name, loadable from a board profile (`profile`), and printed with every
+//! result.
 
 use ork_moe::npu::emu::{CostModel, DOMAIN_BYTES};
-use serde_json::{Map, Value};
 
 /// Name, unit and source of one parameter.
 #[derive(Clone, Copy, Debug)]
@@ -177,51 +176,8 @@ params! {
         "assumption: the dense part's weights at Q4_K (4.5 bits), read once per ubatch";
 }
 
-/// Where a parameter's value came from.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Origin {
-    Default,
-    /// A board profile (its path) that measured it.
-    Profile(String),
-    /// A board profile (its path) whose check could not measure it: the model's value when the
-    /// profile was written.
-    ProfileKept(String),
-    /// Given on the command line.
-    Override,
-}
-
-/// What a board profile says about the board it was written on.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct ProfileInfo {
-    pub path: String,
-    pub backend: String,
-    pub runtime_version: String,
-    pub all_bit_exact: Option<bool>,
-    /// The parameters the board check measured (the profile's `measured` list); the others carry
-    /// the model's values. `None`: the profile does not say, every parameter counts as measured.
-    pub measured: Option<Vec<String>>,
-}
-
-/// Parameters with the origin of each value.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Settings {
-    pub params: Params,
-    /// Indexed like [`SPECS`].
-    pub origins: Vec<Origin>,
-    pub profile: Option<ProfileInfo>,
-}
-
-impl Default for Settings {
-    fn default() -> Settings {
-        Settings {
-            params: Params::default(),
-            origins: vec![Origin::Default; SPECS.len()],
-            profile: None,
-        }
-    }
-}
-
-fn index(name: &str) -> Option<usize> {
+/// The position of parameter `name` in [`SPECS`].
+pub fn index(name: &str) -> Option<usize> {
     SPECS.iter().position(|s| s.name == name)
 }
 
@@ -260,131 +216,6 @@ impl Params {
             dram_gbps: self.dram_gbps,
         }
     }
-
-    /// Writes these parameters as a board profile: a flat JSON object of every parameter plus
-    /// `info`'s fields.
-    pub fn to_profile(&self, info: &ProfileInfo) -> String {
-        Value::Object(self.profile_fields(info)).to_string()
-    }
-
-    /// The fields of [`Params::to_profile`], for a writer that adds fields of its own (the board
-    /// check's per-shape rows and timings).
-    pub fn profile_fields(&self, info: &ProfileInfo) -> Map<String, Value> {
-        let mut fields = Map::new();
-        fields.insert("backend".into(), info.backend.clone().into());
-        fields.insert(
-            "runtime_version".into(),
-            info.runtime_version.clone().into(),
-        );
-        fields.insert("all_bit_exact".into(), info.all_bit_exact.into());
-        if let Some(names) = &info.measured {
-            fields.insert("measured".into(), names.clone().into());
-        }
-        for s in SPECS {
-            let v = self.get(s.name).expect("every spec has a field");
-            fields.insert(s.name.into(), v.into());
-        }
-        fields
-    }
-}
-
-impl Settings {
-    /// Defaults overridden by the parameters a board profile carries. Keys that are not
-    /// parameters (the board check's per-shape rows, timings of its own) are ignored; a
-    /// parameter with a value that is not a usable number is an error. A parameter the profile's
-    /// `measured` list leaves out keeps the profile's value, marked [`Origin::ProfileKept`].
-    pub fn from_profile(text: &str, path: &str) -> Result<Settings, String> {
-        let v: Value = serde_json::from_str(text).map_err(|e| format!("{path}: {e}"))?;
-        let Value::Object(fields) = &v else {
-            return Err(format!("{path}: a board profile is a JSON object"));
-        };
-        let measured = match v.get("measured") {
-            None | Some(Value::Null) => None,
-            Some(Value::Array(names)) => Some(
-                names
-                    .iter()
-                    .map(|n| n.as_str().map(String::from))
-                    .collect::<Option<Vec<_>>>()
-                    .ok_or_else(|| format!("{path}: measured is not a list of names"))?,
-            ),
-            Some(_) => return Err(format!("{path}: measured is not a list of names")),
-        };
-        let mut s = Settings::default();
-        for (key, value) in fields {
-            let Some(i) = index(key) else { continue };
-            let x = value
-                .as_f64()
-                .ok_or_else(|| format!("{path}: {key} is not a number"))?;
-            s.params.set(key, x).map_err(|e| format!("{path}: {e}"))?;
-            s.origins[i] = match &measured {
-                Some(names) if !names.iter().any(|n| n == key) => {
-                    Origin::ProfileKept(path.to_string())
-                }
-                _ => Origin::Profile(path.to_string()),
-            };
-        }
-        let text_of = |k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_string();
-        s.profile = Some(ProfileInfo {
-            path: path.to_string(),
-            backend: text_of("backend"),
-            runtime_version: text_of("runtime_version"),
-            all_bit_exact: v.get("all_bit_exact").and_then(Value::as_bool),
-            measured,
-        });
-        Ok(s)
-    }
-
-    /// Applies `name=value`.
-    pub fn apply_override(&mut self, assignment: &str) -> Result<(), String> {
-        let (name, value) = assignment
-            .split_once('=')
-            .ok_or_else(|| format!("{assignment:?} is not NAME=VALUE"))?;
-        let (name, value) = (name.trim(), value.trim());
-        let x: f64 = value
-            .parse()
-            .map_err(|_| format!("{name}: {value:?} is not a number"))?;
-        self.params.set(name, x)?;
-        self.origins[index(name).expect("set checked the name")] = Origin::Override;
-        Ok(())
-    }
-
-    /// One line per parameter: name, value, unit, and where the value came from (the source
-    /// text for defaults).
-    pub fn describe(&self) -> Vec<String> {
-        SPECS
-            .iter()
-            .zip(&self.origins)
-            .map(|(s, o)| {
-                let v = self.params.get(s.name).expect("every spec has a field");
-                let from = match o {
-                    Origin::Default => s.source.to_string(),
-                    Origin::Profile(p) => format!("board profile {p}"),
-                    Origin::ProfileKept(p) => {
-                        format!("board profile {p}, not measured there: the model's value")
-                    }
-                    Origin::Override => "set on the command line".to_string(),
-                };
-                format!(
-                    "{:<28} {:>10} {:<12} {}",
-                    s.name,
-                    fmt_value(v),
-                    s.unit,
-                    from
-                )
-            })
-            .collect()
-    }
-}
-
-fn fmt_value(v: f64) -> String {
-    if v.fract() == 0.0 && v.abs() < 1e9 {
-        format!("{v:.0}")
-    } else {
-        format!("{v:.4}")
-            .trim_end_matches('0')
-            .trim_end_matches('.')
-            .to_string()
-    }
 }
 
 #[cfg(test)]
@@ -406,95 +237,5 @@ mod tests {
         assert!(p.set("cores", 4.0).is_err());
         assert!(p.set("shared_dram_gbps", 0.0).is_err());
         assert!(p.set("core_tops", f64::NAN).is_err());
-    }
-
-    #[test]
-    fn a_profile_sets_its_parameters_and_ignores_other_keys() {
-        let text = r#"{"backend": "rknn", "runtime_version": "2.3.2", "cores": 3,
-            "all_bit_exact": true, "run_us_floor": 61.5, "context_create_us": 1234,
-            "core_tops": 0.9, "dram_gbps": 17, "inflate_gbps_big_core": 6.25,
-            "shapes": [{"k": 2048, "n": 768, "us": 80}], "host": "rock-5b"}"#;
-        let s = Settings::from_profile(text, "board.json").unwrap();
-        assert_eq!(s.params.run_us_floor, 61.5);
-        assert_eq!(s.params.context_create_us, 1234.0);
-        assert_eq!(s.params.inflate_gbps_big_core, 6.25);
-        assert_eq!(
-            s.params.shared_dram_gbps,
-            Params::default().shared_dram_gbps
-        );
-        let info = s.profile.as_ref().unwrap();
-        assert_eq!(
-            (info.backend.as_str(), info.runtime_version.as_str()),
-            ("rknn", "2.3.2")
-        );
-        assert_eq!(info.all_bit_exact, Some(true));
-        let i = index("core_tops").unwrap();
-        assert_eq!(s.origins[i], Origin::Profile("board.json".into()));
-        assert!(s.describe()[i].contains("board profile board.json"));
-        for bad in [r#"{"core_tops": "fast"}"#, r#"{"cores": 7}"#, "[1]", "{"] {
-            assert!(Settings::from_profile(bad, "p").is_err(), "{bad}");
-        }
-    }
-
-    #[test]
-    fn overrides_name_a_parameter_and_a_number() {
-        let mut s = Settings::default();
-        s.apply_override("shared_dram_gbps=25").unwrap();
-        assert_eq!(s.params.shared_dram_gbps, 25.0);
-        assert_eq!(
-            s.origins[index("shared_dram_gbps").unwrap()],
-            Origin::Override
-        );
-        for bad in ["shared_dram_gbps", "nope=1", "core_tops=x", "cores=0"] {
-            assert!(s.apply_override(bad).is_err(), "{bad}");
-        }
-    }
-
-    #[test]
-    fn a_written_profile_reads_back_to_the_same_parameters() {
-        let mut p = Params::default();
-        p.set("run_us_floor", 77.25).unwrap();
-        p.set("mul_mat_id_share", 0.7).unwrap();
-        let info = ProfileInfo {
-            path: String::new(),
-            backend: "emu".into(),
-            runtime_version: "n/a".into(),
-            all_bit_exact: Some(true),
-            measured: None,
-        };
-        let s = Settings::from_profile(&p.to_profile(&info), "x.json").unwrap();
-        assert_eq!(s.params, p);
-        assert_eq!(s.profile.unwrap().backend, "emu");
-        assert!(s
-            .origins
-            .iter()
-            .all(|o| *o == Origin::Profile("x.json".into())));
-    }
-
-    #[test]
-    fn parameters_a_profile_did_not_measure_are_marked_kept() {
-        let info = ProfileInfo {
-            measured: Some(vec!["run_us_floor".into(), "core_tops".into()]),
-            ..ProfileInfo::default()
-        };
-        let mut p = Params::default();
-        p.set("run_us_floor", 70.0).unwrap();
-        let s = Settings::from_profile(&p.to_profile(&info), "b.json").unwrap();
-        assert_eq!(s.params, p);
-        assert_eq!(s.profile.as_ref().unwrap().measured, info.measured);
-        for (spec, origin) in SPECS.iter().zip(&s.origins) {
-            let measured = ["run_us_floor", "core_tops"].contains(&spec.name);
-            let want = if measured {
-                Origin::Profile("b.json".into())
-            } else {
-                Origin::ProfileKept("b.json".into())
-            };
-            assert_eq!(*origin, want, "{}", spec.name);
-        }
-        let i = index("task_us").unwrap();
-        assert!(s.describe()[i].contains("not measured there"));
-        for bad in [r#"{"measured": "all"}"#, r#"{"measured": [1]}"#] {
-            assert!(Settings::from_profile(bad, "p").is_err(), "{bad}");
-        }
     }
 }

@@ -1,7 +1,7 @@
 //! Model shapes, and the dense part (everything but the routed experts: attention, norms, the
 //! router, a shared expert) priced at a CPU rate derived from a published CPU-only figure.
 
-use super::graph::Proj;
+use super::calls::{DenseWork, Proj};
 use super::params::Params;
 
 /// What the board model needs of a MoE transformer.
@@ -116,20 +116,6 @@ impl ModelShape {
     pub fn expert_macs_per_token_layer(&self) -> f64 {
         (self.n_used * 3 * self.hidden * self.expert_ff) as f64
     }
-}
-
-/// The dense part of one layer for one ubatch: what ggml runs on the CPU between the
-/// MUL_MAT_ID calls, on the big cores (the reference ran `-t 4` on the A76).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct DenseWork {
-    /// Wall time of attention, norms, router (and shared expert) before the gate call.
-    pub before_us: f64,
-    /// Elements of ggml's SiLU·mul between up and down.
-    pub act_elems: u64,
-    /// Elements of the weighted sum of the experts' outputs after down.
-    pub combine_elems: u64,
-    /// DRAM bytes of `before`'s weights.
-    pub bytes: u64,
 }
 
 /// CPU rates of the two parts of a prefill, derived from a published CPU-only figure: its time
