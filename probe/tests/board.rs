@@ -90,7 +90,7 @@ fn rows<'a>(v: &'a Value, key: &str) -> &'a [Value] {
     }
 }
 
-/// What the issue requires of every profile, and what the model needs to load it.
+/// What every profile holds, and what the model needs to load it.
 fn check_profile(v: &Value, text: &str, backend: &str) {
     assert_eq!(v.get("backend").and_then(Value::as_str), Some(backend));
     assert!(v.get("runtime_version").and_then(Value::as_str).is_some());

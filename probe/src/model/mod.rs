@@ -1,6 +1,6 @@
 //! `ork-probe model`: whole forward passes' MUL_MAT_ID calls of a named MoE configuration through
 //! the engine on this machine, and the modelled RK3588 timeline of the same work
-//! (`ork_moe::npu::board`).
+//! (`ork_probe::timeline`).
 //!
 //! Per layer the probe makes the calls ggml makes: the dense matmuls the engine takes (q, k, v, o;
 //! a shared expert's after the routed experts; none with `ORK_DENSE=0`), then gate and up (the
@@ -35,7 +35,7 @@ use std::time::Instant;
 pub const USAGE: &str = "\
 ork-probe model [options]: the MUL_MAT_ID calls of whole forward passes through the engine, and
 the dense matmuls it takes (ORK_DENSE=0: none), and the modelled RK3588 timeline of the same work
-(today's engine, with its prefetcher, and pipelined variants)
+(the engine without and with its prefetch threads, and pipelined variants)
   --config C,...       qwen3-30b-a3b (default), qwen1.5-moe-a2.7b
   --types T,...        expert weight types (default q4_0,q4_K; a K that is not whole blocks of
                        the type uses q5_0, as llama-quantize does)
@@ -231,13 +231,14 @@ struct Case {
 
 const ENGINES: usize = 4;
 
-/// Indexed as `UbatchResult::models`: today, pipelined, fused, today with the prefetcher.
+/// Indexed as `UbatchResult::models`: the engine, pipelined, fused, the engine with its prefetch
+/// threads.
 fn engines() -> [EngineModel; ENGINES] {
     [
-        EngineModel::engine(),
+        EngineModel::without_prefetch(),
         EngineModel::pipelined(),
         EngineModel::pipelined_fused(),
-        EngineModel::prefetching(),
+        EngineModel::with_prefetch(),
     ]
 }
 
@@ -486,7 +487,7 @@ fn run_case(
             .collect::<Result<Vec<_>, _>>()?;
         eprintln!(
             "model: {} {} ub{tokens} ubatch {}/{}: {:.0} ms here for {} layers; modelled RK3588 \
-             prefill {:.1} tok/s today, {:.1} with prefetch, {:.1} pipelined",
+             prefill {:.1} tok/s engine, {:.1} with prefetch, {:.1} pipelined",
             shape.name,
             ty.name(),
             u + 1,
@@ -750,8 +751,8 @@ fn print_tables(o: &Options, cfg: &Config, cases: &[Case]) {
     );
     println!(
         "{:<18} {:<5} {:>5} {:>2} | {:>8} {:>8} {:>8} {:<4} | {:>8} {:>8} {:<4} | {:>8} {:>8} {:<4} | {:>8} {:>8} {:<4} | {:>6} {:>4} | {:>7} {:>7} {:>7} {:>7} {:>7} {:>6}",
-        "config", "type", "ub", "#", "today", "sched", "bound", "", "prefetch", "bound", "",
-        "piped", "bound", "", "fused", "bound", "", "runs", "ctx", "today", "prefch", "piped",
+        "config", "type", "ub", "#", "engine", "sched", "bound", "", "prefetch", "bound", "",
+        "piped", "bound", "", "fused", "bound", "", "runs", "ctx", "engine", "prefch", "piped",
         "fused", "ref", "best×"
     );
     for c in cases {
@@ -993,15 +994,16 @@ fn print_json(o: &Options, cfg: &Config, cases: &[Case]) {
     println!("[\n{}\n]", rows.join(",\n"));
 }
 
-/// Per layer of the last ubatch of each case: today's expert part stacked by stage (serial) on
-/// the dense part's wall time, today's as-scheduled span, with the prefetcher, and pipelined.
+/// Per layer of the last ubatch of each case: the engine's expert part stacked by stage (serial)
+/// on the dense part's wall time, the engine's as-scheduled span, with its prefetch threads, and
+/// pipelined.
 fn svg(cases: &[Case]) -> String {
     let panels: Vec<chart::Panel> = cases
         .iter()
         .map(|c| {
             let u = c.ubatches.last().expect("at least one ubatch");
             let experts = &u.models[0].experts;
-            let [today, piped, ahead] = [0, 1, 3].map(|i| &u.models[i].whole);
+            let [engine, piped, ahead] = [0, 1, 3].map(|i| &u.models[i].whole);
             let dense_ms = ms(c.dense_us) / c.shape.layers as f64;
             let span = |t: &Timeline, l: usize| {
                 let before = if l == 0 { 0.0 } else { t.layer_end_us[l - 1] };
@@ -1023,15 +1025,15 @@ fn svg(cases: &[Case]) -> String {
                     };
                     vec![
                         serial,
-                        one("today, as scheduled", span(today, l)),
-                        one("today+prefetch, as scheduled", span(ahead, l)),
+                        one("engine, as scheduled", span(engine, l)),
+                        one("engine+prefetch, as scheduled", span(ahead, l)),
                         one("pipelined, as scheduled", span(piped, l)),
                     ]
                 })
                 .collect();
             chart::Panel {
                 title: format!(
-                    "{} {} ub{}: per layer, dense + today's expert stages serial | today as scheduled | +prefetch | pipelined",
+                    "{} {} ub{}: per layer, dense + the engine's expert stages serial | engine as scheduled | +prefetch | pipelined",
                     c.shape.name,
                     c.ty.name(),
                     c.tokens

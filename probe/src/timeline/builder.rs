@@ -456,7 +456,8 @@ impl Builder<'_> {
             deps.extend(self.ring_gate);
             0
         } else {
-            // Today's cache: under a streaming sweep the oldest entries leave (occupancy only).
+            // The engine's cache: under a streaming sweep the oldest entries leave (occupancy
+            // only).
             self.cache.take(bytes).0
         };
         let work = Work::Inflate {

@@ -1,10 +1,10 @@
 //! How an engine turns a ubatch's calls into tasks: the library's engine without and with its
-//! prefetch threads, the engine with submits blocking ggml's threads, and pipelined variants.
+//! prefetch threads, an engine whose submits block ggml's threads, and pipelined variants.
 
 use super::params::Params;
 use super::work::Unit;
 
-/// How the engine turns the calls into tasks: today's engine, or a variant the lead may build.
+/// How an engine turns the calls into tasks: the library's engine, or a variant of it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct EngineModel {
     pub name: &'static str,
@@ -12,11 +12,11 @@ pub struct EngineModel {
     /// and within a call phase 1 (route, quantize) is a barrier before phase 2.
     pub ops_in_sequence: bool,
     /// Each expert item is one thread's chain (weights, gather, submit, scatter) and the
-    /// thread blocks in `rknn_matmul_run`, as the engine does today. Otherwise runs go to
-    /// per-core submitter threads that cost no CPU and items' CPU stages are independent tasks.
+    /// thread blocks in `rknn_matmul_run`. Otherwise runs go to per-core submitter threads that
+    /// cost no CPU and items' CPU stages are independent tasks.
     pub blocking_submits: bool,
-    /// A cache miss allocates a fresh device buffer for B (today's cache frees evicted
-    /// experts); otherwise B comes from a ring of buffers allocated once.
+    /// A cache miss allocates a fresh device buffer for B (the cache frees evicted experts);
+    /// otherwise B comes from buffers allocated once and recycled.
     pub fresh_b_per_miss: bool,
     /// The rknn backend's placement: a one-GEMM stream runs on core 0, `run_i8` is split over
     /// the cores into runs issued one after another. Otherwise each expert is one run on any core.
@@ -43,8 +43,8 @@ pub struct EngineModel {
     /// leave the DRAM to the call's NPU runs); needs `withdraw`, or a call would wait for them
     /// forever.
     pub pause: bool,
-    /// The outlier split runs (the default since issue 13): per expert, the f32 weight columns
-    /// of its rows' outlier channels (`outlier_columns_*` parameters), on the CPU.
+    /// The outlier split runs (`ORK_OUTLIERS`, on by default): per expert, the f32 weight
+    /// columns of its rows' outlier channels (`outlier_columns_*` parameters), on the CPU.
     pub outliers: bool,
     /// While a dense call's runs keep its threads waiting and more of its runs are queued, they
     /// inflate prefetch jobs, as the engine's do (`Staging::help_job`): the A76s' share of the
@@ -76,12 +76,13 @@ impl RingBound {
 }
 
 impl EngineModel {
-    /// The engine as it is: ggml's threads prepare experts (inflate, gather) and scatter while one
-    /// submitter thread per NPU core runs each expert's GEMM on that core (`ORK_SUBMITTERS`); B
-    /// buffers are recycled; gate and up are one pair call (the patch fuses them); contexts are
-    /// the runtime's dynamic shapes, one per 64 row counts. Ops still run one after another and
-    /// nothing is inflated before its call.
-    pub fn engine() -> EngineModel {
+    /// The library's engine with its defaults, no prefetch threads (`ORK_PREFETCH=0`, or
+    /// llama.cpp on every core): ggml's threads prepare experts (inflate, gather) and scatter
+    /// while one submitter thread per NPU core runs each expert's GEMM on that core
+    /// (`ORK_SUBMITTERS`); B buffers are recycled; gate and up are one pair call (the patch fuses
+    /// them); contexts are the runtime's dynamic shapes, one per 64 row counts. Ops run one
+    /// after another and nothing is inflated before its call.
+    pub fn without_prefetch() -> EngineModel {
         EngineModel {
             name: "engine",
             ops_in_sequence: true,
@@ -102,12 +103,13 @@ impl EngineModel {
         }
     }
 
-    /// The engine of the M0 note's era (before submitter threads, recycled B buffers, pair calls,
-    /// dynamic-shape contexts and the outlier split): what `Engine::run_mt` did with ggml's threads on the rknn
-    /// backend.
-    pub fn before() -> EngineModel {
+    /// The engine without submitter threads, recycled B buffers, pair calls, dynamic-shape
+    /// contexts or the outlier split: ggml's threads submit each expert's runs on the rknn
+    /// backend and block in them, and every cache miss creates a device buffer. The reference the
+    /// other variants' gains are measured against.
+    pub fn blocking() -> EngineModel {
         EngineModel {
-            name: "before",
+            name: "blocking",
             ops_in_sequence: true,
             blocking_submits: true,
             fresh_b_per_miss: true,
@@ -126,23 +128,23 @@ impl EngineModel {
         }
     }
 
-    /// Today's engine with its prefetcher: at graph begin llama.cpp names every MUL_MAT_ID node
-    /// of the graph, and `ORK_PREFETCH` threads pinned to the A55s (`ORK_PREFETCH_CPUS=0-3`,
-    /// ggml's `-t 4` on the A76s) inflate every expert of those calls, in graph order, into a
-    /// staging area of `prefetch_mb` (`ORK_PREFETCH_MB`) inside one IOMMU domain; a call takes
-    /// its experts from there and frees each slot when its runs are done. Everything else is
-    /// `engine()`. When a call starts it withdraws its experts the prefetcher has not started:
-    /// its own threads inflate the used ones, the unused ones are dropped; one the prefetcher
-    /// is inflating it waits for; and until it ends the prefetcher starts no expert (a dense
-    /// call, NPU work with little DRAM traffic, does not pause it). Assumes
-    /// the prefetch threads start at graph begin (during layer 0's dense part).
+    /// The library's engine with its prefetch threads: at graph begin llama.cpp names every
+    /// MUL_MAT_ID node of the graph, and `ORK_PREFETCH` threads pinned to the A55s
+    /// (`ORK_PREFETCH_CPUS=0-3`, ggml's `-t 4` on the A76s) inflate every expert of those calls,
+    /// in graph order, into a staging area of `prefetch_mb` (`ORK_PREFETCH_MB`) inside one IOMMU
+    /// domain; a call takes its experts from there and frees each slot when its runs are done.
+    /// Everything else is `without_prefetch()`. When a call starts it withdraws its experts the
+    /// prefetcher has not started: its own threads inflate the used ones, the unused ones are
+    /// dropped; one the prefetcher is inflating it waits for; and until it ends the prefetcher
+    /// starts no expert (a dense call, NPU work with little DRAM traffic, does not pause it).
+    /// Assumes the prefetch threads start at graph begin (during layer 0's dense part).
     ///
     /// Against the engine: it frees a slot when the call takes the expert, not when its runs
     /// are done, which times the same, because nothing is started while the call runs. An
     /// expert staged but unused stays in the engine's staging area into the next graph (whose
     /// call may take it), where the model frees its slot at the routing; so where experts go
     /// unused (small ubatches) the engine has less staging room than modelled.
-    pub fn prefetching() -> EngineModel {
+    pub fn with_prefetch() -> EngineModel {
         EngineModel {
             name: "engine+prefetch",
             prefetch: true,
@@ -151,11 +153,11 @@ impl EngineModel {
             withdraw: true,
             pause: true,
             help: true,
-            ..EngineModel::engine()
+            ..EngineModel::without_prefetch()
         }
     }
 
-    /// The same submits, pipelined: experts inflated ahead on all eight cores into a ring of
+    /// The blocking engine's runs, pipelined: experts inflated ahead on all eight cores into a ring of
     /// buffers inside one IOMMU domain while the NPU runs the current ones, runs issued by
     /// per-core submitter threads, calls overlapping wherever the data allows.
     pub fn pipelined() -> EngineModel {

@@ -165,11 +165,11 @@ params! {
         "CPU-only llama.cpp prefill on a ROCK 5B (RK3588), Qwen3.6-35B-A3B Q4_K_M, llama-bench \
          pp64, taskset 4-7, -t 4: 21.30 tok/s (oRKLLM/ork-driver MOE_LAYER_BLOCK_WIP.md); for \
          context: Raspberry Pi 5 (4x A76), Qwen3-30B-A3B Q3_K_S, pp512 10.91 tok/s \
-         (geerlingguy/ai-benchmarks issue 47)";
+         (geerlingguy/ai-benchmarks#47)";
     reference_context: "tokens" = 64.0;
         "prompt length of the reference measurement (pp64)";
     mul_mat_id_share: "of CPU time" = 0.725;
-        "assumption: MUL_MAT_ID's share of CPU-only prefill time, the middle of issue 10's \
+        "assumption: MUL_MAT_ID's share of CPU-only prefill time, the middle of an estimated \
          70-75 %; measured on the x86 dev box (plain llama.cpp, repack on, 1 thread, pp512, a \
          4-layer Qwen3-30B-A3B-shaped model): 74 % Q4_0, 67 % Q4_K_M (docs/BOARD-MODEL.md)";
     dense_weight_bytes: "bytes/weight" = 0.5625;

@@ -154,7 +154,7 @@ impl CpuRates {
 
     /// The dense part of one layer for a prompt ubatch of `tokens` starting at position 0, on
     /// the CPU; with `matmuls_offloaded` without [`ModelShape::dense_matmuls`] (the library's
-    /// calls then), whose MACs and weights it no longer prices.
+    /// calls then), whose MACs and weights it leaves out.
     pub fn dense_layer(
         &self,
         shape: &ModelShape,

@@ -83,26 +83,29 @@ fn dense_calls_take_the_projections_off_the_cpu_and_inflate_in_their_call() {
     let model = |ub: &UbatchWork, e: &EngineModel| {
         model_ubatch(ub, e, &p, 1 << 30, &mut ContextCache::default()).unwrap()
     };
-    for e in [EngineModel::engine(), EngineModel::prefetching()] {
-        let (before, after) = (model(&routed, &e), model(&both, &e));
+    for e in [
+        EngineModel::without_prefetch(),
+        EngineModel::with_prefetch(),
+    ] {
+        let (routed_only, with_dense) = (model(&routed, &e), model(&both, &e));
         // The projections' MACs move to the NPU: more NPU time, far less ubatch time.
         let macs = 4.0 * 2048.0 * s.dense_matmul_macs_per_token_layer();
         let npu_us = 2.0 * macs / (p.cores * p.core_tops * 1e12) * 1e6;
-        let more = after.experts.bound.npu_us - before.experts.bound.npu_us;
+        let more = with_dense.experts.bound.npu_us - routed_only.experts.bound.npu_us;
         assert!(more > npu_us && more < 1.2 * npu_us, "{more} vs {npu_us}");
         assert!(
-            after.whole.scheduled_us < 0.8 * before.whole.scheduled_us,
+            with_dense.whole.scheduled_us < 0.8 * routed_only.whole.scheduled_us,
             "{}",
             e.name
         );
-        let e_sched = &after.experts;
+        let e_sched = &with_dense.experts;
         assert!(e_sched.scheduled_us >= e_sched.bound.us() * (1.0 - 1e-9));
     }
     // The patch announces only the MUL_MAT_IDs: the prefetcher inflates the routed experts
     // on the A55s, each dense call its one matrix on ggml's threads, in the call.
     let g = build(
         &both,
-        &EngineModel::prefetching(),
+        &EngineModel::with_prefetch(),
         &p,
         1 << 30,
         &mut ContextCache::default(),
@@ -127,7 +130,7 @@ fn dense_calls_take_the_projections_off_the_cpu_and_inflate_in_their_call() {
 }
 
 #[test]
-fn the_rough_resource_count_of_issue_10() {
+fn a_ubatch_moves_about_75_gb_and_computes_about_1_5_s_on_the_npu() {
     // Per 512-token ubatch of Qwen3-30B-A3B, all 48 layers streamed: Q4 read + int8 written
     // by inflate + int8 read by the NPU is about 75 GB.
     let p = Params::default();
@@ -175,7 +178,7 @@ fn a_profile_gives_the_same_figures_as_the_same_parameters_given_directly() {
     };
     let text = serde_json::Value::Object(profile::fields(&p, &info)).to_string();
     let loaded = profile::read(&text, "board.json").unwrap();
-    for engine in [EngineModel::before(), EngineModel::pipelined()] {
+    for engine in [EngineModel::blocking(), EngineModel::pipelined()] {
         let direct = model_ubatch(&ub, &engine, &p, 1 << 30, &mut ContextCache::default());
         let profiled = model_ubatch(
             &ub,
@@ -189,14 +192,14 @@ fn a_profile_gives_the_same_figures_as_the_same_parameters_given_directly() {
 }
 
 #[test]
-fn pipelining_gets_closer_to_the_bound_than_today() {
+fn the_engine_and_pipelining_beat_blocking_submits() {
     let p = Params::default();
     let s = ModelShape::QWEN3_30B_A3B;
     let ub = even(&s, 4, 512, &p);
     let mut results = Vec::new();
     for engine in [
-        EngineModel::before(),
-        EngineModel::engine(),
+        EngineModel::blocking(),
+        EngineModel::without_prefetch(),
         EngineModel::pipelined(),
         EngineModel::pipelined_fused(),
     ] {
@@ -213,16 +216,16 @@ fn pipelining_gets_closer_to_the_bound_than_today() {
         assert!(m.whole.scheduled_us >= e.scheduled_us);
         results.push(m);
     }
-    let (today, engine) = (&results[0], &results[1]);
+    let (blocking, engine) = (&results[0], &results[1]);
     let (piped, fused) = (&results[2], &results[3]);
-    assert!(piped.experts.scheduled_us < today.experts.scheduled_us);
-    // The engine as it is (submitters, recycled B, pairs) beats the one before it.
-    assert!(engine.experts.scheduled_us < today.experts.scheduled_us);
+    assert!(piped.experts.scheduled_us < blocking.experts.scheduled_us);
+    // The engine (submitters, recycled B, pairs) beats submits blocking ggml's threads.
+    assert!(engine.experts.scheduled_us < blocking.experts.scheduled_us);
     assert_eq!(engine.experts.buffers_created, 0);
     assert!(fused.experts.runs < piped.experts.runs);
-    assert_eq!(today.experts.runs, piped.experts.runs);
-    // Today: one fresh buffer per miss; the pipelined ring allocates none.
-    assert_eq!(today.experts.buffers_created, 4 * 3 * 128);
+    assert_eq!(blocking.experts.runs, piped.experts.runs);
+    // Blocking: one fresh buffer per miss; the pipelined ring allocates none.
+    assert_eq!(blocking.experts.buffers_created, 4 * 3 * 128);
     assert_eq!(piped.experts.buffers_created, 0);
     // Pipelined, inflated experts stay inside one IOMMU domain.
     assert!(piped.experts.peak_resident_bytes as f64 <= p.domain_mb * (1u64 << 20) as f64);
@@ -241,13 +244,16 @@ fn the_outlier_split_costs_the_down_experts_their_columns() {
     let model = |p: &Params, engine: &EngineModel| {
         model_ubatch(&ub, engine, p, 1 << 30, &mut ContextCache::default()).unwrap()
     };
-    let with = model(&p, &EngineModel::engine());
+    let with = model(&p, &EngineModel::without_prefetch());
     let want = (2 * 128 * 55 * 2048) as f64 / (p.outlier_gweights_big_core * 1e3);
     let got = with.experts.stage_us[at];
     assert!((got - want).abs() < 1e-6 * want, "{got} vs {want}");
-    assert_eq!(model(&p, &EngineModel::before()).experts.stage_us[at], 0.0);
+    assert_eq!(
+        model(&p, &EngineModel::blocking()).experts.stage_us[at],
+        0.0
+    );
     p.set("outlier_columns_down", 0.0).unwrap();
-    let without = model(&p, &EngineModel::engine());
+    let without = model(&p, &EngineModel::without_prefetch());
     assert_eq!(without.experts.stage_us[at], 0.0);
     assert!(without.experts.serial_us < with.experts.serial_us);
     assert!(without.experts.scheduled_us <= with.experts.scheduled_us);
@@ -275,24 +281,27 @@ fn prefetching_on_the_little_cores_beats_the_engine_within_its_budget() {
     let model = |p: &Params, e: &EngineModel| {
         model_ubatch(&ub, e, p, 1 << 30, &mut ContextCache::default()).unwrap()
     };
-    let (today, ahead) = (
-        model(&p, &EngineModel::engine()),
-        model(&p, &EngineModel::prefetching()),
+    let (engine, ahead) = (
+        model(&p, &EngineModel::without_prefetch()),
+        model(&p, &EngineModel::with_prefetch()),
     );
     // The gain is the A55s inflating during the dense part (the A76s'); the expert part
     // alone, inflated at A55 speed, need not be faster.
-    assert!(ahead.whole.scheduled_us < today.whole.scheduled_us);
+    assert!(ahead.whole.scheduled_us < engine.whole.scheduled_us);
     // The same experts inflated, every one on an A55: at little_core_factor of the speed.
     let at = Stage::REPORTED
         .iter()
         .position(|&x| x == Stage::Inflate)
         .unwrap();
-    assert_eq!(ahead.experts.stage_bytes[at], today.experts.stage_bytes[at]);
-    let ratio = today.experts.stage_us[at] / ahead.experts.stage_us[at];
+    assert_eq!(
+        ahead.experts.stage_bytes[at],
+        engine.experts.stage_bytes[at]
+    );
+    let ratio = engine.experts.stage_us[at] / ahead.experts.stage_us[at];
     assert!((ratio - p.little_core_factor).abs() < 1e-9, "{ratio}");
     let g = build(
         &ub,
-        &EngineModel::prefetching(),
+        &EngineModel::with_prefetch(),
         &p,
         1 << 30,
         &mut ContextCache::default(),
@@ -314,7 +323,7 @@ fn prefetching_on_the_little_cores_beats_the_engine_within_its_budget() {
     for mb in [1024.0, 256.0] {
         p.set("prefetch_mb", mb).unwrap();
         let budget = (mb * (1u64 << 20) as f64) as u64;
-        let peak = model(&p, &EngineModel::prefetching())
+        let peak = model(&p, &EngineModel::with_prefetch())
             .whole
             .peak_resident_bytes;
         assert!(peak <= budget && peak > budget / 2, "{mb} MiB: {peak}");
@@ -331,11 +340,11 @@ fn contexts_are_created_once_per_shape_and_core() {
     let s = ModelShape::QWEN3_30B_A3B;
     let ub = even(&s, 2, 512, &p);
     let mut ctx = ContextCache::default();
-    let g = build(&ub, &EngineModel::before(), &p, 1 << 30, &mut ctx, false);
+    let g = build(&ub, &EngineModel::blocking(), &p, 1 << 30, &mut ctx, false);
     let first = timeline(&g, &p).unwrap();
     // One M (32 rows per expert): gate/up on core 0 share one context, down has 3 slices.
     assert_eq!(first.contexts_created, 1 + 3);
-    let g = build(&ub, &EngineModel::before(), &p, 1 << 30, &mut ctx, false);
+    let g = build(&ub, &EngineModel::blocking(), &p, 1 << 30, &mut ctx, false);
     assert_eq!(timeline(&g, &p).unwrap().contexts_created, 0);
     assert_eq!(ctx.created, 4);
 }

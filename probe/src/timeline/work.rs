@@ -173,7 +173,7 @@ pub struct Task {
     /// Tasks that must finish first (all earlier in the graph).
     pub deps: Vec<u32>,
     /// Runs on, and until then keeps, the CPU thread of this dependency: a thread that works
-    /// through one expert item (and blocks in the NPU run) in today's engine.
+    /// through one expert item (and blocks in the NPU run) with blocking submits.
     pub thread_of: Option<u32>,
     pub layer: u32,
     /// Device bytes this task makes resident when it starts...
