@@ -44,7 +44,10 @@ fuzz_target!(|data: &[u8]| {
         Ok(Value::Object(fields)) => fields,
         Err(e) if e.to_string().starts_with("recursion limit exceeded") => return,
         other => {
-            assert!(got.is_err(), "serde_json gives {other:?}, the reader {got:?}");
+            assert!(
+                got.is_err(),
+                "serde_json gives {other:?}, the reader {got:?}"
+            );
             return;
         }
     };
