@@ -5,9 +5,10 @@ mod npu_util;
 
 use npu_util::{random_i8, slow_target, Case, A3B, ROWS};
 use ork_moe::layout::Tiles;
+use ork_moe::npu::emu::{self, RUN_MAX_K};
+use ork_moe::npu::Primitive::{self, ChainI8, RunI8, StreamI8};
 use ork_moe::npu::{
-    emu, flags, BackendChoice, BackendKind, CoreMask, Device, DeviceConfig, Error, MatMul,
-    Primitive,
+    flags, BackendChoice, BackendKind, CoreMask, Device, DeviceConfig, Error, MatMul,
 };
 
 /// The lenient emulator: stale input is read, as on the board.
@@ -168,167 +169,117 @@ fn run_i8_spreads_large_gemms_over_the_enabled_cores_and_caps_rows_per_task() {
     assert!(c.as_slice() == &case.expected[..]);
 }
 
+/// What a row of [`REFUSALS`] tries on the lenient emulator.
+enum Try {
+    /// The primitive (chain on all cores) on the GEMMs made from the one GEMM of shape (M, K, N)
+    /// whose operands are uploaded; C holds one output of that shape per GEMM.
+    Submit(Primitive, (usize, usize, usize), Gemms),
+    /// A buffer of 16 bytes.
+    Alloc { flags: u32, domain: u32 },
+    /// `run_i8` of a GEMM whose A is a buffer of another device.
+    ForeignA,
+}
+
+type Gemms = for<'a> fn(&MatMul<'a>) -> Vec<MatMul<'a>>;
+
+/// What a row expects.
+#[derive(Debug)]
+enum Want {
+    Accepted,
+    Envelope(Primitive),
+    /// [`Error::InvalidArgument`] whose message names the rule.
+    Invalid(&'static str),
+}
+
+fn copy<'a>(g: &MatMul<'a>) -> MatMul<'a> {
+    MatMul { ..*g }
+}
+
+fn one<'a>(g: &MatMul<'a>) -> Vec<MatMul<'a>> {
+    vec![copy(g)]
+}
+
+/// The (M, K, N) of the argument rows: 4 rows, K = 512, N = 64.
+const SMALL: (usize, usize, usize) = (4, 512, 64);
+
+/// Everything the emulator refuses, and what `run_i8` takes instead of stream or chain.
+#[rustfmt::skip]
+const REFUSALS: &[(&str, Try, Want)] = &[
+    ("run_i8 deeper than RUN_MAX_K", Try::Submit(RunI8, (2, RUN_MAX_K + 32, 32), one), Want::Envelope(RunI8)),
+    ("stream, K=768", Try::Submit(StreamI8, (2, 768, 64), one), Want::Envelope(StreamI8)),
+    ("chain, K=768", Try::Submit(ChainI8, (2, 768, 64), one), Want::Envelope(ChainI8)),
+    ("run_i8 takes K=768", Try::Submit(RunI8, (2, 768, 64), one), Want::Accepted),
+    ("stream, K=1408", Try::Submit(StreamI8, (2, 1408, 64), one), Want::Envelope(StreamI8)),
+    ("chain, K=1408", Try::Submit(ChainI8, (2, 1408, 64), one), Want::Envelope(ChainI8)),
+    ("run_i8 takes K=1408", Try::Submit(RunI8, (2, 1408, 64), one), Want::Accepted),
+    ("stream, K=4608", Try::Submit(StreamI8, (2, 4608, 64), one), Want::Envelope(StreamI8)),
+    ("chain, K=4608", Try::Submit(ChainI8, (2, 4608, 64), one), Want::Envelope(ChainI8)),
+    ("run_i8 takes K=4608", Try::Submit(RunI8, (2, 4608, 64), one), Want::Accepted),
+    ("stream, K=5120", Try::Submit(StreamI8, (2, 5120, 64), one), Want::Envelope(StreamI8)),
+    ("chain, K=5120", Try::Submit(ChainI8, (2, 5120, 64), one), Want::Envelope(ChainI8)),
+    ("run_i8 takes K=5120", Try::Submit(RunI8, (2, 5120, 64), one), Want::Accepted),
+    ("K not a multiple of 32", Try::Submit(RunI8, SMALL, |g| vec![MatMul { k: 500, ..*g }]), Want::Invalid("k=500 and n=64 must be multiples of 32")),
+    ("N not a multiple of 32", Try::Submit(RunI8, SMALL, |g| vec![MatMul { n: 48, ..*g }]), Want::Invalid("k=512 and n=48 must be multiples of 32")),
+    ("no rows", Try::Submit(RunI8, SMALL, |g| vec![MatMul { m: 0, ..*g }]), Want::Invalid("empty shape")),
+    ("A past its buffer", Try::Submit(RunI8, SMALL, |g| vec![MatMul { m: 5, ..*g }]), Want::Invalid("A (5x512 at 0) past")),
+    ("B past its buffer", Try::Submit(RunI8, SMALL, |g| vec![MatMul { b_offset: 1, ..*g }]), Want::Invalid("B (512x64 at 1) past")),
+    ("C past its buffer", Try::Submit(RunI8, SMALL, |g| vec![MatMul { c_offset: 1, ..*g }]), Want::Invalid("C (4x64 at 1) past")),
+    ("overlapping outputs", Try::Submit(StreamI8, SMALL, |g| vec![copy(g), MatMul { c_offset: 100, ..*g }]), Want::Invalid("overlap")),
+    ("stream without shared A", Try::Submit(StreamI8, SMALL, |g| vec![copy(g), MatMul { m: 2, c_offset: 256, ..*g }]), Want::Invalid("must share A")),
+    ("a domain the NPU lacks", Try::Alloc { flags: flags::CPU_FILLED, domain: emu::DOMAINS }, Want::Invalid("IOMMU domain 8")),
+    ("an unknown memory flag", Try::Alloc { flags: 1 << 11, domain: 0 }, Want::Invalid("unknown memory flags")),
+    ("a buffer of another device", Try::ForeignA, Want::Invalid("buffer of another device")),
+];
+
+/// Runs `t` on `dev` (`other`: another device).
+fn attempt(dev: &Device, other: &Device, t: &Try) -> Result<(), Error> {
+    match *t {
+        Try::Submit(primitive, (m, k, n), gemms) => {
+            let case = Case::random(m, k, n, 1);
+            let (a, b, _) = case.upload(dev, flags::CPU_FILLED, 0);
+            let mut gemms = gemms(&case.matmul(&a, &b));
+            let c_len = gemms.len() * case.expected.len();
+            let mut c = dev.alloc::<i32>(c_len, flags::CPU_FILLED, 0).unwrap();
+            match primitive {
+                RunI8 => {
+                    assert_eq!(gemms.len(), 1, "run_i8 takes one GEMM");
+                    dev.run_i8(gemms.remove(0), &mut c)
+                }
+                ChainI8 => dev.run_chain_i8(gemms, &mut c, CoreMask::ALL),
+                StreamI8 => dev.run_stream_i8(gemms, &mut c),
+            }
+            .map(drop)
+        }
+        Try::Alloc { flags, domain } => dev.alloc::<i8>(16, flags, domain).map(drop),
+        Try::ForeignA => {
+            let case = Case::random(SMALL.0, SMALL.1, SMALL.2, 1);
+            let (_, b, mut c) = case.upload(dev, flags::CPU_FILLED, 0);
+            let (foreign_a, _, _) = case.upload(other, flags::CPU_FILLED, 0);
+            dev.run_i8(case.matmul(&foreign_a, &b), &mut c).map(drop)
+        }
+    }
+}
+
+fn as_wanted(got: &Result<(), Error>, want: &Want) -> bool {
+    match (got, want) {
+        (Ok(()), Want::Accepted) => true,
+        (Err(Error::Envelope { primitive, .. }), Want::Envelope(p)) => primitive == p,
+        (Err(Error::InvalidArgument(msg)), Want::Invalid(rule)) => msg.contains(rule),
+        _ => false,
+    }
+}
+
 #[test]
 fn every_envelope_violation_is_an_error() {
-    let dev = emu_device();
-    let too_deep = Case::random(2, emu::RUN_MAX_K + 32, 32, 1);
-    let (a, b, mut c) = too_deep.upload(&dev, flags::CPU_FILLED, 0);
-    let err = dev.run_i8(too_deep.matmul(&a, &b), &mut c).unwrap_err();
-    assert!(
-        matches!(
-            err,
-            Error::Envelope {
-                primitive: Primitive::RunI8,
-                ..
-            }
-        ),
-        "{err}"
-    );
-
-    for k in [768, 1408, 4608, 5120] {
-        let case = Case::random(2, k, 64, 2);
-        let (a, b, mut c) = case.upload(&dev, flags::CPU_FILLED, 0);
-        let err = dev
-            .run_stream_i8(vec![case.matmul(&a, &b)], &mut c)
-            .unwrap_err();
-        assert!(
-            matches!(
-                err,
-                Error::Envelope {
-                    primitive: Primitive::StreamI8,
-                    ..
-                }
-            ),
-            "k={k}: {err}"
-        );
-        let err = dev
-            .run_chain_i8(vec![case.matmul(&a, &b)], &mut c, CoreMask::ALL)
-            .unwrap_err();
-        assert!(
-            matches!(
-                err,
-                Error::Envelope {
-                    primitive: Primitive::ChainI8,
-                    ..
-                }
-            ),
-            "k={k}: {err}"
-        );
-        // run_i8 takes what stream refuses: the caller's fallback.
-        dev.run_i8(case.matmul(&a, &b), &mut c).unwrap();
-    }
-
-    let case = Case::random(4, 512, 64, 3);
-    let (a, b, mut c) = case.upload(&dev, flags::CPU_FILLED, 0);
-    let bad = |mm: MatMul, c: &mut _| matches!(dev.run_i8(mm, c), Err(Error::InvalidArgument(_)));
-    assert!(
-        bad(
-            MatMul {
-                k: 500,
-                ..case.matmul(&a, &b)
-            },
-            &mut c
-        ),
-        "K not a multiple of 32"
-    );
-    assert!(
-        bad(
-            MatMul {
-                n: 48,
-                ..case.matmul(&a, &b)
-            },
-            &mut c
-        ),
-        "N not a multiple of 32"
-    );
-    assert!(
-        bad(
-            MatMul {
-                m: 0,
-                ..case.matmul(&a, &b)
-            },
-            &mut c
-        ),
-        "no rows"
-    );
-    assert!(
-        bad(
-            MatMul {
-                m: 5,
-                ..case.matmul(&a, &b)
-            },
-            &mut c
-        ),
-        "A past its buffer"
-    );
-    assert!(
-        bad(
-            MatMul {
-                b_offset: 1,
-                ..case.matmul(&a, &b)
-            },
-            &mut c
-        ),
-        "B past its buffer"
-    );
-    assert!(
-        bad(
-            MatMul {
-                c_offset: 1,
-                ..case.matmul(&a, &b)
-            },
-            &mut c
-        ),
-        "C past its buffer"
-    );
-
-    let mut c2 = dev.alloc::<i32>(2 * 4 * 64, flags::CPU_FILLED, 0).unwrap();
-    let overlap = vec![
-        case.matmul(&a, &b),
-        MatMul {
-            c_offset: 100,
-            ..case.matmul(&a, &b)
-        },
-    ];
-    assert!(
-        matches!(
-            dev.run_stream_i8(overlap, &mut c2),
-            Err(Error::InvalidArgument(_))
-        ),
-        "overlapping outputs"
-    );
-    let other_a = vec![
-        case.matmul(&a, &b),
-        MatMul {
-            a_offset: 0,
-            m: 2,
-            c_offset: 256,
-            ..case.matmul(&a, &b)
-        },
-    ];
-    assert!(
-        matches!(
-            dev.run_stream_i8(other_a, &mut c2),
-            Err(Error::InvalidArgument(_))
-        ),
-        "stream without shared A"
-    );
-
-    assert!(matches!(
-        dev.alloc::<i8>(16, flags::CPU_FILLED, emu::DOMAINS),
-        Err(Error::InvalidArgument(_))
-    ));
-    assert!(matches!(
-        dev.alloc::<i8>(16, 1 << 11, 0),
-        Err(Error::InvalidArgument(_))
-    ));
-
-    let other = emu_device();
-    let (oa, _, _) = case.upload(&other, flags::CPU_FILLED, 0);
-    assert!(
-        bad(case.matmul(&oa, &b), &mut c),
-        "buffer of another device"
-    );
+    let (dev, other) = (emu_device(), emu_device());
+    let wrong: Vec<String> = REFUSALS
+        .iter()
+        .filter_map(|(row, t, want)| {
+            let got = attempt(&dev, &other, t);
+            (!as_wanted(&got, want)).then(|| format!("{row}: want {want:?}, got {got:?}"))
+        })
+        .collect();
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
 
 #[test]
@@ -337,8 +288,8 @@ fn a_missing_sync_is_caught() {
     // Lenient emulator: the NPU reads the stale (never synced, zero) device view of A.
     let dev = emu_device();
     let (mut a, b, mut c) = case.upload(&dev, flags::CPU_FILLED, 0);
-    a.as_mut_slice()
-        .copy_from_slice(&random_i8(case.a.len(), 99));
+    let rewritten = case.with_native_a(random_i8(case.a.len(), 99));
+    a.as_mut_slice().copy_from_slice(&rewritten.a);
     dev.run_i8(case.matmul(&a, &b), &mut c).unwrap();
     c.sync_from_device().unwrap();
     assert_eq!(
@@ -349,9 +300,10 @@ fn a_missing_sync_is_caught() {
     a.sync_to_device().unwrap();
     dev.run_i8(case.matmul(&a, &b), &mut c).unwrap();
     c.sync_from_device().unwrap();
-    assert_ne!(
+    assert_ne!(rewritten.expected, case.expected);
+    assert_eq!(
         c.as_slice(),
-        &case.expected[..],
+        &rewritten.expected[..],
         "after the sync the NPU reads the new A"
     );
 
@@ -384,7 +336,7 @@ fn a_missing_sync_is_caught() {
 }
 
 #[test]
-fn a_missing_weight_sync_gives_wrong_results() {
+fn a_missing_weight_sync_reads_the_zeroed_device_memory() {
     let dev = emu_device();
     let case = Case::random(4, 512, 64, 6);
     let mut a = dev.alloc::<i8>(case.a.len(), flags::CPU_FILLED, 0).unwrap();
@@ -398,6 +350,10 @@ fn a_missing_weight_sync_gives_wrong_results() {
     dev.run_i8(case.matmul(&a, &b), &mut c).unwrap();
     c.sync_from_device().unwrap();
     assert_ne!(c.as_slice(), &case.expected[..]);
+    assert!(
+        c.as_slice().iter().all(|&x| x == 0),
+        "B's device memory still holds its allocation's zeros"
+    );
 }
 
 #[test]
@@ -521,9 +477,10 @@ fn dump_writes_the_buffers_of_each_submit() {
         .map(|b| i32::from_le_bytes(b.try_into().unwrap()))
         .collect();
     assert_eq!(c, case.expected);
-    assert_eq!(
-        std::fs::read(dir.join("submit-0-g0-b.bin")).unwrap().len(),
-        case.b.len()
-    );
+    let bytes = |v: &[i8]| v.iter().map(|&x| x as u8).collect::<Vec<u8>>();
+    for (operand, want) in [("a", &case.a), ("b", &case.b)] {
+        let got = std::fs::read(dir.join(format!("submit-0-g0-{operand}.bin"))).unwrap();
+        assert!(got == bytes(want), "{operand}");
+    }
     std::fs::remove_dir_all(dir).unwrap();
 }

@@ -1,10 +1,12 @@
 //! The `cpu` backend: the CPU int8 GEMM behind the device interface. No envelopes, no domains,
 //! no cache model: one memory, syncs are no-ops. The fallback and the speed baseline.
 
+use super::backend::{Backend, Job};
+use super::error::Result;
 use super::exec::{Execution, GemmView, HostExec, Split, Task};
-use super::{
-    storage_as, storage_as_mut, Backend, BackendKind, Job, Report, Result, Storage, Submit,
-};
+use super::kinds::BackendKind;
+use super::storage::{storage_as, storage_as_mut, Alloc, Storage};
+use super::submit::{Report, Submit};
 use crate::layout::Tiles;
 use std::any::Any;
 
@@ -54,6 +56,20 @@ fn data<T: 'static>(s: &dyn Storage<T>) -> Result<&[T]> {
     Ok(&storage_as::<CpuStorage<T>, T>(s)?.data)
 }
 
+impl Alloc for Cpu {
+    fn alloc_i8(&self, len: usize, _flags: u32, _domain: u32) -> Result<Box<dyn Storage<i8>>> {
+        Ok(Box::new(CpuStorage {
+            data: vec![0i8; len],
+        }))
+    }
+
+    fn alloc_i32(&self, len: usize, _flags: u32, _domain: u32) -> Result<Box<dyn Storage<i32>>> {
+        Ok(Box::new(CpuStorage {
+            data: vec![0i32; len],
+        }))
+    }
+}
+
 impl Backend for Cpu {
     fn kind(&self) -> BackendKind {
         BackendKind::Cpu
@@ -65,18 +81,6 @@ impl Backend for Cpu {
 
     fn max_k(&self) -> usize {
         usize::MAX
-    }
-
-    fn alloc_i8(&self, len: usize, _flags: u32, _domain: u32) -> Result<Box<dyn Storage<i8>>> {
-        Ok(Box::new(CpuStorage {
-            data: vec![0i8; len],
-        }))
-    }
-
-    fn alloc_i32(&self, len: usize, _flags: u32, _domain: u32) -> Result<Box<dyn Storage<i32>>> {
-        Ok(Box::new(CpuStorage {
-            data: vec![0i32; len],
-        }))
     }
 
     fn threads(&self) -> usize {

@@ -6,7 +6,9 @@
 //! one N-range ("slab": contiguous in B and C) into work units of whole N-tiles, so any number of
 //! threads can claim units without sharing an output element.
 
-use super::{Error, MatMul, Result};
+use super::buffer::Buffer;
+use super::error::{Error, Result};
+use super::submit::MatMul;
 use crate::gemm::{self, Shape};
 use crate::isa::Isa;
 use crate::layout::Tiles;
@@ -38,22 +40,17 @@ impl Task {
 
 /// Checks what every backend needs: padded dims, operands inside their buffers, buffers of this
 /// device, outputs inside C and not overlapping.
-pub fn validate(
-    device: u64,
-    tiles: &Tiles,
-    gemms: &[MatMul],
-    c: &super::Buffer<i32>,
-) -> Result<()> {
+pub fn validate(device: u64, tiles: &Tiles, gemms: &[MatMul], c: &Buffer<i32>) -> Result<()> {
     let bad = |s: String| Err(Error::InvalidArgument(s));
     if gemms.is_empty() {
         return bad("a submit needs at least one GEMM".into());
     }
-    if c.device != device {
+    if c.device_id() != device {
         return bad("C belongs to another device".into());
     }
     let mut regions = Vec::with_capacity(gemms.len());
     for (i, g) in gemms.iter().enumerate() {
-        if g.a.device != device || g.b.device != device {
+        if g.a.device_id() != device || g.b.device_id() != device {
             return bad(format!("GEMM {i}: buffer of another device"));
         }
         if g.m == 0 || g.k == 0 || g.n == 0 {

@@ -60,6 +60,25 @@ impl Case {
         }
     }
 
+    /// The same B with native `a` (of this case's length) for A, and its reference result.
+    pub fn with_native_a(&self, a: Vec<i8>) -> Case {
+        let t = Tiles::RK3588;
+        assert_eq!(a.len(), self.a.len());
+        let mut expected = vec![0i32; self.expected.len()];
+        let shape = Shape {
+            m: self.m,
+            kp: self.kp,
+            np: self.np,
+        };
+        gemm::reference(&t, shape, &a, &self.b, &mut expected);
+        Case {
+            a,
+            b: self.b.clone(),
+            expected,
+            ..*self
+        }
+    }
+
     /// Device buffers (A, B, C) filled and synced, in `domain`.
     pub fn upload(
         &self,

@@ -6,7 +6,7 @@
 //! The spec `alloc:3,run:5+,sync_from_device:2` fails the 3rd buffer allocation, the 5th submit
 //! and every later one, and the 2nd sync from the device.
 
-use super::{Error, Result};
+use crate::npu::error::{Error, Result};
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 

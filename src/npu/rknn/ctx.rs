@@ -5,7 +5,7 @@ use super::check;
 use super::diag::code_name;
 use super::sys::{self, Api, Context, IoAttr, MatmulInfo, MatmulShape, TensorAttr, TensorMem};
 use crate::layout::Tiles;
-use crate::npu::{Error, Result};
+use crate::npu::error::{Error, Result};
 use crate::sync::lock;
 use std::ops::RangeInclusive;
 use std::sync::{Arc, Mutex};

@@ -33,26 +33,31 @@
 //!   spread over the cores. Chain and stream keep the NPU envelope of the emulator, so the engine
 //!   behaves the same on every backend.
 //!
-//! `unsafe` lives here (and in [`sys`], [`ctx`], [`mem`]) only, each block with its reason.
+//! `unsafe` lives here (and in [`sys`], [`ctx`], [`mem`], [`job`]) only, each block with its
+//! reason.
 
+mod bind;
 mod ctx;
 mod diag;
+mod job;
 mod mem;
 mod sys;
 
-use super::exec;
-use super::{
-    storage_as, Backend, BackendKind, Buffer, CoreMask, Elem, Error, Job, Primitive, Report,
-    Result, Storage, Submit,
-};
 use crate::layout::Tiles;
+use crate::npu::backend::{Backend, Job};
+use crate::npu::error::{Error, Result};
+use crate::npu::flags;
+use crate::npu::kinds::{BackendKind, CoreMask};
+use crate::npu::storage::{Alloc, Storage};
+use crate::npu::submit::{Report, Submit};
 use crate::sync::lock;
+use bind::Runs;
 use ctx::{CreateError, MatmulCtx};
+use job::{RknnJob, Staged};
 use mem::{Mem, RknnStorage, Spares};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use sys::{Api, TensorMem};
+use sys::Api;
 
 /// Largest K of one `run_i8` here. The runtime takes up to 10240, but above 8192 it wants B split
 /// into K-segments of its own layout; deeper GEMMs get [`Error::Envelope`], and the engine sums
@@ -244,8 +249,8 @@ impl Rknn {
             .ok_or_else(|| {
                 Error::InvalidArgument(format!("rknn buffers hold 1 to 4 GiB, not {len} elements"))
             })?;
-        let cacheable = flags & super::flags::CACHEABLE != 0;
-        let sram = flags & super::flags::TRY_ALLOC_SRAM != 0;
+        let cacheable = flags & flags::CACHEABLE != 0;
+        let sram = flags & flags::TRY_ALLOC_SRAM != 0;
         let mem = self.shared.alloc(bytes, cacheable, sram, domain)?;
         Ok(RknnStorage::new(mem, len))
     }
@@ -305,136 +310,13 @@ impl Rknn {
     }
 }
 
-/// One runtime matmul: its context (one core), its rows and its three operands (tensor_mem, bytes).
-struct RunTask {
-    ctx: Arc<Mutex<MatmulCtx>>,
-    m: usize,
-    operands: [(*mut TensorMem, usize); 3],
-}
-
-/// Staging buffers a submit holds; back to the spares when it ends, however it ends.
-struct Staged<'a> {
-    spares: &'a Spares,
-    inputs: Vec<Mem>,
-    /// Output slices: the buffer the runtime writes and where its `len` elements go in C.
-    outputs: Vec<(Mem, usize, usize)>,
-}
-
-impl Drop for Staged<'_> {
-    fn drop(&mut self) {
-        for m in self.inputs.drain(..) {
-            self.spares.give(m);
-        }
-        for (m, _, _) in self.outputs.drain(..) {
-            self.spares.give(m);
-        }
-    }
-}
-
-struct RknnJob<'a> {
-    bind: &'a Mutex<()>,
-    /// Runs per share unit: a unit's runs go one after another on one core.
-    units: Vec<Vec<RunTask>>,
-    next: AtomicUsize,
-    failure: Mutex<Option<Error>>,
-    /// The submit's output, borrowed exclusively while the runs write it.
-    c: &'a mut Buffer<i32>,
-    staged: Staged<'a>,
-    report: Report,
-}
-
-// SAFETY: the raw tensor_mem pointers refer to buffers borrowed for 'a (A and B shared, C
-// exclusively through `c`), their views (which live as long as those buffers) or the staging
-// buffers the job owns; the runtime only reads A/B and writes disjoint C regions, each context is
-// used under its Mutex.
-unsafe impl Send for RknnJob<'_> {}
-// SAFETY: as above.
-unsafe impl Sync for RknnJob<'_> {}
-
-impl Job for RknnJob<'_> {
-    fn run_share(&self, _ith: usize, _nth: usize) {
-        loop {
-            let i = self.next.fetch_add(1, Ordering::Relaxed);
-            let Some(unit) = self.units.get(i) else {
-                return;
-            };
-            for t in unit {
-                if let Err(e) = lock(&t.ctx).run(self.bind, t.m, t.operands) {
-                    lock(&self.failure).get_or_insert(e);
-                    return;
-                }
-            }
-        }
+impl Alloc for Rknn {
+    fn alloc_i8(&self, len: usize, flags: u32, domain: u32) -> Result<Box<dyn Storage<i8>>> {
+        Ok(Box::new(self.alloc::<i8>(len, flags, domain)?))
     }
 
-    fn finish(self: Box<Self>) -> Result<Report> {
-        let RknnJob {
-            failure,
-            c,
-            staged,
-            report,
-            ..
-        } = *self;
-        if let Some(e) = failure.into_inner().unwrap_or_else(|e| e.into_inner()) {
-            return Err(e);
-        }
-        if !staged.outputs.is_empty() {
-            // The CPU must see the device's writes to C before it adds the staged slices.
-            c.sync_from_device()?;
-            for (mem, at, len) in &staged.outputs {
-                mem.sync(sys::SYNC_FROM_DEVICE)?;
-                let dst = &mut c.as_mut_slice()[*at..at + len];
-                for (d, s) in dst.iter_mut().zip(mem.cpu_bytes().chunks_exact(4)) {
-                    *d = i32::from_ne_bytes(s.try_into().expect("4 bytes"));
-                }
-            }
-            // Clean what the CPU wrote, so that the caller's sync from the device keeps it.
-            c.sync_to_device()?;
-        }
-        Ok(report)
-    }
-}
-
-/// An operand: a buffer and an element range of it.
-struct Operand<'b, T: Elem> {
-    buf: &'b Buffer<T>,
-    offset: usize,
-    len: usize,
-}
-
-impl Rknn {
-    /// The tensor_mem to bind for an input: the buffer or its view, or a staged copy.
-    fn bind_input(&self, op: Operand<'_, i8>, staged: &mut Staged<'_>) -> Result<*mut TensorMem> {
-        let s = storage_as::<RknnStorage<i8>, i8>(op.buf.storage())?;
-        if let Some(mem) = s.mem.binding(op.offset)? {
-            return Ok(mem);
-        }
-        let mut copy = self.stage(op.len, op.buf.domain())?;
-        let src = &op.buf.as_slice()[op.offset..op.offset + op.len];
-        for (d, &s) in copy.cpu_bytes_mut().iter_mut().zip(src) {
-            *d = s as u8;
-        }
-        copy.sync(sys::SYNC_TO_DEVICE)?;
-        let mem = copy.tensor_ptr();
-        staged.inputs.push(copy);
-        Ok(mem)
-    }
-
-    /// The tensor_mem to bind for an output slice: C itself at its start, else a staging buffer.
-    fn bind_output(&self, op: Operand<'_, i32>, staged: &mut Staged<'_>) -> Result<*mut TensorMem> {
-        let s = storage_as::<RknnStorage<i32>, i32>(op.buf.storage())?;
-        if op.offset == 0 {
-            return Ok(s.mem.tensor_ptr());
-        }
-        let out = self.stage(4 * op.len, op.buf.domain())?;
-        let mem = out.tensor_ptr();
-        staged.outputs.push((out, op.offset, op.len));
-        Ok(mem)
-    }
-
-    fn stage(&self, bytes: usize, domain: u32) -> Result<Mem> {
-        self.spares
-            .take(bytes, domain, |b| self.shared.alloc(b, true, false, domain))
+    fn alloc_i32(&self, len: usize, flags: u32, domain: u32) -> Result<Box<dyn Storage<i32>>> {
+        Ok(Box::new(self.alloc::<i32>(len, flags, domain)?))
     }
 }
 
@@ -455,14 +337,6 @@ impl Backend for Rknn {
         true
     }
 
-    fn alloc_i8(&self, len: usize, flags: u32, domain: u32) -> Result<Box<dyn Storage<i8>>> {
-        Ok(Box::new(self.alloc::<i8>(len, flags, domain)?))
-    }
-
-    fn alloc_i32(&self, len: usize, flags: u32, domain: u32) -> Result<Box<dyn Storage<i32>>> {
-        Ok(Box::new(self.alloc::<i32>(len, flags, domain)?))
-    }
-
     fn threads(&self) -> usize {
         self.pinned.len().max(1)
     }
@@ -479,88 +353,23 @@ impl Backend for Rknn {
             cores,
             tiles,
         } = submit;
-        let domain = c.domain();
         let cores = self.cores(cores);
-        let mut units: Vec<Vec<RunTask>> = Vec::new();
-        let mut report = Report::default();
-        let mut staged = Staged {
-            spares: &self.spares,
-            inputs: Vec::new(),
-            outputs: Vec::new(),
+        let mut runs = Runs {
+            units: Vec::new(),
+            staged: Staged::new(&self.spares),
+            report: Report::default(),
         };
         for (gi, g) in gemms.into_iter().enumerate() {
-            let envelope = match primitive {
-                Primitive::RunI8 => g.k <= MAX_K,
-                _ => super::in_stream_envelope(g.k),
-            };
-            if !envelope {
-                let reason = format!("K={} outside the {} envelope", g.k, primitive.name());
-                return Err(Error::Envelope { primitive, reason });
-            }
-            for found in [g.a.domain(), g.b.domain()] {
-                if found != domain {
-                    return Err(Error::DomainMismatch {
-                        expected: domain,
-                        found,
-                    });
-                }
-            }
-            let a_len = g.m * g.k;
-            let a = self.bind_input(
-                Operand {
-                    buf: g.a,
-                    offset: g.a_offset,
-                    len: a_len,
-                },
-                &mut staged,
-            )?;
-            let splits = match primitive {
-                Primitive::RunI8 => exec::split_channels(&tiles, 0, g.n, &cores),
-                Primitive::ChainI8 => vec![(cores[0], 0, g.n)],
-                Primitive::StreamI8 => vec![(cores[gi % cores.len()], 0, g.n)],
-            };
-            for (core, n0, n1) in splits {
-                let np = n1 - n0;
-                let (ctx, created) = self.context(g.m, g.k, np, core, domain)?;
-                report.contexts_created += u64::from(created);
-                let b = Operand {
-                    buf: g.b,
-                    offset: g.b_offset + n0 * g.k,
-                    len: g.k * np,
-                };
-                let c_op = Operand {
-                    buf: &*c,
-                    offset: g.c_offset + n0 * g.m,
-                    len: g.m * np,
-                };
-                let operands = [
-                    (a, a_len),
-                    (self.bind_input(b, &mut staged)?, g.k * np),
-                    (self.bind_output(c_op, &mut staged)?, 4 * g.m * np),
-                ];
-                let task = RunTask {
-                    ctx,
-                    m: g.m,
-                    operands,
-                };
-                report.tasks_per_core[core] += 1;
-                report.bytes += (g.m * g.k + g.k * np + 4 * g.m * np) as u64;
-                // Chain: everything on one unit (one core, in order); otherwise a unit per run.
-                match (primitive, units.last_mut()) {
-                    (Primitive::ChainI8, Some(u)) => u.push(task),
-                    _ => units.push(vec![task]),
-                }
-            }
-            report.macs += g.macs();
+            bind::check_gemm(primitive, &g, c.domain())?;
+            let splits = bind::channel_splits(primitive, gi, g.n, &tiles, &cores);
+            self.bind_gemm(primitive, &g, &splits, c, &mut runs)?;
         }
-        Ok(Box::new(RknnJob {
-            bind: &self.shared.bind,
+        let Runs {
             units,
-            next: AtomicUsize::new(0),
-            failure: Mutex::new(None),
-            c,
             staged,
             report,
-        }))
+        } = runs;
+        let job = RknnJob::new(&self.shared.bind, units, c, staged, report);
+        Ok(Box::new(job))
     }
 }
