@@ -189,3 +189,77 @@ pub(super) fn inflate_job(job: Job, res: &Resources) {
     drop(job);
     experts.staging().finish();
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpus::{pick_idle_slow, Cluster, Cpus};
+
+    /// The RK3588 as `crate::cpus` describes it: four A76s, then four A55s.
+    fn rk3588() -> Cpus {
+        let cluster = |cpus: Vec<usize>, capacity, max_mhz, part: &str| Cluster {
+            cpus,
+            capacity: Some(capacity),
+            max_mhz: Some(max_mhz),
+            part: Some(part.into()),
+        };
+        Cpus {
+            clusters: vec![
+                cluster(vec![4, 5, 6, 7], 1024, 2304, "Cortex-A76"),
+                cluster(vec![0, 1, 2, 3], 530, 1800, "Cortex-A55"),
+            ],
+        }
+    }
+
+    fn config(threads: Option<usize>, cpus: Vec<usize>) -> Config {
+        Config {
+            prefetch_threads: threads,
+            prefetch_cpus: cpus,
+            ..Config::default()
+        }
+    }
+
+    fn placement(threads: usize, cpus: Vec<usize>, picked: bool) -> Placement {
+        Placement {
+            threads,
+            cpus,
+            picked,
+        }
+    }
+
+    #[test]
+    fn by_default_prefetch_threads_go_to_the_idle_slow_cores() {
+        let auto = config(None, Vec::new());
+        // llama.cpp under `taskset -c 4-7` on the board: one thread pinned to each A55, or none.
+        let board = Placement::of(&auto, || pick_idle_slow(&rk3588(), &[4, 5, 6, 7]));
+        assert_eq!(board, Ok(placement(4, vec![0, 1, 2, 3], true)));
+        // On every core, or on one A55 too: none, they would take cores from the host.
+        for allowed in [(0..8).collect(), vec![3, 4, 5, 6, 7]] {
+            let shared = Placement::of(&auto, || pick_idle_slow(&rk3588(), &allowed));
+            assert_eq!(shared, Ok(placement(0, Vec::new(), false)), "{allowed:?}");
+        }
+        // A machine of one core type: none.
+        let one_type = Cpus {
+            clusters: vec![rk3588().clusters.remove(0)],
+        };
+        let x86 = Placement::of(&auto, || pick_idle_slow(&one_type, &[4]));
+        assert_eq!(x86, Ok(placement(0, Vec::new(), false)));
+        // More idle slow cores than threads are useful: the bound, not an error.
+        let many = Placement::of(&auto, || Ok((0..100).collect()));
+        assert_eq!(many.map(|p| p.threads), Ok(MAX_PREFETCH_THREADS));
+    }
+
+    #[test]
+    fn given_threads_or_cpus_are_taken_as_given() {
+        let no_rule = || -> Result<Vec<usize>, String> { panic!("the machine was consulted") };
+        let cpus = Placement::of(&config(None, vec![2, 5]), no_rule);
+        assert_eq!(cpus, Ok(placement(2, vec![2, 5], false)));
+        let threads = Placement::of(&config(Some(3), vec![1]), no_rule);
+        assert_eq!(threads, Ok(placement(3, vec![1], false)));
+        let none = Placement::of(&config(Some(0), Vec::new()), no_rule);
+        assert_eq!(none, Ok(placement(0, Vec::new(), false)));
+        let e = Placement::of(&config(Some(MAX_PREFETCH_THREADS + 1), Vec::new()), no_rule)
+            .expect_err("too many");
+        assert_eq!(e.kind, ErrorKind::InvalidArgument);
+    }
+}

@@ -72,7 +72,7 @@ struct StagedExpert {
     epoch: u64,
 }
 
-/// What the prefetch did since the context was created.
+/// What the prefetch did since the context was created, and what it is doing.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PrefetchStats {
     /// Experts inflated by the prefetch threads.
@@ -85,6 +85,12 @@ pub struct PrefetchStats {
     pub withdrawn: u64,
     /// Jobs a call's thread took while it waited for the call's NPU runs ([`Staging::help_job`]).
     pub helped: u64,
+    /// Jobs queued now.
+    pub queued: u64,
+    /// Prefetch threads waiting now: for a job, for room in the staging area, or for the
+    /// running calls to end. All of them with jobs queued: nothing moves until a call takes a
+    /// staged expert, ends, or a fence comes.
+    pub waiting: u64,
 }
 
 impl std::fmt::Display for PrefetchStats {
@@ -108,6 +114,8 @@ struct State {
     making: HashSet<Key>,
     /// Calls in progress: the prefetch threads wait for none.
     calls_running: usize,
+    /// Prefetch threads waiting in [`Staging::next_job`].
+    waiting: usize,
     epoch: u64,
     shutdown: bool,
     stats: PrefetchStats,
@@ -132,6 +140,7 @@ impl Staging {
                 started: HashSet::new(),
                 making: HashSet::new(),
                 calls_running: 0,
+                waiting: 0,
                 epoch: 0,
                 shutdown: false,
                 stats: PrefetchStats::default(),
@@ -229,7 +238,9 @@ impl Staging {
                     return Some(job);
                 }
             }
+            g.waiting += 1;
             g = self.wait(g);
+            g.waiting -= 1;
         }
     }
 
@@ -282,7 +293,12 @@ impl Staging {
     }
 
     pub fn stats(&self) -> PrefetchStats {
-        self.lock().stats
+        let g = self.lock();
+        PrefetchStats {
+            queued: g.queue.len() as u64,
+            waiting: g.waiting as u64,
+            ..g.stats
+        }
     }
 }
 
@@ -399,10 +415,15 @@ mod tests {
             drop(job);
             s.finish();
         });
-        assert!(
-            rx.recv_timeout(Duration::from_millis(200)).is_err(),
-            "a job started while a call ran"
-        );
+        // The thread waits with every job still queued: nothing but the call holds it back.
+        let start = std::time::Instant::now();
+        while staging.stats().waiting == 0 {
+            assert!(rx.try_recv().is_err(), "a job started while a call ran");
+            assert!(start.elapsed().as_secs() < 60, "the thread never waited");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(staging.stats().queued, 4);
+        assert!(rx.try_recv().is_err(), "a job started while a call ran");
         drop(other_call);
         assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok(0));
         thread.join().unwrap();
