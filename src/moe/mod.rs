@@ -2,7 +2,7 @@
 //!
 //! One call, `dst[:, slot, token] = as[:, :, ids[slot, token]]ᵀ · b[:, slot % b.ne[1], token]`:
 //! 1. [`desc::validate`] checks the descriptors (metadata only) and the small-batch policy decides
-//!    whether the call is taken ([`Engine::check`]);
+//!    whether the call is taken ([`Engine::plan`]);
 //! 2. phase 1, split over the caller's threads: [`route::Routing`] groups the rows by expert (and
 //!    checks every id before anything is written), [`quantize`] turns each activation row into int8
 //!    with one scale, once per call;

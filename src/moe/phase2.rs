@@ -220,7 +220,7 @@ fn scatter_item(
 /// projection `proj` (`p`), from their native C block `c` and channel scales `chan`
 /// ([`scale_row`] per row).
 ///
-/// Native C is [N/4][M][4]: the 4 rows of a block hold one 64-byte run per tile, so a block's
+/// Native C is `[N/4][M][4]`: the 4 rows of a block hold one 64-byte run per tile, so a block's
 /// tiles (one line each) are read from memory once, for its first row, and from L1 for the
 /// other three, while every `dst` row is written front to back.
 #[allow(clippy::too_many_arguments)]

@@ -29,6 +29,7 @@ pub(super) fn device_tiles(device: &Device) -> Result<Tiles, Error> {
     Ok(tiles)
 }
 
+/// An engine's own state beside its calls and its prefetch threads (which share it).
 pub(super) struct Resources {
     pub config: Config,
     pub device: Device,
