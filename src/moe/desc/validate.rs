@@ -290,23 +290,22 @@ fn runs(
         (4, [(n_used, ids_nb[0]), (n_tokens, ids_nb[1])]),
         (dst_row_bytes, [(n_used, dst_nb[1]), (n_tokens, dst_nb[2])]),
     ];
-    let mut runs = Vec::with_capacity(4);
-    for ((inner, dims), (_, what)) in layouts.into_iter().zip(tensors) {
-        let extent = extent(inner, &dims).ok_or_else(|| overflow(what))?;
-        runs.push(Runs {
+    let run = |i: usize| -> Result<Runs, Error> {
+        let (inner, dims) = layouts[i];
+        let extent = extent(inner, &dims).ok_or_else(|| overflow(tensors[i].1))?;
+        Ok(Runs {
             inner,
             dims,
             extent,
-        });
-    }
+        })
+    };
+    let runs = [run(0)?, run(1)?, run(2)?, run(3)?];
     for ((t, what), r) in tensors.iter().zip(&runs) {
         if t.addr.checked_add(r.extent).is_none() {
             return Err(overflow(what));
         }
     }
-    Ok(runs
-        .try_into()
-        .unwrap_or_else(|_| unreachable!("four tensors")))
+    Ok(runs)
 }
 
 /// Every output element is distinct memory: contiguous output rows (`nb0`, the used stride of
