@@ -590,10 +590,10 @@ fn nmse(case: &Case, dst: &[u32]) -> f64 {
 
 #[test]
 fn outlier_activations_stay_within_ggmls_bound_by_default() {
-    // Issue 13's repro: K = 2048, N = 64, 8 experts, 2 slots, 32 tokens, activations in [-1, 1]
-    // except channel 7 = ±10·s and channel 1500 = 5·s in every token, s = 1 and 5 (×10, ×50).
-    // One int8 scale per row gave 1.4e-3 and 7e-3; the default outlier split takes those
-    // channels out of the int8 row.
+    // The outlier case of docs/ACCURACY.md: K = 2048, N = 64, 8 experts, 2 slots, 32 tokens,
+    // activations in [-1, 1] except channel 7 = ±10·s and channel 1500 = 5·s in every token,
+    // s = 1 and 5 (×10, ×50). One int8 scale per row gives NMSE 1.4e-3 and 7e-3; the default
+    // outlier split takes those channels out of the int8 row.
     let (emu, oracle) = (engine(BackendChoice::Emu), oracle());
     for (i, ty) in [GgmlType::Q4_0, GgmlType::Q4_K].into_iter().enumerate() {
         for s in [1.0f32, 5.0] {
