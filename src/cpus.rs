@@ -232,7 +232,8 @@ pub fn idle_slow_cores() -> Result<Vec<usize>, String> {
     pick_idle_slow(&clusters(&online()), &crate::pool::allowed_cpus())
 }
 
-fn pick_idle_slow(machine: &Cpus, allowed: &[usize]) -> Result<Vec<usize>, String> {
+/// [`idle_slow_cores`] of the machine `machine` describes, for a process allowed on `allowed`.
+pub(crate) fn pick_idle_slow(machine: &Cpus, allowed: &[usize]) -> Result<Vec<usize>, String> {
     let Some(little) = machine.little() else {
         return Err(match machine.clusters.first() {
             Some(only) => format!("one core type ({})", only.describe()),

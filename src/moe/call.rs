@@ -2,10 +2,11 @@
 //! outcome, and how the threads of a cooperative call find it.
 
 use super::cache::Expert;
-use super::engine::Plan;
-use super::prefetch::PrefetchPause;
+use super::corrections::Corrections;
+use super::plan::Plan;
 use super::quantize::RowScale;
 use super::route::{Group, Routing};
+use super::staging::PrefetchPause;
 use super::stats::{ExpertRun, StageClock};
 use super::{Error, ErrorKind};
 use crate::npu::Buffer;
@@ -43,43 +44,6 @@ pub(super) struct Prepared {
     pub a: Buffer<i8>,
     pub row_scales: Vec<RowScale>,
     pub outliers: Option<Corrections>,
-}
-
-/// The f32 part of the outlier lever for one expert's rows: the weight columns of every outlier
-/// channel its rows have, and each row's (column, activation) pairs.
-pub(super) struct Corrections {
-    /// `columns[(proj · channels + i) · n ..][..n]`: projection `proj`'s weights of the `i`-th
-    /// channel, one per output channel (ggml's dequantized values).
-    pub columns: Vec<f32>,
-    pub channels: usize,
-    pub n: usize,
-    /// Row `mi`'s pairs are `terms[ends[mi - 1]..ends[mi]]`, in the row's channel order.
-    pub terms: Vec<(u32, f32)>,
-    pub ends: Vec<u32>,
-}
-
-impl Corrections {
-    /// `add[n - n0] = Σ x_c · w[n][c]` over row `mi`'s outlier channels, in their order, for
-    /// output channels `n0..n0 + add.len()` of projection `proj`; false when the row has none.
-    pub fn row(&self, mi: usize, proj: usize, n0: usize, add: &mut [f32]) -> bool {
-        let start = if mi == 0 {
-            0
-        } else {
-            self.ends[mi - 1] as usize
-        };
-        let terms = &self.terms[start..self.ends[mi] as usize];
-        if terms.is_empty() {
-            return false;
-        }
-        add.fill(0.0);
-        for &(i, x) in terms {
-            let col = &self.columns[(proj * self.channels + i as usize) * self.n + n0..];
-            for (a, &w) in add.iter_mut().zip(col) {
-                *a += x * w;
-            }
-        }
-        true
-    }
 }
 
 /// A group's prepared expert: made by the first thread to need it, shared by its items' threads,
@@ -345,15 +309,6 @@ pub(super) fn plan_items(groups: &[Group], np: usize, tile: usize, nth: usize) -
         }
     }
     items
-}
-
-/// A zeroed vector, or OutOfMemory instead of aborting the process.
-pub(super) fn try_vec<T: Clone>(len: usize, value: T, what: &str) -> Result<Vec<T>, Error> {
-    let mut v = Vec::new();
-    v.try_reserve_exact(len)
-        .map_err(|_| Error::new(ErrorKind::OutOfMemory, format!("cannot allocate {what}")))?;
-    v.resize(len, value);
-    Ok(v)
 }
 
 #[cfg(test)]

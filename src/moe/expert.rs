@@ -9,11 +9,10 @@ use super::cache::{
     fingerprint, name_hash, Cache, CacheStats, Expert, Fingerprint, Key, Lookup, Policy, Segment,
     Verify,
 };
-use super::call::try_vec;
 use super::desc::Problem;
-use super::prefetch::Staging;
 use super::spares::Spares;
-use super::{Error, ErrorKind};
+use super::staging::Staging;
+use super::{try_vec, Error, ErrorKind};
 use crate::inflate::{inflate_expert_in_with, ExpertWeights, InflateError};
 use crate::isa::Isa;
 use crate::layout::Tiles;

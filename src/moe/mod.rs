@@ -2,7 +2,7 @@
 //!
 //! One call, `dst[:, slot, token] = as[:, :, ids[slot, token]]ᵀ · b[:, slot % b.ne[1], token]`:
 //! 1. [`desc::validate`] checks the descriptors (metadata only) and the small-batch policy decides
-//!    whether the call is taken ([`Engine::check`]);
+//!    whether the call is taken ([`Engine::plan`]);
 //! 2. phase 1, split over the caller's threads: [`route::Routing`] groups the rows by expert (and
 //!    checks every id before anything is written), [`quantize`] turns each activation row into int8
 //!    with one scale, once per call;
@@ -16,21 +16,31 @@
 pub mod cache;
 mod call;
 mod config;
+mod corrections;
 pub mod desc;
 mod engine;
 mod expert;
+mod gather;
 pub mod outliers;
+mod phase1;
+mod phase2;
+mod plan;
 mod prefetch;
+mod product;
 pub mod quantize;
+mod resources;
 pub mod route;
 mod scatter;
 pub mod segments;
 mod spares;
+mod staging;
 mod stats;
+mod submit;
 
 pub use config::{Config, MtMode, SmallBatch};
-pub use engine::{Engine, Inputs, PairInputs, Plan};
-pub use prefetch::{HeldBytes, HeldWeights, PrefetchStats};
+pub use engine::Engine;
+pub use plan::{Inputs, PairInputs, Plan};
+pub use staging::{HeldBytes, HeldWeights, PrefetchStats};
 pub use stats::{ExpertRun, Stages, Stats};
 
 /// Why a call was not done. The C boundary maps each kind to its result code.
@@ -141,4 +151,13 @@ impl From<crate::npu::Error> for Error {
         };
         Error::new(kind, format!("device: {e}"))
     }
+}
+
+/// `len` copies of `value`, or OutOfMemory instead of aborting the process.
+fn try_vec<T: Clone>(len: usize, value: T, what: &str) -> Result<Vec<T>, Error> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(len)
+        .map_err(|_| Error::new(ErrorKind::OutOfMemory, format!("cannot allocate {what}")))?;
+    v.resize(len, value);
+    Ok(v)
 }

@@ -1,494 +1,265 @@
-//! Prefetch: experts of calls the host announces ahead, inflated on dedicated threads.
-//!
-//! At real scale every prefill ubatch inflates every expert again, and today that happens inside
-//! the calls, on the host's threads, while the NPU waits. Yet weights do not depend on
-//! activations: a host that knows its graph (the patched llama.cpp lists a graph's MUL_MAT_ID
-//! nodes when the graph starts) announces the calls, and threads of their own inflate the
-//! announced experts in graph order while ggml runs the attention and everything else between the
-//! calls. On the RK3588 these threads sit on the four A55s, which CPU-only llama.cpp leaves idle
-//! (`-t 4` on the A76s), so the A76s keep the dense part and the NPU keeps its DRAM bandwidth
-//! (docs/BOARD-MODEL.md).
-//!
-//! - Inflated experts wait in a staging area of bounded size (`ORK_PREFETCH_MB`); a call takes its
-//!   experts from there (verified by key and fingerprint like a cache hit) and inflates the rest
-//!   itself. A call withdraws its own experts still queued when it starts; one a thread is
-//!   inflating then (claimed, [`Claim`]) it waits for, so no expert is inflated twice.
-//! - While a call runs the threads start no expert: its NPU runs have the DRAM (the board model
-//!   finds that sharing it with the prefetch costs more than the prefetch gains then).
-//! - The host's weights are read only between an announcement and the next [`Staging::fence`]
-//!   (the end of the graph): the fence empties the queue and waits for the experts in flight, so
-//!   weights freed after it are never touched. Staged experts are the library's own memory and may
-//!   outlive it; one not taken within the next graph is dropped.
-//! - Prefetching changes where an expert is inflated, never its bytes: results are bit for bit
-//!   those without it.
+//! The prefetch threads: where they run (`ORK_PREFETCH`, `ORK_PREFETCH_CPUS`), and their work,
+//! the announced experts inflated into the staging area (`super::staging`).
 
-use super::cache::{Expert, Fingerprint, Key};
-use super::engine::Plan;
-use crate::sync::lock;
-use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use super::expert::Weights;
+use super::resources::Resources;
+use super::staging::Job;
+use super::{Config, Error, ErrorKind};
+use std::panic::{self, AssertUnwindSafe};
+use std::sync::Arc;
+use std::thread::JoinHandle;
 
-/// Bytes the host keeps valid until the fence that follows their announcement.
-pub trait HeldBytes: Send + Sync {
-    fn bytes(&self) -> &[u8];
+/// More prefetch threads than cores only contend; this bounds a mistyped setting.
+const MAX_PREFETCH_THREADS: usize = 64;
+
+/// How many prefetch threads run and where ([`Config::prefetch_threads`]).
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct Placement {
+    pub threads: usize,
+    cpus: Vec<usize>,
+    /// The library picked the CPUs (idle slow cores): a thread that cannot run there does not
+    /// run at all, where it would take a core from the host's threads.
+    picked: bool,
 }
 
-impl HeldBytes for Vec<u8> {
-    fn bytes(&self) -> &[u8] {
-        self
-    }
-}
-
-/// One projection's weights, as an announcement holds them.
-pub struct HeldWeights {
-    pub data: Arc<dyn HeldBytes>,
-    pub name: Option<String>,
-}
-
-/// A call announced ahead: its plan (from the same metadata the call will bring) and weights.
-pub(super) struct Announced {
-    pub plan: Plan,
-    pub weights: Vec<HeldWeights>,
-}
-
-impl Announced {
-    /// The address of the first projection's weights: what a call withdraws its jobs by.
-    pub fn addr(&self) -> usize {
-        self.weights[0].data.bytes().as_ptr() as usize
-    }
-}
-
-/// One expert of an announced call.
-pub(super) struct Job {
-    pub call: Arc<Announced>,
-    pub expert: usize,
-}
-
-struct StagedExpert {
-    fingerprint: Fingerprint,
-    expert: Arc<Expert>,
-    /// The fence count when it was staged.
-    epoch: u64,
-}
-
-/// What the prefetch did since the context was created.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct PrefetchStats {
-    /// Experts inflated by the prefetch threads.
-    pub staged: u64,
-    /// Of those, taken by their call.
-    pub taken: u64,
-    /// Dropped untaken (their call never came, or came with other bytes).
-    pub dropped: u64,
-    /// Jobs withdrawn by their own call or emptied by a fence before they ran.
-    pub withdrawn: u64,
-    /// Jobs a call's thread took while it waited for the call's NPU runs ([`Staging::help_job`]).
-    pub helped: u64,
-}
-
-impl std::fmt::Display for PrefetchStats {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "prefetch: {} staged, {} taken, {} dropped, {} withdrawn, {} jobs by waiting calls",
-            self.staged, self.taken, self.dropped, self.withdrawn, self.helped
-        )
-    }
-}
-
-struct State {
-    queue: VecDeque<Job>,
-    staged: HashMap<Key, StagedExpert>,
-    staged_bytes: u64,
-    in_flight: usize,
-    /// Weights whose call has started since the last fence.
-    started: HashSet<usize>,
-    /// Experts a prefetch thread is inflating now ([`Claim`]).
-    making: HashSet<Key>,
-    /// Calls in progress: the prefetch threads wait for none.
-    calls_running: usize,
-    epoch: u64,
-    shutdown: bool,
-    stats: PrefetchStats,
-}
-
-/// The queue of announced experts and the staging area, shared by the calls and the threads.
-pub(super) struct Staging {
-    budget: u64,
-    state: Mutex<State>,
-    moved: Condvar,
-}
-
-impl Staging {
-    pub fn new(budget: u64) -> Staging {
-        Staging {
-            budget,
-            state: Mutex::new(State {
-                queue: VecDeque::new(),
-                staged: HashMap::new(),
-                staged_bytes: 0,
-                in_flight: 0,
-                started: HashSet::new(),
-                making: HashSet::new(),
-                calls_running: 0,
-                epoch: 0,
-                shutdown: false,
-                stats: PrefetchStats::default(),
-            }),
-            moved: Condvar::new(),
+impl Placement {
+    /// The placement `config` asks for; by default (no thread count, no CPUs) one thread on each
+    /// of `idle_slow_cores` (the machine's rule, `crate::cpus::idle_slow_cores`), or none.
+    pub fn of(
+        config: &Config,
+        idle_slow_cores: impl FnOnce() -> Result<Vec<usize>, String>,
+    ) -> Result<Placement, Error> {
+        let given = |threads| Placement {
+            threads,
+            cpus: config.prefetch_cpus.clone(),
+            picked: false,
+        };
+        let placement = match config.prefetch_threads {
+            Some(n) => given(n),
+            None if !config.prefetch_cpus.is_empty() => given(config.prefetch_cpus.len()),
+            None => match idle_slow_cores() {
+                Ok(cpus) => {
+                    log::info!(
+                        "prefetch: {} threads on the idle slow cores, cpu {} (ORK_PREFETCH=0: none)",
+                        cpus.len(),
+                        crate::cpus::list(&cpus)
+                    );
+                    Placement {
+                        threads: cpus.len().min(MAX_PREFETCH_THREADS),
+                        cpus,
+                        picked: true,
+                    }
+                }
+                Err(why) => {
+                    log::debug!("prefetch: no threads by default: {why}");
+                    given(0)
+                }
+            },
+        };
+        if placement.threads > MAX_PREFETCH_THREADS {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                format!(
+                    "{} prefetch threads: at most {MAX_PREFETCH_THREADS}",
+                    placement.threads
+                ),
+            ));
         }
+        Ok(placement)
     }
+}
 
-    fn lock(&self) -> MutexGuard<'_, State> {
-        lock(&self.state)
-    }
+/// The running prefetch threads of an engine; dropped, they finish their jobs and end.
+pub(super) struct Prefetchers {
+    res: Arc<Resources>,
+    threads: Vec<JoinHandle<()>>,
+}
 
-    fn wait<'a>(&self, g: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
-        self.moved.wait(g).unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Queues every expert of `call`.
-    pub fn announce(&self, call: Announced) {
-        let call = Arc::new(call);
-        let mut g = self.lock();
-        g.queue
-            .extend((0..call.plan.problem.n_expert).map(|expert| Job {
-                call: Arc::clone(&call),
-                expert,
-            }));
-        drop(g);
-        self.moved.notify_all();
-    }
-
-    /// A call on the weights at `addr` starts: its experts still queued are its own work, and,
-    /// with `pause`, no prefetch thread starts another expert until it ends (the guard drops),
-    /// which leaves the DRAM to the call's NPU runs.
-    pub fn call_starts(self: &Arc<Self>, addr: usize, pause: bool) -> Option<PrefetchPause> {
-        let mut g = self.lock();
-        g.started.insert(addr);
-        let before = g.queue.len();
-        g.queue.retain(|j| j.call.addr() != addr);
-        g.stats.withdrawn += (before - g.queue.len()) as u64;
-        if !pause {
-            return None;
-        }
-        g.calls_running += 1;
-        Some(PrefetchPause(Arc::clone(self)))
-    }
-
-    /// The staged expert under `key` if its fingerprint matches (any other is dropped: the bytes
-    /// changed).
-    /// If a prefetch thread is inflating it, waits for it.
-    pub fn take(&self, key: &Key, fingerprint: Fingerprint) -> Option<Arc<Expert>> {
-        if self.budget == 0 {
-            return None;
-        }
-        let mut g = self.lock();
-        while g.making.contains(key) {
-            g = self.wait(g);
-        }
-        let s = g.staged.remove(key)?;
-        g.staged_bytes -= s.expert.bytes();
-        let hit = s.fingerprint == fingerprint;
-        if hit {
-            g.stats.taken += 1;
-        } else {
-            g.stats.dropped += 1;
-        }
-        drop(g);
-        self.moved.notify_all();
-        hit.then_some(s.expert)
-    }
-
-    /// The right to inflate `key` of the call on the weights at `addr` for the staging area:
-    /// `None` if its call has started (the call makes it), or it is staged or being made.
-    pub fn claim(&self, key: Key, fingerprint: Fingerprint, addr: usize) -> Option<Claim<'_>> {
-        let mut g = self.lock();
-        if g.started.contains(&addr) || g.staged.contains_key(&key) || !g.making.insert(key) {
-            return None;
-        }
-        Some(Claim {
-            staging: self,
-            key,
-            fingerprint,
-        })
-    }
-
-    /// The next job for a prefetch thread, once one is queued and the staging area has room;
-    /// `None` at shutdown.
-    pub fn next_job(&self) -> Option<Job> {
-        let mut g = self.lock();
-        loop {
-            if g.shutdown {
-                return None;
-            }
-            if g.calls_running == 0 && g.staged_bytes < self.budget {
-                if let Some(job) = g.queue.pop_front() {
-                    g.in_flight += 1;
-                    return Some(job);
+impl Prefetchers {
+    /// Starts the threads `placement` asks for.
+    pub fn start(res: &Arc<Resources>, placement: &Placement) -> Result<Prefetchers, Error> {
+        let mut started = Prefetchers {
+            res: Arc::clone(res),
+            threads: Vec::with_capacity(placement.threads),
+        };
+        for i in 0..placement.threads {
+            let worker = Prefetcher {
+                res: Arc::clone(res),
+                cpus: placement.cpus.clone(),
+                pinned_or_none: placement.picked,
+            };
+            let spawned = std::thread::Builder::new()
+                .name(format!("ork-prefetch-{i}"))
+                .spawn(move || worker.run());
+            match spawned {
+                Ok(t) => started.threads.push(t),
+                // Dropping `started` stops the threads started so far.
+                Err(e) => {
+                    return Err(Error::new(
+                        ErrorKind::OutOfMemory,
+                        format!("starting prefetch thread {i}: {e}"),
+                    ))
                 }
             }
-            g = self.wait(g);
         }
+        Ok(started)
     }
 
-    /// A job for a call's thread that would otherwise wait for the call's NPU runs, if one is
-    /// queued and a prefetch thread could start it now; never waits. On the RK3588 that is an
-    /// idle A76 during a dense matmul's runs, which leave the DRAM to spare.
-    pub fn help_job(&self) -> Option<Job> {
-        let mut g = self.lock();
-        if g.shutdown || g.calls_running > 0 || g.staged_bytes >= self.budget {
-            return None;
-        }
-        let job = g.queue.pop_front()?;
-        g.in_flight += 1;
-        g.stats.helped += 1;
-        Some(job)
-    }
-
-    /// A job taken by [`Staging::next_job`] or [`Staging::help_job`] is done (its [`Claim`], if
-    /// any, is gone).
-    pub fn finish(&self) {
-        self.lock().in_flight -= 1;
-        self.moved.notify_all();
-    }
-
-    /// The host's announced weights may go away after this returns: the queue is emptied and the
-    /// jobs in flight are waited for. Staged experts not taken since the previous fence are
-    /// dropped.
-    pub fn fence(&self) {
-        let mut g = self.lock();
-        g.stats.withdrawn += g.queue.len() as u64;
-        g.queue.clear();
-        while g.in_flight > 0 {
-            g = self.wait(g);
-        }
-        g.started.clear();
-        let last = g.epoch;
-        let before = g.staged.len();
-        g.staged.retain(|_, s| s.epoch == last);
-        g.stats.dropped += (before - g.staged.len()) as u64;
-        g.staged_bytes = g.staged.values().map(|s| s.expert.bytes()).sum();
-        g.epoch += 1;
-        drop(g);
-        self.moved.notify_all();
-    }
-
-    /// Stops the prefetch threads (after the job each is on).
-    pub fn shut_down(&self) {
-        self.lock().shutdown = true;
-        self.moved.notify_all();
-    }
-
-    pub fn stats(&self) -> PrefetchStats {
-        self.lock().stats
+    /// Whether there is any prefetch thread.
+    pub fn running(&self) -> bool {
+        !self.threads.is_empty()
     }
 }
 
-/// A prefetch thread's right to make one expert ([`Staging::claim`]): [`Claim::stage`] puts it
-/// in the staging area; dropped without (an error, a panic), the call inflates it itself.
-pub(super) struct Claim<'a> {
-    staging: &'a Staging,
-    key: Key,
-    fingerprint: Fingerprint,
-}
-
-impl Claim<'_> {
-    pub fn stage(self, expert: Arc<Expert>) {
-        let mut g = self.staging.lock();
-        g.staged_bytes += expert.bytes();
-        g.stats.staged += 1;
-        let epoch = g.epoch;
-        g.staged.insert(
-            self.key,
-            StagedExpert {
-                fingerprint: self.fingerprint,
-                expert,
-                epoch,
-            },
-        );
-    }
-}
-
-impl Drop for Claim<'_> {
+impl Drop for Prefetchers {
     fn drop(&mut self) {
-        self.staging.lock().making.remove(&self.key);
-        self.staging.moved.notify_all();
+        let staging = self.res.experts.staging();
+        staging.fence();
+        staging.shut_down();
+        for t in self.threads.drain(..) {
+            // A prefetch thread catches its jobs' panics; a failed join has nothing left to undo.
+            let _ = t.join();
+        }
     }
 }
 
-/// Held by a running call ([`Staging::call_starts`]).
-pub(super) struct PrefetchPause(Arc<Staging>);
+/// One prefetch thread: takes announced experts and inflates them into the staging area.
+struct Prefetcher {
+    res: Arc<Resources>,
+    cpus: Vec<usize>,
+    /// [`Placement::picked`].
+    pinned_or_none: bool,
+}
 
-impl Drop for PrefetchPause {
-    fn drop(&mut self) {
-        self.0.lock().calls_running -= 1;
-        self.0.moved.notify_all();
+impl Prefetcher {
+    fn run(self) {
+        if !self.cpus.is_empty() {
+            if let Err(e) = crate::pool::pin_current_thread(&self.cpus) {
+                if self.pinned_or_none {
+                    // Announced experts it would have taken are inflated by their calls.
+                    log::warn!("prefetch thread does not run: {e}");
+                    return;
+                }
+                log::warn!("prefetch thread stays unpinned: {e}");
+            }
+        }
+        while let Some(job) = self.res.experts.staging().next_job() {
+            inflate_job(job, &self.res);
+        }
     }
+}
+
+/// Inflates the expert of an announced call into the staging area: a prefetch thread's job, or
+/// one a waiting call's thread took ([`Staging::help_job`](super::staging::Staging::help_job)).
+/// Errors and panics stay here: the call inflates the expert itself and reports what goes wrong
+/// then.
+pub(super) fn inflate_job(job: Job, res: &Resources) {
+    let experts = &res.experts;
+    let done = panic::catch_unwind(AssertUnwindSafe(|| {
+        let call = &job.call;
+        let weights: Vec<Weights> = call
+            .plan
+            .problems()
+            .zip(&call.weights)
+            .map(|(problem, w)| Weights {
+                problem,
+                data: w.data.bytes(),
+                name: w.name.as_deref(),
+            })
+            .collect();
+        experts.prefetch(
+            &res.device,
+            &res.spare_b,
+            &res.tiles,
+            res.isa,
+            &weights,
+            job.expert,
+        )
+    }));
+    match done {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => log::debug!("prefetch of expert {}: {e}", job.expert),
+        Err(p) => log::warn!(
+            "prefetch of expert {}: {}",
+            job.expert,
+            Error::from_panic(p)
+        ),
+    }
+    // The job holds the host's weights: gone before the fence can count it finished.
+    drop(job);
+    experts.staging().finish();
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::moe::cache::{fingerprint, Verify};
-    use crate::moe::desc::{validate, TensorDesc, GGML_TYPE_I32};
-    use crate::npu::{flags, Device};
-    use crate::quant::GgmlType;
-    use std::sync::mpsc;
-    use std::time::Duration;
+    use crate::cpus::{pick_idle_slow, Cluster, Cpus};
 
-    /// A call on `weights`: 4 experts of one row of 32 Q4_0 weights, 8 tokens, 1 slot.
-    fn announced(weights: &Arc<Vec<u8>>) -> Announced {
-        let (b, ids, dst) = (vec![0f32; 32 * 8], vec![0i32; 8], vec![0f32; 8]);
-        let t = |ty: i32, ne: [i64; 3], nb: [usize; 3], addr: usize| TensorDesc {
-            ty,
-            ne: [ne[0], ne[1], ne[2], 1],
-            nb: [nb[0], nb[1], nb[2], nb[2] * ne[2] as usize],
-            addr,
-            name: None,
+    /// The RK3588 as `crate::cpus` describes it: four A76s, then four A55s.
+    fn rk3588() -> Cpus {
+        let cluster = |cpus: Vec<usize>, capacity, max_mhz, part: &str| Cluster {
+            cpus,
+            capacity: Some(capacity),
+            max_mhz: Some(max_mhz),
+            part: Some(part.into()),
         };
-        let problem = validate(
-            &t(
-                GgmlType::Q4_0.id(),
-                [32, 1, 4],
-                [18, 18, 18],
-                weights.as_ptr() as usize,
-            ),
-            &t(
-                GgmlType::F32.id(),
-                [32, 1, 8],
-                [4, 128, 128],
-                b.as_ptr() as usize,
-            ),
-            &t(GGML_TYPE_I32, [1, 8, 1], [4, 4, 32], ids.as_ptr() as usize),
-            &t(
-                GgmlType::F32.id(),
-                [1, 1, 8],
-                [4, 4, 4],
-                dst.as_ptr() as usize,
-            ),
-        )
-        .expect("a valid call");
-        Announced {
-            plan: Plan {
-                problem,
-                pair: None,
-                on_cpu: false,
-            },
-            weights: vec![HeldWeights {
-                data: Arc::clone(weights) as Arc<dyn HeldBytes>,
-                name: None,
-            }],
+        Cpus {
+            clusters: vec![
+                cluster(vec![4, 5, 6, 7], 1024, 2304, "Cortex-A76"),
+                cluster(vec![0, 1, 2, 3], 530, 1800, "Cortex-A55"),
+            ],
+        }
+    }
+
+    fn config(threads: Option<usize>, cpus: Vec<usize>) -> Config {
+        Config {
+            prefetch_threads: threads,
+            prefetch_cpus: cpus,
+            ..Config::default()
+        }
+    }
+
+    fn placement(threads: usize, cpus: Vec<usize>, picked: bool) -> Placement {
+        Placement {
+            threads,
+            cpus,
+            picked,
         }
     }
 
     #[test]
-    fn a_running_call_pauses_the_prefetch_threads() {
-        let staging = Arc::new(Staging::new(1 << 20));
-        let w = Arc::new(vec![0x11u8; 4 * 18]);
-        // A dense matmul's call does not pause them: the job below starts while it runs.
-        assert!(staging.call_starts(2, false).is_none());
-        let other_call = staging.call_starts(1, true);
-        staging.announce(announced(&w));
-        let (tx, rx) = mpsc::channel();
-        let s = Arc::clone(&staging);
-        let thread = std::thread::spawn(move || {
-            let job = s.next_job().expect("a job");
-            tx.send(job.expert).unwrap();
-            drop(job);
-            s.finish();
-        });
-        assert!(
-            rx.recv_timeout(Duration::from_millis(200)).is_err(),
-            "a job started while a call ran"
-        );
-        drop(other_call);
-        assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok(0));
-        thread.join().unwrap();
-        // Its own call withdraws the rest.
-        let own = staging.call_starts(w.as_ptr() as usize, true);
-        assert_eq!(staging.stats().withdrawn, 3);
-        drop(own);
-        staging.fence();
-        assert_eq!(Arc::strong_count(&w), 1);
-    }
-
-    #[test]
-    fn a_waiting_call_takes_jobs_only_when_a_prefetch_thread_could() {
-        let staging = Arc::new(Staging::new(1 << 20));
-        let w = Arc::new(vec![0x11u8; 4 * 18]);
-        assert!(staging.help_job().is_none(), "nothing queued");
-        staging.announce(announced(&w));
-        // A routed call runs: its NPU runs have the DRAM.
-        let routed = staging.call_starts(1, true);
-        assert!(
-            staging.help_job().is_none(),
-            "a job while a routed call ran"
-        );
-        drop(routed);
-        let job = staging.help_job().expect("a queued job");
-        assert_eq!(job.expert, 0, "in graph order");
-        assert_eq!(staging.stats().helped, 1);
-        drop(job);
-        staging.finish();
-        // A full staging area: no job.
-        let full = Staging::new(0);
-        full.announce(announced(&w));
-        assert!(full.help_job().is_none(), "a job past the budget");
-        full.fence();
-        staging.fence();
-        assert_eq!(Arc::strong_count(&w), 1);
-    }
-
-    #[test]
-    fn a_call_waits_for_an_expert_being_made() {
-        let staging = Staging::new(1 << 20);
-        let key = Key {
-            addr: 64,
-            ty: GgmlType::Q4_0,
-            layout: crate::inflate::Layout::Plain,
-            k: 32,
-            n: 1,
-            row_stride: 18,
-            name_hash: 0,
-            pair: 0,
+    fn by_default_prefetch_threads_go_to_the_idle_slow_cores() {
+        let auto = config(None, Vec::new());
+        // llama.cpp under `taskset -c 4-7` on the board: one thread pinned to each A55, or none.
+        let board = Placement::of(&auto, || pick_idle_slow(&rk3588(), &[4, 5, 6, 7]));
+        assert_eq!(board, Ok(placement(4, vec![0, 1, 2, 3], true)));
+        // On every core, or on one A55 too: none, they would take cores from the host.
+        for allowed in [(0..8).collect(), vec![3, 4, 5, 6, 7]] {
+            let shared = Placement::of(&auto, || pick_idle_slow(&rk3588(), &allowed));
+            assert_eq!(shared, Ok(placement(0, Vec::new(), false)), "{allowed:?}");
+        }
+        // A machine of one core type: none.
+        let one_type = Cpus {
+            clusters: vec![rk3588().clusters.remove(0)],
         };
-        let fp = fingerprint(&[7u8; 18], 1, 18, 18, 18, Verify::Sampled);
-        let expert = Arc::new(Expert {
-            b: Device::cpu()
-                .alloc::<i8>(1024, flags::CPU_FILLED, 0)
-                .unwrap(),
-            chan: vec![1.0; 32],
-            segments: Vec::new(),
-        });
-        let claim = staging.claim(key, fp, 1).expect("nobody makes it yet");
-        assert!(staging.claim(key, fp, 1).is_none(), "claimed twice");
-        std::thread::scope(|s| {
-            let taker = s.spawn(|| staging.take(&key, fp).is_some());
-            std::thread::sleep(Duration::from_millis(100));
-            assert!(
-                !taker.is_finished(),
-                "the call did not wait for the expert being made"
-            );
-            claim.stage(expert);
-            assert!(
-                taker.join().unwrap(),
-                "the call did not get the staged expert"
-            );
-        });
-        // A claim given up (an error) releases a waiting call, which then inflates it itself.
-        let claim = staging
-            .claim(key, fp, 1)
-            .expect("taken, so free to make again");
-        std::thread::scope(|s| {
-            let taker = s.spawn(|| staging.take(&key, fp).is_none());
-            drop(claim);
-            assert!(taker.join().unwrap());
-        });
-        // Once its call has started, nobody claims its experts.
-        let other = Arc::new(Staging::new(1 << 20));
-        let started = other.call_starts(1, true);
-        assert!(other.claim(key, fp, 1).is_none());
-        drop(started);
+        let x86 = Placement::of(&auto, || pick_idle_slow(&one_type, &[4]));
+        assert_eq!(x86, Ok(placement(0, Vec::new(), false)));
+        // More idle slow cores than threads are useful: the bound, not an error.
+        let many = Placement::of(&auto, || Ok((0..100).collect()));
+        assert_eq!(many.map(|p| p.threads), Ok(MAX_PREFETCH_THREADS));
+    }
+
+    #[test]
+    fn given_threads_or_cpus_are_taken_as_given() {
+        let no_rule = || -> Result<Vec<usize>, String> { panic!("the machine was consulted") };
+        let cpus = Placement::of(&config(None, vec![2, 5]), no_rule);
+        assert_eq!(cpus, Ok(placement(2, vec![2, 5], false)));
+        let threads = Placement::of(&config(Some(3), vec![1]), no_rule);
+        assert_eq!(threads, Ok(placement(3, vec![1], false)));
+        let none = Placement::of(&config(Some(0), Vec::new()), no_rule);
+        assert_eq!(none, Ok(placement(0, Vec::new(), false)));
+        let e = Placement::of(&config(Some(MAX_PREFETCH_THREADS + 1), Vec::new()), no_rule)
+            .expect_err("too many");
+        assert_eq!(e.kind, ErrorKind::InvalidArgument);
     }
 }

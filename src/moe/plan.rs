@@ -1,0 +1,163 @@
+//! What a call is given: its plan (the validated descriptors and where its GEMMs run), decided
+//! from metadata only, and the views of its tensors.
+
+use super::desc::{dense_as_mul_mat_id, validate, Problem, TensorDesc};
+use super::{Config, Error, ErrorKind, SmallBatch};
+use std::sync::atomic::AtomicU32;
+
+/// Views of one call's tensors, built by the caller from a [`Problem`]'s extents. `dst` is atomic
+/// so that all threads of a cooperative call may hold it; every element is written by exactly one
+/// thread (relaxed stores, plain stores on every target).
+pub struct Inputs<'a> {
+    /// The whole `as` tensor; its address is part of the cache key.
+    pub weights: &'a [u8],
+    pub name: Option<&'a str>,
+    pub b: &'a [f32],
+    pub ids: &'a [i32],
+    pub dst: &'a [AtomicU32],
+    /// The second projection of a pair ([`Engine::plan_pair`](super::Engine::plan_pair)).
+    pub pair: Option<PairInputs<'a>>,
+}
+
+/// The second projection's own tensors in a pair call: its weights and its `dst`.
+pub struct PairInputs<'a> {
+    pub weights: &'a [u8],
+    pub name: Option<&'a str>,
+    pub dst: &'a [AtomicU32],
+}
+
+impl Inputs<'_> {
+    /// The weights of each projection of the call: one, or both of a pair.
+    pub(super) fn weights(&self) -> impl Iterator<Item = &[u8]> {
+        std::iter::once(self.weights).chain(self.pair.as_ref().map(|x| x.weights))
+    }
+
+    /// The `dst` of each projection of the call.
+    pub(super) fn dsts(&self) -> impl Iterator<Item = &[AtomicU32]> {
+        std::iter::once(self.dst).chain(self.pair.as_ref().map(|x| x.dst))
+    }
+}
+
+/// A call the engine takes: the validated problem and where its GEMMs run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Plan {
+    pub problem: Problem,
+    /// A pair: the second projection, with the same activations, ids, weight type and shape as
+    /// `problem` and its own weights and `dst`. Each expert's two projections are one GEMM.
+    pub pair: Option<Problem>,
+    /// Small batch under [`SmallBatch::Cpu`]: GEMMs on the CPU int8 kernels.
+    pub on_cpu: bool,
+}
+
+impl Plan {
+    /// The projections of the call: one, or both of a pair.
+    pub fn problems(&self) -> impl Iterator<Item = &Problem> {
+        std::iter::once(&self.problem).chain(&self.pair)
+    }
+
+    /// Validates the descriptors and applies the small-batch policy of `config`.
+    pub(super) fn single(
+        config: &Config,
+        w: &TensorDesc,
+        b: &TensorDesc,
+        ids: &TensorDesc,
+        dst: &TensorDesc,
+    ) -> Result<Plan, Error> {
+        Plan::with_policy(config, validate(w, b, ids, dst)?, None)
+    }
+
+    /// [`Plan::single`] for two projections of one input: `w0`/`dst0` and `w1`/`dst1` share `b`
+    /// and `ids`, and the weights share type, layout and shape.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn pair(
+        config: &Config,
+        w0: &TensorDesc,
+        w1: &TensorDesc,
+        b: &TensorDesc,
+        ids: &TensorDesc,
+        dst0: &TensorDesc,
+        dst1: &TensorDesc,
+    ) -> Result<Plan, Error> {
+        let (p0, p1) = (validate(w0, b, ids, dst0)?, validate(w1, b, ids, dst1)?);
+        check_pair_format(&p0, &p1)?;
+        check_pair_apart([(w0, dst0, &p0), (w1, dst1, &p1)])?;
+        Plan::with_policy(config, p0, Some(p1))
+    }
+
+    /// [`Plan::single`] for a dense matmul `dst = w^T · b` ([`dense_as_mul_mat_id`]), unless the
+    /// configuration turns dense calls off.
+    pub(super) fn dense(
+        config: &Config,
+        w: &TensorDesc,
+        b: &TensorDesc,
+        dst: &TensorDesc,
+    ) -> Result<Plan, Error> {
+        if !config.dense {
+            return Err(Error::not_handled(
+                "dense matmuls are turned off (ORK_DENSE=0)",
+            ));
+        }
+        let [w, b, ids, dst] = dense_as_mul_mat_id(w, b, dst)?;
+        Plan::single(config, &w, &b, &ids, &dst)
+    }
+
+    /// The small-batch policy for a validated call.
+    fn with_policy(
+        config: &Config,
+        problem: Problem,
+        pair: Option<Problem>,
+    ) -> Result<Plan, Error> {
+        let small = problem.rows_per_expert() < config.min_rows as usize;
+        if small && config.small_batch == SmallBatch::Decline {
+            return Err(Error::below_min_rows(
+                problem.rows_per_expert(),
+                config.min_rows,
+            ));
+        }
+        Ok(Plan {
+            problem,
+            pair,
+            on_cpu: small,
+        })
+    }
+}
+
+/// A pair's projections are one GEMM per expert: one weight type, layout and shape.
+fn check_pair_format(p0: &Problem, p1: &Problem) -> Result<(), Error> {
+    let format = |p: &Problem| (p.wtype, p.layout, p.k, p.n, p.n_expert);
+    if format(p0) == format(p1) {
+        return Ok(());
+    }
+    Err(Error::new(
+        ErrorKind::NotHandled,
+        format!(
+            "a pair needs weights of one type, layout and shape: {} {}x{}x{} and {} {}x{}x{}",
+            p0.layout.name(p0.wtype),
+            p0.k,
+            p0.n,
+            p0.n_expert,
+            p1.layout.name(p1.wtype),
+            p1.k,
+            p1.n,
+            p1.n_expert
+        ),
+    ))
+}
+
+/// Each dst apart from the other dst and the other projection's weights (validation checked it
+/// against its own inputs).
+fn check_pair_apart(
+    [(w0, dst0, p0), (w1, dst1, p1)]: [(&TensorDesc, &TensorDesc, &Problem); 2],
+) -> Result<(), Error> {
+    let range = |d: &TensorDesc, len: usize| (d.addr, d.addr.saturating_add(len));
+    let (d0, d1) = (range(dst0, p0.dst_extent), range(dst1, p1.dst_extent));
+    let (a0, a1) = (range(w0, p0.w_extent), range(w1, p1.w_extent));
+    let meet = |x: (usize, usize), y: (usize, usize)| x.0 < y.1 && y.0 < x.1;
+    if meet(d0, d1) || meet(d0, a1) || meet(d1, a0) {
+        return Err(Error::new(
+            ErrorKind::InvalidArgument,
+            "pair: a dst overlaps the other dst or the other projection's weights",
+        ));
+    }
+    Ok(())
+}
