@@ -324,9 +324,10 @@ pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Config, Strin
     Ok(c)
 }
 
-/// `n` threads per call, 0 meaning every core; never more than the cores.
+/// `n` threads per call, 0 meaning every core; never more than the cores. Counting them starts no
+/// thread (the pool starts at its first call).
 pub fn threads(n: usize) -> usize {
-    let cores = crate::pool::global().threads();
+    let cores = crate::pool::cores();
     if n == 0 {
         cores
     } else {
