@@ -1,15 +1,18 @@
 //! The configuration (`ork_config`, its defaults) and the context built from it.
+//!
+//! Every field comes from its setting's row in [`crate::config::settings!`], which also gives the
+//! environment variable: [`to_c_config`] and [`apply_c_config`] are expanded from those rows.
 
 use super::log::*;
 use super::{guard, invalid, ork_ctx};
-use crate::isa::Isa;
+use crate::config::spelling::*;
 use crate::moe::cache::{Policy, Verify};
-use crate::moe::outliers::Rule;
 use crate::moe::{Config, Engine, Error, MtMode, SmallBatch};
-use crate::npu::{BackendChoice, CoreMask};
-use std::ffi::{c_char, CStr};
+use crate::npu::emu::FaultPlan;
+use crate::npu::BackendChoice;
+use log::LevelFilter;
+use std::ffi::{c_char, CStr, OsStr};
 use std::os::unix::ffi::OsStrExt;
-use std::path::PathBuf;
 
 /// `ork_config.backend` values.
 pub const ORK_BACKEND_AUTO: i32 = 0;
@@ -125,194 +128,97 @@ pub struct ork_config {
     pub dense: u32,
 }
 
-const BACKENDS: [(i32, BackendChoice); 4] = [
-    (ORK_BACKEND_AUTO, BackendChoice::Auto),
-    (ORK_BACKEND_EMU, BackendChoice::Emu),
-    (ORK_BACKEND_RKNN, BackendChoice::Rknn),
-    (ORK_BACKEND_CPU, BackendChoice::Cpu),
-];
-const SMALL_BATCH: [(u32, SmallBatch); 2] = [
-    (ORK_MIN_ROWS_DECLINE, SmallBatch::Decline),
-    (ORK_MIN_ROWS_CPU, SmallBatch::Cpu),
-];
-const POLICY: [(u32, Policy); 2] = [(ORK_CACHE_PIN, Policy::Pin), (ORK_CACHE_LRU, Policy::Lru)];
-const VERIFY: [(u32, Verify); 2] = [
-    (ORK_CACHE_VERIFY_SAMPLED, Verify::Sampled),
-    (ORK_CACHE_VERIFY_FULL, Verify::Full),
-];
-const MT_MODES: [(u32, MtMode); 2] = [(ORK_MT_COOP, MtMode::Coop), (ORK_MT_LEADER, MtMode::Leader)];
-const SIMD: [(u32, Isa); 6] = [
-    (ORK_SIMD_SCALAR, Isa::Scalar),
-    (ORK_SIMD_SSSE3, Isa::Ssse3),
-    (ORK_SIMD_AVX2, Isa::Avx2),
-    (ORK_SIMD_AVX512, Isa::Avx512),
-    (ORK_SIMD_NEON, Isa::Neon),
-    (ORK_SIMD_DOTPROD, Isa::NeonDot),
-];
-const LOG_LEVELS: [(u32, log::LevelFilter); 6] = [
-    (ORK_LOG_OFF, log::LevelFilter::Off),
-    (ORK_LOG_ERROR, log::LevelFilter::Error),
-    (ORK_LOG_WARN, log::LevelFilter::Warn),
-    (ORK_LOG_INFO, log::LevelFilter::Info),
-    (ORK_LOG_DEBUG, log::LevelFilter::Debug),
-    (ORK_LOG_TRACE, log::LevelFilter::Trace),
-];
-
-/// The C code of `value` in `table` (every Rust value has one).
-fn code_of<C: Copy, T: PartialEq>(table: &[(C, T)], value: &T) -> C {
-    table
-        .iter()
-        .find(|(_, t)| t == value)
-        .map(|&(c, _)| c)
-        .expect("every value has a C code")
+/// An `ork_config` member as its setting's spelling holds it ([`CField::C`]): numbers as they
+/// are, C strings as text.
+trait Member<T> {
+    fn value(self) -> T;
+    fn member(value: T) -> Self;
 }
 
-/// The value of C code `c` in `table`, or an error naming the field.
-fn value_of<C: PartialEq + std::fmt::Display, T: Copy>(
-    table: &[(C, T)],
-    c: C,
-    field: &str,
-) -> Result<T, Error> {
-    table
-        .iter()
-        .find(|(k, _)| *k == c)
-        .map(|&(_, t)| t)
-        .ok_or_else(|| invalid(&format!("config: unknown {field} {c}")))
-}
-
-fn to_c_config(c: &Config) -> ork_config {
-    let d = &c.device;
-    ork_config {
-        struct_size: size_of::<ork_config>() as u32,
-        backend: code_of(&BACKENDS, &d.backend),
-        core_mask: d.core_mask.0 as u32,
-        cache_bytes: c.cache_bytes,
-        min_rows: c.min_rows,
-        n_threads: d.host.threads as u32,
-        min_rows_mode: code_of(&SMALL_BATCH, &c.small_batch),
-        cache_verify: code_of(&VERIFY, &c.cache_verify),
-        mt_mode: code_of(&MT_MODES, &c.mt_mode),
-        emu_submit_us: d.emu.cost.submit_us,
-        emu_task_us: d.emu.cost.task_us,
-        emu_core_tops: d.emu.cost.core_tops,
-        emu_dram_gbps: d.emu.cost.dram_gbps,
-        // Strings stay with the environment: NULL means "the environment's value or the default".
-        rknn_lib: std::ptr::null(),
-        emu_dump_dir: std::ptr::null(),
-        simd: code_of(&SIMD, &d.host.isa),
-        log_level: code_of(&LOG_LEVELS, &c.log_level),
-        emu_strict: d.emu.strict as u32,
-        emu_per_task: d.emu.per_task as u32,
-        cache_policy: code_of(&POLICY, &c.cache_policy),
-        outlier_max: c.outliers.map_or(0, |r| r.max_channels as u32),
-        outlier_factor: c.outliers.map_or(0.0, |r| r.factor as f64),
-        submitters: c.submitters.map_or(-1, |n| n as i32),
-        emu_faults: std::ptr::null(),
-        rknn_dynamic_m: d.rknn.dynamic_m as u32,
-        prefetch_threads: c.prefetch_threads.map_or(ORK_PREFETCH_AUTO, |n| n as u32),
-        prefetch_bytes: c.prefetch_bytes,
-        dense: c.dense as u32,
+impl<T> Member<T> for T {
+    fn value(self) -> T {
+        self
+    }
+    fn member(value: T) -> T {
+        value
     }
 }
 
-/// A C path, or `None` for NULL.
-fn path(p: *const c_char) -> Option<PathBuf> {
-    // SAFETY: a non-NULL path is a NUL-terminated string, by contract, read only during the call.
-    let bytes = (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) }.to_bytes())?;
-    Some(PathBuf::from(std::ffi::OsStr::from_bytes(bytes)))
+impl Member<CText> for *const c_char {
+    fn value(self) -> CText {
+        // SAFETY: a non-NULL string field of the caller's ork_config is a NUL-terminated string,
+        // valid during `ork_ctx_new`, by contract.
+        let text = (!self.is_null()).then(|| unsafe { CStr::from_ptr(self) })?;
+        Some(OsStr::from_bytes(text.to_bytes()).to_os_string())
+    }
+    /// NULL: `ork_config_default` leaves strings to the environment (their spellings report
+    /// `None`).
+    fn member(_: CText) -> Self {
+        std::ptr::null()
+    }
 }
 
-/// `base` (the environment's configuration) with the fields of `c` applied.
-fn from_c_config(c: &ork_config, base: Config) -> Result<Config, Error> {
-    let mut cfg = base;
-    let d = &mut cfg.device;
-    d.backend = value_of(&BACKENDS, c.backend, "backend")?;
-    d.core_mask = u8::try_from(c.core_mask)
-        .ok()
-        .filter(|m| (1..=7).contains(m))
-        .map(CoreMask)
-        .ok_or_else(|| {
-            invalid(&format!(
-                "config: core_mask {:#x} is not in 1..7",
-                c.core_mask
-            ))
-        })?;
-    d.host.threads = crate::config::threads(c.n_threads as usize);
-    d.host.isa = match c.simd {
-        ORK_SIMD_BEST => Isa::best(),
-        code => {
-            let isa = value_of(&SIMD, code, "simd")?;
-            crate::config::simd(isa.name()).map_err(|e| invalid(&format!("config: simd {e}")))?
+/// The `ork_config` side of the settings table: [`to_c_config`] and [`apply_c_config`].
+macro_rules! c_side {
+    ($($name:ident $(as $($field:ident),+)? { $($row:tt)* })*) => {
+        /// `cfg` as an `ork_config` of this library's size.
+        #[allow(unused_parens)]
+        fn to_c_config(cfg: &Config) -> ork_config {
+            $(c_row!(to_c cfg [$($($field),+)?] $($row)*);)*
+            ork_config {
+                struct_size: size_of::<ork_config>() as u32,
+                $($($($field: Member::member($field),)+)?)*
+            }
+        }
+
+        /// `cfg` with the fields of `c` applied; `Err` names the field.
+        #[allow(unused_parens)]
+        fn apply_c_config(c: &ork_config, cfg: &mut Config) -> Result<(), String> {
+            $(c_row!(apply c cfg [$($($field),+)?] $($row)*);)*
+            Ok(())
         }
     };
-    let cost = &mut d.emu.cost;
-    for (field, x, positive) in [
-        ("emu_submit_us", c.emu_submit_us, false),
-        ("emu_task_us", c.emu_task_us, false),
-        ("emu_core_tops", c.emu_core_tops, true),
-        ("emu_dram_gbps", c.emu_dram_gbps, true),
-    ] {
-        if !x.is_finite() || x < 0.0 || (positive && x == 0.0) {
-            return Err(invalid(&format!("config: {field} = {x} is out of range")));
-        }
-    }
-    (cost.submit_us, cost.task_us) = (c.emu_submit_us, c.emu_task_us);
-    (cost.core_tops, cost.dram_gbps) = (c.emu_core_tops, c.emu_dram_gbps);
-    if let Some(p) = path(c.rknn_lib) {
-        d.rknn.lib = Some(p.to_string_lossy().into_owned());
-    }
-    d.rknn.dynamic_m = Some(c.rknn_dynamic_m as usize)
-        .filter(|&w| w <= 512)
-        .ok_or_else(|| {
-            invalid(&format!(
-                "config: rknn_dynamic_m {} > 512",
-                c.rknn_dynamic_m
-            ))
-        })?;
-    if let Some(p) = path(c.emu_dump_dir) {
-        d.emu.dump = Some(p);
-    }
-    if let Some(spec) = path(c.emu_faults) {
-        let spec = spec.to_string_lossy();
-        d.emu.faults = crate::npu::emu::FaultPlan::parse(&spec)
-            .map_err(|e| invalid(&format!("config: emu_faults {spec:?}: expected {e}")))?;
-    }
-    d.emu.strict = c.emu_strict != 0;
-    d.emu.per_task = c.emu_per_task != 0;
-    cfg.cache_bytes = c.cache_bytes;
-    cfg.min_rows = c.min_rows;
-    cfg.small_batch = value_of(&SMALL_BATCH, c.min_rows_mode, "min_rows_mode")?;
-    cfg.cache_verify = value_of(&VERIFY, c.cache_verify, "cache_verify")?;
-    cfg.cache_policy = value_of(&POLICY, c.cache_policy, "cache_policy")?;
-    cfg.submitters = match c.submitters {
-        -1 => None,
-        n => Some(
-            usize::try_from(n)
-                .map_err(|_| invalid(&format!("config: submitters {n}: -1 (auto) or a count")))?,
-        ),
-    };
-    cfg.outliers = match (c.outlier_factor, c.outlier_max) {
-        (0.0, _) => None,
-        (f, max) if f.is_finite() && f > 0.0 && max > 0 => Some(Rule {
-            factor: f as f32,
-            max_channels: max as usize,
-        }),
-        (f, max) => {
-            return Err(invalid(&format!(
-                "config: outlier_factor {f} / outlier_max {max}: a factor above 0 and at least one channel, or factor 0 (off)"
-            )))
-        }
-    };
-    cfg.mt_mode = value_of(&MT_MODES, c.mt_mode, "mt_mode")?;
-    cfg.prefetch_threads = match c.prefetch_threads {
-        ORK_PREFETCH_AUTO => None,
-        n => Some(n as usize),
-    };
-    cfg.prefetch_bytes = c.prefetch_bytes;
-    cfg.dense = c.dense != 0;
-    cfg.log_level = value_of(&LOG_LEVELS, c.log_level, "log_level")?;
-    Ok(cfg)
 }
+
+/// One row's part of [`to_c_config`] (`let` its fields) or [`apply_c_config`].
+macro_rules! c_row {
+    ($step:ident $($arg:ident)+ [] $($environment_only:tt)*) => {};
+    (to_c $cfg:ident [$($field:ident),+] default: $default:literal, meaning: $meaning:literal, value: $($place:ident).+, $($how:tt)*) => {
+        let ($($field),+) = CField::to_c(&c_spelling!($($how)*), &$cfg.$($place).+);
+    };
+    (apply $c:ident $cfg:ident [$($field:ident),+] default: $default:literal, meaning: $meaning:literal, value: $($place:ident).+, $($how:tt)*) => {
+        CField::apply_c(
+            &c_spelling!($($how)*),
+            stringify!($($field),+),
+            ($(Member::value($c.$field)),+),
+            &mut $cfg.$($place).+,
+        )?;
+    };
+}
+
+/// A row's spelling in C: its codes over its words, or the spelling itself.
+macro_rules! c_spelling {
+    (words: [$($word:literal = $code:ident => $value:expr),+ $(,)?] $(,)?) => {
+        Coded {
+            codes: &[$(($code, $word)),+],
+            spelling: &Words(&[$(($word, $value)),+]),
+        }
+    };
+    (parse: $spelling:expr, codes: [$($code:ident = $word:literal),+ $(,)?] $(,)?) => {
+        Coded {
+            codes: &[$(($code, $word)),+],
+            spelling: &$spelling,
+        }
+    };
+    (parse: $spelling:expr, auto: $auto:expr $(,)?) => {
+        AutoCode { auto: $auto }
+    };
+    (parse: $spelling:expr $(,)?) => {
+        $spelling
+    };
+}
+
+crate::config::settings!(c_side);
 
 /// The environment's configuration, a bad variable as INVALID_ARGUMENT.
 fn env_config() -> Result<Config, Error> {
@@ -361,7 +267,8 @@ pub extern "C" fn ork_ctx_new(cfg: *const ork_config) -> *mut ork_ctx {
                 )
             };
         }
-        let config = from_c_config(&full, env)?;
+        let mut config = env;
+        apply_c_config(&full, &mut config).map_err(|e| invalid(&format!("config: {e}")))?;
         log_install(config.log_level);
         let engine = Engine::new(config)?;
         ctx = ork_ctx_from_engine(engine);
@@ -390,4 +297,138 @@ pub extern "C" fn ork_ctx_free(ctx: *mut ork_ctx) {
         }
         Ok(())
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+    use std::ffi::CString;
+
+    fn from_vars(vars: &[(&str, &str)]) -> Config {
+        let map: HashMap<&str, &str> = vars.iter().copied().collect();
+        crate::config::from_lookup(|name| map.get(name).map(|v| v.to_string())).unwrap()
+    }
+
+    #[test]
+    fn every_field_carries_its_setting_both_ways() {
+        let mut vars = vec![
+            ("ORK_BACKEND", "cpu"),
+            ("ORK_RKNN_DYNAMIC_M", "128"),
+            ("ORK_CORE_MASK", "5"),
+            ("ORK_CACHE_MB", "3"),
+            ("ORK_CACHE_POLICY", "lru"),
+            ("ORK_CACHE_VERIFY", "full"),
+            ("ORK_MIN_ROWS", "3"),
+            ("ORK_MIN_ROWS_MODE", "cpu"),
+            ("ORK_MT_MODE", "leader"),
+            ("ORK_OUTLIERS", "4:16"),
+            ("ORK_OUTLIERS", "off"),
+            ("ORK_SUBMITTERS", "2"),
+            ("ORK_PREFETCH", "4"),
+            ("ORK_PREFETCH", "0"),
+            ("ORK_PREFETCH_MB", "512"),
+            ("ORK_DENSE", "0"),
+            ("ORK_LOG", "debug"),
+            ("ORK_EMU_SUBMIT_US", "61.5"),
+            ("ORK_EMU_TASK_US", "0"),
+            ("ORK_EMU_CORE_TOPS", "1.5"),
+            ("ORK_EMU_DRAM_GBPS", "30"),
+            ("ORK_EMU_STRICT", "0"),
+            ("ORK_EMU_PER_TASK", "1"),
+        ];
+        // Values that differ from the defaults on this machine only.
+        if crate::pool::cores() > 1 {
+            vars.push(("ORK_THREADS", "1"));
+        }
+        let best = crate::isa::Isa::best();
+        if let Some(isa) = crate::isa::Isa::available()
+            .into_iter()
+            .find(|&i| i != best)
+        {
+            vars.push(("ORK_SIMD", isa.name()));
+        }
+        for (var, value) in vars {
+            let cfg = from_vars(&[(var, value)]);
+            assert_ne!(cfg, Config::default(), "{var}={value} is the default");
+            let mut back = Config::default();
+            apply_c_config(&to_c_config(&cfg), &mut back).unwrap();
+            assert_eq!(back, cfg, "{var}={value} through ork_config");
+        }
+        let defaults = to_c_config(&Config::default());
+        assert_eq!(defaults.prefetch_threads, ORK_PREFETCH_AUTO);
+        assert_eq!(defaults.submitters, -1);
+        assert_eq!(defaults.simd, to_c_config(&from_vars(&[])).simd);
+    }
+
+    #[test]
+    fn c_strings_are_applied_and_null_keeps_the_environments() {
+        let env = from_vars(&[
+            ("ORK_RKNN_LIB", "/env/librknnrt.so"),
+            ("ORK_EMU_DUMP", "/env/dump"),
+            ("ORK_EMU_FAULTS", "run:3"),
+        ]);
+        let mut c = to_c_config(&env);
+        assert!(c.rknn_lib.is_null() && c.emu_dump_dir.is_null() && c.emu_faults.is_null());
+        let mut kept = env.clone();
+        apply_c_config(&c, &mut kept).unwrap();
+        assert_eq!(kept, env);
+        let (lib, dump, faults) = (
+            CString::new("/c/librknnrt.so").unwrap(),
+            CString::new("/c/dump").unwrap(),
+            CString::new("alloc:1+").unwrap(),
+        );
+        (c.rknn_lib, c.emu_dump_dir, c.emu_faults) = (lib.as_ptr(), dump.as_ptr(), faults.as_ptr());
+        let mut set = env.clone();
+        apply_c_config(&c, &mut set).unwrap();
+        let from_c = from_vars(&[
+            ("ORK_RKNN_LIB", "/c/librknnrt.so"),
+            ("ORK_EMU_DUMP", "/c/dump"),
+            ("ORK_EMU_FAULTS", "alloc:1+"),
+        ]);
+        assert_eq!(set, from_c);
+    }
+
+    #[test]
+    fn bad_fields_are_errors_that_name_the_field() {
+        let faults = CString::new("explode:1").unwrap();
+        type Spoil = fn(&mut ork_config);
+        let cases: [(Spoil, &str); 10] = [
+            (|c| c.backend = 42, "unknown backend 42"),
+            (|c| c.mt_mode = 7, "unknown mt_mode 7"),
+            (|c| c.simd = 99, "unknown simd 99"),
+            (|c| c.log_level = 6, "unknown log_level 6"),
+            (|c| c.core_mask = 8, "core_mask 8: expected 1..7"),
+            (
+                |c| c.rknn_dynamic_m = 513,
+                "rknn_dynamic_m 513: expected at most 512",
+            ),
+            (
+                |c| c.emu_core_tops = 0.0,
+                "emu_core_tops 0.0: expected a number above 0",
+            ),
+            (
+                |c| c.emu_submit_us = f64::NAN,
+                "emu_submit_us NaN: expected",
+            ),
+            (
+                |c| c.outlier_max = 0,
+                "outlier_factor, outlier_max (6.0, 0): expected",
+            ),
+            (
+                |c| c.submitters = -2,
+                "submitters -2: expected -1 (auto) or a count",
+            ),
+        ];
+        for (spoil, message) in cases {
+            let mut c = to_c_config(&Config::default());
+            spoil(&mut c);
+            let e = apply_c_config(&c, &mut Config::default()).unwrap_err();
+            assert!(e.starts_with(message), "{e}");
+        }
+        let mut c = to_c_config(&Config::default());
+        c.emu_faults = faults.as_ptr();
+        let e = apply_c_config(&c, &mut Config::default()).unwrap_err();
+        assert!(e.starts_with("emu_faults \"explode:1\": expected"), "{e}");
+    }
 }
