@@ -120,14 +120,14 @@
 // Opaque context.
 typedef struct ork_ctx ork_ctx;
 
-// Context configuration. Fill it with `ork_config_default`, then change fields. Each field has
-// an environment variable (README), which `ork_config_default` reads.
+// Context configuration. Set `struct_size`, fill it with `ork_config_default`, then change
+// fields. Each field has an environment variable (README), which `ork_config_default` reads.
 //
 // The struct grows at its end only: fields past `struct_size` take `ork_config_default` values,
-// so a caller built against an older header keeps working (the fields up to `mt_mode` are the
-// first version's, 48 bytes).
+// so a caller built against an older header keeps working (the smallest `ork_config` of ABI
+// version 1 ends after `cache_verify`: 40 bytes).
 typedef struct ork_config {
-  // `sizeof(ork_config)` as the caller knows it.
+  // `sizeof(ork_config)` as the caller knows it; set it before `ork_config_default`.
   uint32_t struct_size;
   // `ORK_BACKEND_*`.
   int32_t backend;
@@ -286,7 +286,13 @@ const char *ork_version(void);
 // `ORK_ABI_VERSION` of the library actually loaded.
 uint32_t ork_abi_version(void);
 
-// Fills `out` with the defaults and the environment's settings (README lists the variables). A
+// Fills `out` with the defaults and the environment's settings (README lists the variables),
+// writing only the first `out->struct_size` bytes: set `struct_size = sizeof(ork_config)` first,
+// so that a caller built against an older, shorter `ork_config` gets only the fields it has. A
+// `struct_size` of 0 (a zeroed struct) stands for the smallest `ork_config` of ABI version 1,
+// whose fields end after `cache_verify` (40 bytes); 1 to 7 (less than `struct_size` and
+// `backend`) writes nothing and sets `ork_last_error`; more than this library's
+// `sizeof(ork_config)` writes that size. On return `struct_size` holds the bytes written. A
 // variable with a bad value is left at its default here; `ork_ctx_new` reports it. NULL is
 // ignored.
 void ork_config_default(struct ork_config *out);

@@ -54,16 +54,16 @@ pub const ORK_SIMD_AVX512: u32 = 4;
 pub const ORK_SIMD_NEON: u32 = 5;
 pub const ORK_SIMD_DOTPROD: u32 = 6;
 
-/// Context configuration. Fill it with `ork_config_default`, then change fields. Each field has
-/// an environment variable (README), which `ork_config_default` reads.
+/// Context configuration. Set `struct_size`, fill it with `ork_config_default`, then change
+/// fields. Each field has an environment variable (README), which `ork_config_default` reads.
 ///
 /// The struct grows at its end only: fields past `struct_size` take `ork_config_default` values,
-/// so a caller built against an older header keeps working (the fields up to `mt_mode` are the
-/// first version's, 48 bytes).
+/// so a caller built against an older header keeps working (the smallest `ork_config` of ABI
+/// version 1 ends after `cache_verify`: 40 bytes).
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct ork_config {
-    /// `sizeof(ork_config)` as the caller knows it.
+    /// `sizeof(ork_config)` as the caller knows it; set it before `ork_config_default`.
     pub struct_size: u32,
     /// `ORK_BACKEND_*`.
     pub backend: i32,
@@ -127,6 +127,13 @@ pub struct ork_config {
     /// Non-zero (the default): dense matmuls (`ork_mul_mat`) are taken; 0 declines them.
     pub dense: u32,
 }
+
+/// The bytes of the smallest `ork_config` of ABI version 1 (the fields up to `cache_verify`),
+/// which `ork_config_default` writes for a `struct_size` of 0.
+const SMALLEST_CONFIG: usize = std::mem::offset_of!(ork_config, mt_mode);
+
+/// The least `struct_size` a caller may give: `struct_size` and `backend`.
+const LEAST_STRUCT_SIZE: usize = std::mem::offset_of!(ork_config, core_mask);
 
 /// An `ork_config` member as its setting's spelling holds it ([`CField::C`]): numbers as they
 /// are, C strings as text.
@@ -225,7 +232,23 @@ fn env_config() -> Result<Config, Error> {
     crate::config::from_env().map_err(|e| invalid(&e))
 }
 
-/// Fills `out` with the defaults and the environment's settings (README lists the variables). A
+/// The first `struct_size` bytes of `cfg` (read without assuming more of the struct).
+///
+/// # Safety
+/// `cfg` is non-NULL and points to at least 4 readable bytes.
+unsafe fn struct_size(cfg: *const ork_config) -> usize {
+    // SAFETY: the first field, within the 4 bytes the caller guarantees; the caller's struct
+    // may be shorter than this library's, so no place of a whole ork_config is formed.
+    unsafe { cfg.cast::<u32>().read_unaligned() as usize }
+}
+
+/// Fills `out` with the defaults and the environment's settings (README lists the variables),
+/// writing only the first `out->struct_size` bytes: set `struct_size = sizeof(ork_config)` first,
+/// so that a caller built against an older, shorter `ork_config` gets only the fields it has. A
+/// `struct_size` of 0 (a zeroed struct) stands for the smallest `ork_config` of ABI version 1,
+/// whose fields end after `cache_verify` (40 bytes); 1 to 7 (less than `struct_size` and
+/// `backend`) writes nothing and sets `ork_last_error`; more than this library's
+/// `sizeof(ork_config)` writes that size. On return `struct_size` holds the bytes written. A
 /// variable with a bad value is left at its default here; `ork_ctx_new` reports it. NULL is
 /// ignored.
 #[no_mangle]
@@ -234,9 +257,27 @@ pub extern "C" fn ork_config_default(out: *mut ork_config) {
         if out.is_null() {
             return Err(invalid("ork_config_default: out is NULL"));
         }
-        let c = to_c_config(&env_config().unwrap_or_default());
-        // SAFETY: `out` is non-NULL and, by contract, points to a writable ork_config.
-        unsafe { out.write(c) };
+        // SAFETY: `out` is non-NULL and its first field is readable, by contract.
+        let n = match unsafe { struct_size(out) } {
+            0 => SMALLEST_CONFIG,
+            n if n < LEAST_STRUCT_SIZE => {
+                return Err(invalid(&format!("config: struct_size {n} is too small")))
+            }
+            n => n.min(size_of::<ork_config>()),
+        };
+        let mut c = to_c_config(&env_config().unwrap_or_default());
+        c.struct_size = n as u32;
+        // SAFETY: `out` is writable for its `struct_size` bytes (or, for 0, for the smallest
+        // ork_config a caller has), by contract; `n` is no more than that nor than `c`'s size.
+        // Bytes are copied as they are (padding included), without forming a place of the
+        // caller's possibly shorter struct.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                (&c as *const ork_config).cast::<u8>(),
+                out.cast::<u8>(),
+                n,
+            )
+        };
         Ok(())
     });
 }
@@ -247,12 +288,12 @@ pub extern "C" fn ork_config_default(out: *mut ork_config) {
 pub extern "C" fn ork_ctx_new(cfg: *const ork_config) -> *mut ork_ctx {
     let mut ctx = std::ptr::null_mut();
     let r = guard(|| {
-        let env = env_config()?;
-        let mut full = to_c_config(&env);
+        let mut config = env_config()?;
+        let mut full = to_c_config(&config);
         if !cfg.is_null() {
             // SAFETY: `cfg` is non-NULL and points to at least `struct_size` bytes, the first field.
-            let size = unsafe { (*cfg).struct_size } as usize;
-            if size < size_of::<u32>() * 2 {
+            let size = unsafe { struct_size(cfg) };
+            if size < LEAST_STRUCT_SIZE {
                 return Err(invalid(&format!("config: struct_size {size} is too small")));
             }
             let n = size.min(size_of::<ork_config>());
@@ -261,13 +302,12 @@ pub extern "C" fn ork_ctx_new(cfg: *const ork_config) -> *mut ork_ctx {
             // fields (pointers are only read as C strings when non-NULL, by contract).
             unsafe {
                 std::ptr::copy_nonoverlapping(
-                    cfg as *const u8,
-                    &mut full as *mut ork_config as *mut u8,
+                    cfg.cast::<u8>(),
+                    (&mut full as *mut ork_config).cast::<u8>(),
                     n,
                 )
             };
         }
-        let mut config = env;
         apply_c_config(&full, &mut config).map_err(|e| invalid(&format!("config: {e}")))?;
         log_install(config.log_level);
         let engine = Engine::new(config)?;
@@ -302,12 +342,20 @@ pub extern "C" fn ork_ctx_free(ctx: *mut ork_ctx) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ffi::ork_last_error;
     use std::collections::HashMap;
     use std::ffi::CString;
 
     fn from_vars(vars: &[(&str, &str)]) -> Config {
         let map: HashMap<&str, &str> = vars.iter().copied().collect();
         crate::config::from_lookup(|name| map.get(name).map(|v| v.to_string())).unwrap()
+    }
+
+    fn last_error() -> String {
+        // SAFETY: a NUL-terminated string, valid until the next failing call on this thread.
+        unsafe { CStr::from_ptr(ork_last_error()) }
+            .to_string_lossy()
+            .into_owned()
     }
 
     #[test]
@@ -430,5 +478,44 @@ mod tests {
         c.emu_faults = faults.as_ptr();
         let e = apply_c_config(&c, &mut Config::default()).unwrap_err();
         assert!(e.starts_with("emu_faults \"explode:1\": expected"), "{e}");
+    }
+
+    /// `ork_config_default` into a buffer of `struct_size` = `size`, the rest marked.
+    fn default_into(size: u32) -> [u8; 2 * size_of::<ork_config>()] {
+        let mut buf = [0xa5u8; 2 * size_of::<ork_config>()];
+        buf[..4].copy_from_slice(&size.to_ne_bytes());
+        ork_config_default(buf.as_mut_ptr().cast());
+        buf
+    }
+
+    #[test]
+    fn ork_config_default_writes_struct_size_bytes() {
+        let full = default_into(size_of::<ork_config>() as u32);
+        let whole = size_of::<ork_config>();
+        for (size, written) in [
+            (0, SMALLEST_CONFIG),
+            (8, 8),
+            (13, 13),
+            (48, 48),
+            (1000, whole),
+        ] {
+            let buf = default_into(size);
+            assert_eq!(
+                buf[..4],
+                (written as u32).to_ne_bytes(),
+                "struct_size {size}"
+            );
+            assert_eq!(buf[4..written], full[4..written], "struct_size {size}");
+            assert!(
+                buf[written..].iter().all(|&b| b == 0xa5),
+                "struct_size {size}"
+            );
+        }
+        assert_eq!(SMALLEST_CONFIG, 40);
+        for size in 1..LEAST_STRUCT_SIZE as u32 {
+            let buf = default_into(size);
+            assert!(buf[4..].iter().all(|&b| b == 0xa5), "struct_size {size}");
+            assert!(last_error().contains(&format!("struct_size {size} is too small")));
+        }
     }
 }

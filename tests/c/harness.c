@@ -239,7 +239,7 @@ static ork_result run_mt(ork_ctx *ctx, problem *p, int nth) {
 }
 
 static ork_ctx *new_ctx(int backend, uint32_t min_rows, uint32_t mode, uint32_t mt_mode) {
-    ork_config cfg;
+    ork_config cfg = {.struct_size = sizeof(ork_config)};
     ork_config_default(&cfg);
     cfg.backend = backend;
     cfg.cache_bytes = (uint64_t)512 << 20; /* below the big shapes' working set: evictions happen */
@@ -507,7 +507,7 @@ static void bad_input(ork_ctx *ctx, ork_ctx *lead) {
     ork_ctx_free(NULL);
     CHECK(ork_ctx_new(&(ork_config){.struct_size = 2}) == NULL && strstr(ork_last_error(), "struct_size"), "tiny struct_size accepted");
     {
-        ork_config cfg;
+        ork_config cfg = {.struct_size = sizeof(ork_config)};
         ork_config_default(&cfg);
         cfg.backend = 42;
         CHECK(ork_ctx_new(&cfg) == NULL && strstr(ork_last_error(), "unknown backend"), "backend 42 accepted");
@@ -622,7 +622,7 @@ static void pair_calls(ork_ctx *emu) {
 /* Prefetch: a pair announced with ork_prefetch, inflated by the library's threads while this thread waits,
  * then called: the same bits as the pair without prefetch; the fence releases the weights. */
 static void prefetch_calls(ork_ctx *emu) {
-    ork_config cfg;
+    ork_config cfg = {.struct_size = sizeof(ork_config)};
     ork_config_default(&cfg);
     const char *env = getenv("ORK_PREFETCH");
     CHECK((env && *env && strcmp(env, "auto") != 0) || cfg.prefetch_threads == ORK_PREFETCH_AUTO,
@@ -710,7 +710,7 @@ static void dense_calls(ork_ctx *emu) {
     ork_tensor narrow = dst;
     narrow.ne[0] = n / 2;
     CHECK(ork_mul_mat_check(emu, &a, &b, &narrow) == ORK_INVALID_ARGUMENT, "dense into a narrow dst: %s", ork_last_error());
-    ork_config cfg;
+    ork_config cfg = {.struct_size = sizeof(ork_config)};
     ork_config_default(&cfg);
     cfg.backend = ORK_BACKEND_EMU;
     cfg.min_rows = 0;
