@@ -421,10 +421,6 @@ ork_result ork_ctx_stats(const struct ork_ctx *ctx, struct ork_stats *out);
 // decision that holds for the tensor's lifetime. 1 or 0.
 int32_t ork_supports_type(int32_t ggml_type);
 
-// Test helper: dequantizes one row of `k` weights of `ggml_type` (any type the library knows,
-// F32/F16 included) from `src` to f32 `dst`, exactly as ggml's `dequantize_row_*` does.
-ork_result ork_dequantize_row(int32_t ggml_type, const void *src, float *dst, int64_t k);
-
 #ifdef __cplusplus
 }  // extern "C"
 #endif  // __cplusplus

@@ -1,10 +1,9 @@
 //! Tensor descriptors: `ork_tensor`, the weight layout codes, and the descriptors of one call
 //! ([`Call`]) as the engine plans and reads them.
 
-use super::{guard, invalid, ork_result};
+use super::invalid;
 use crate::moe::desc::{weight_format, TensorDesc, DENSE_IDS, GGML_TYPE_I32};
 use crate::moe::{Engine, Error, Inputs, PairInputs, Plan};
-use crate::quant::{dequantize_row, GgmlType};
 use std::ffi::{c_char, c_void, CStr};
 use std::sync::atomic::AtomicU32;
 
@@ -202,39 +201,6 @@ impl<'a> Call<'a> {
             pair,
         }
     }
-}
-
-/// Test helper: dequantizes one row of `k` weights of `ggml_type` (any type the library knows,
-/// F32/F16 included) from `src` to f32 `dst`, exactly as ggml's `dequantize_row_*` does.
-#[no_mangle]
-pub extern "C" fn ork_dequantize_row(
-    ggml_type: i32,
-    src: *const c_void,
-    dst: *mut f32,
-    k: i64,
-) -> ork_result {
-    guard(|| {
-        let ty = GgmlType::from_id(ggml_type)
-            .ok_or_else(|| invalid(&format!("unknown type id {ggml_type}")))?;
-        let k = usize::try_from(k).map_err(|_| invalid("k is negative"))?;
-        let row_bytes = ty.row_bytes(k).ok_or_else(|| {
-            invalid(&format!(
-                "k = {k} is not a multiple of {}'s block size",
-                ty.name()
-            ))
-        })?;
-        if src.is_null() || dst.is_null() {
-            return Err(invalid("src or dst is NULL"));
-        }
-        // SAFETY: non-NULL, and by contract `src` holds one row (`row_bytes`) and `dst` `k` floats.
-        let (src, out) = unsafe {
-            (
-                std::slice::from_raw_parts(src as *const u8, row_bytes),
-                std::slice::from_raw_parts_mut(dst, k),
-            )
-        };
-        dequantize_row(ty, src, out).map_err(|e| invalid(&e.to_string()))
-    })
 }
 
 #[cfg(test)]
