@@ -4,6 +4,8 @@
 //! environment variable: [`to_c_config`] and [`apply_c_config`] are expanded from those rows.
 
 use super::log::*;
+#[cfg(doc)]
+use super::prefetch::ork_prefetch;
 use super::{guard, invalid, ork_ctx};
 use crate::config::spelling::*;
 use crate::moe::cache::{Policy, Verify};

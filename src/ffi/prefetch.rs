@@ -1,6 +1,8 @@
 //! Prefetch: calls announced ahead, whose experts the library's threads inflate while the host
 //! computes what comes before them, and the fence after which it reads none of their weights.
 
+#[cfg(doc)]
+use super::matmul::ork_mul_mat_id_pair;
 use super::tensor::{name, ork_tensor, Call};
 use super::{ctx_ref, guard, ork_ctx, ork_result};
 use crate::moe::{HeldBytes, HeldWeights};
