@@ -234,7 +234,7 @@ fn env_config() -> Result<Config, Error> {
     crate::config::from_env().map_err(|e| invalid(&e))
 }
 
-/// The first `struct_size` bytes of `cfg` (read without assuming more of the struct).
+/// `cfg`'s `struct_size`, its first field, read without assuming more of the struct.
 ///
 /// # Safety
 /// `cfg` is non-NULL and points to at least 4 readable bytes.
