@@ -1,4 +1,4 @@
-//! Generates `include/ork_moe.h` from `src/ffi.rs` with cbindgen.
+//! Generates `include/ork_moe.h` from `src/ffi/` with cbindgen.
 //!
 //! The header is committed; CI regenerates it and fails on any difference. It is rewritten only
 //! when its text changes, so builds of an unchanged tree leave the checkout untouched.
@@ -6,15 +6,16 @@
 use std::path::PathBuf;
 
 fn main() {
-    println!("cargo:rerun-if-changed=src/ffi.rs");
+    println!("cargo:rerun-if-changed=src/ffi");
     println!("cargo:rerun-if-changed=cbindgen.toml");
     let crate_dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets it"));
     let config = cbindgen::Config::from_file(crate_dir.join("cbindgen.toml"))
         .expect("cbindgen.toml is valid");
     let header = match cbindgen::Builder::new()
-        // Only the C ABI module: the rest of the crate has public consts and #[repr(C)] types
-        // (driver structs, block formats) that are no part of the C API.
-        .with_src(crate_dir.join("src").join("ffi.rs"))
+        // Only the C ABI module (cbindgen follows its `mod` declarations into the folder): the
+        // rest of the crate has public consts and #[repr(C)] types (driver structs, block
+        // formats) that are no part of the C API.
+        .with_src(crate_dir.join("src").join("ffi").join("mod.rs"))
         .with_config(config)
         .generate()
     {
@@ -24,7 +25,7 @@ fn main() {
             text
         }
         Err(e) => {
-            // A half-edited ffi.rs must not hide rustc's own, better error behind this one.
+            // A half-edited src/ffi/ must not hide rustc's own, better error behind this one.
             println!("cargo:warning=cbindgen could not generate the header: {e}");
             return;
         }

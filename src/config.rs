@@ -7,217 +7,192 @@
 //! NULL with the message in `ork_last_error`; the probe exits with status 2). A valid value that
 //! this machine cannot honour (`ORK_SIMD=avx512` on a CPU without it) is an error too.
 //!
-//! [`VARS`] is the table of variables; README's environment table is checked against it.
+//! [`settings!`] declares every setting once. [`VARS`], the environment's side, is expanded from it
+//! here, and the `ork_config` side in `ffi::config`; README's environment table is checked against
+//! [`VARS`].
 
-use crate::isa::Isa;
+pub mod spelling;
+
 use crate::moe::cache::{Policy, Verify};
-use crate::moe::outliers::Rule;
 use crate::moe::{Config, MtMode, SmallBatch};
 use crate::npu::emu::FaultPlan;
-use crate::npu::{BackendChoice, CoreMask};
+use crate::npu::BackendChoice;
+use log::LevelFilter;
+use spelling::*;
 use std::path::PathBuf;
 
-/// One environment variable: its name, its default as README shows it, what it means, and how a
-/// value is applied to a [`Config`].
-pub struct Var {
-    pub name: &'static str,
-    pub default: &'static str,
-    pub meaning: &'static str,
-    apply: fn(&mut Config, &str) -> Result<(), String>,
-}
-
-/// Every variable the library reads, in README's order.
-pub const VARS: &[Var] = &[
-    Var {
-        name: "ORK_BACKEND",
+/// Every setting of a context, once, in README's order. A row:
+///
+/// ```text
+/// VARIABLE as field, ... {            the ork_config fields that carry it; no `as`: environment only
+///     default: "...",                 README's default
+///     meaning: "...",                 README's meaning
+///     value: config.field,            where the value goes in a Config
+///     parse: Spelling,                how it is written (a `spelling` type), in text and in C; or
+///     words: ["word" = ORK_CODE => value, ...],   one of these words, the field holding the code;
+///     codes: [ORK_CODE = "word", ...],    after `parse:`: the field's codes of the spelling's words;
+///     auto: ORK_CODE,                 after `parse: AutoOr`: the field's code of `auto`;
+///     apply: |config, text| ...,      instead of `value` and `parse`: a variable that sets several
+/// }                                       fields (environment only)
+/// ```
+///
+/// `$emit` receives the rows. `ffi::config` builds `ork_config` from them as one struct literal, so
+/// the compiler checks that every field but `struct_size` has its row: no setting is `ork_config`
+/// only.
+macro_rules! settings { ($emit:ident) => { $emit! {
+    ORK_BACKEND as backend {
         default: "auto",
         meaning: "`auto` (librknnrt if it loads and answers, else `emu`), `emu`, `rknn`, `cpu`",
-        apply: |c, v| {
-            c.device.backend = BackendChoice::parse(v).ok_or("auto, emu, rknn or cpu")?;
-            Ok(())
-        },
-    },
-    Var {
-        name: "ORK_RKNN_LIB",
+        value: device.backend,
+        words: [
+            "auto" = ORK_BACKEND_AUTO => BackendChoice::Auto,
+            "emu" = ORK_BACKEND_EMU => BackendChoice::Emu,
+            "rknn" = ORK_BACKEND_RKNN => BackendChoice::Rknn,
+            "cpu" = ORK_BACKEND_CPU => BackendChoice::Cpu,
+        ],
+    }
+    ORK_RKNN_LIB as rknn_lib {
         default: "librknnrt.so",
         meaning: "path of the Rockchip runtime",
-        apply: |c, v| {
-            c.device.rknn.lib = Some(v.to_string());
-            Ok(())
-        },
-    },
-    Var {
-        name: "ORK_RKNN_DYNAMIC_M",
+        value: device.rknn.lib,
+        parse: Text,
+    }
+    ORK_RKNN_DYNAMIC_M as rknn_dynamic_m {
         default: "64",
         meaning: "row counts one dynamic-shape matmul context of the runtime covers (1..=W, W+1..=2W, ...; at most 512); 0: one context per row count",
-        apply: |c, v| {
-            let w: usize = v.parse().map_err(|_| "a whole number, at most 512")?;
-            c.device.rknn.dynamic_m = Some(w).filter(|&w| w <= 512).ok_or("at most 512")?;
-            Ok(())
-        },
-    },
-    Var {
-        name: "ORK_CORE_MASK",
+        value: device.rknn.dynamic_m,
+        parse: AtMost(512),
+    }
+    ORK_CORE_MASK as core_mask {
         default: "7",
         meaning: "NPU cores to use (bit mask of the 3 cores, 1..7, decimal or 0x)",
-        apply: |c, v| {
-            let mask = match v.strip_prefix("0x") {
-                Some(hex) => u8::from_str_radix(hex, 16).ok(),
-                None => v.parse().ok(),
-            };
-            c.device.core_mask = CoreMask(mask.filter(|m| (1..=7).contains(m)).ok_or("1..7")?);
-            Ok(())
-        },
-    },
-    Var {
-        name: "ORK_CACHE_MB",
+        value: device.core_mask,
+        parse: CoreBits,
+    }
+    ORK_CACHE_MB as cache_bytes {
         default: "1024",
         meaning: "budget of the inflated-expert cache, MiB",
-        apply: |c, v| {
-            let mb: u64 = v.parse().map_err(|_| "a whole number of MiB")?;
-            c.cache_bytes = mb.checked_mul(1 << 20).ok_or("a smaller number of MiB")?;
-            Ok(())
-        },
-    },
-    Var {
-        name: "ORK_CACHE_POLICY",
+        value: cache_bytes,
+        parse: MiB,
+    }
+    ORK_CACHE_POLICY as cache_policy {
         default: "pin",
         meaning: "when the cache is full: `pin` (keep what is held, stream the rest, replace entries gone stale) or `lru`",
-        apply: |c, v| {
-            c.cache_policy = word(v, &[("pin", Policy::Pin), ("lru", Policy::Lru)])?;
-            Ok(())
-        },
-    },
-    Var {
-        name: "ORK_CACHE_VERIFY",
+        value: cache_policy,
+        words: [
+            "pin" = ORK_CACHE_PIN => Policy::Pin,
+            "lru" = ORK_CACHE_LRU => Policy::Lru,
+        ],
+    }
+    ORK_CACHE_VERIFY as cache_verify {
         default: "sampled",
         meaning: "`sampled` or `full`: how much of an expert's bytes a cache hit re-checks",
-        apply: |c, v| {
-            c.cache_verify = word(v, &[("sampled", Verify::Sampled), ("full", Verify::Full)])?;
-            Ok(())
-        },
-    },
-    Var {
-        name: "ORK_MIN_ROWS",
+        value: cache_verify,
+        words: [
+            "sampled" = ORK_CACHE_VERIFY_SAMPLED => Verify::Sampled,
+            "full" = ORK_CACHE_VERIFY_FULL => Verify::Full,
+        ],
+    }
+    ORK_MIN_ROWS as min_rows {
         default: "8",
         meaning: "mean rows per used expert below which a call is not sent to the NPU",
-        apply: |c, v| {
-            c.min_rows = v.parse().map_err(|_| "a whole number")?;
-            Ok(())
-        },
-    },
-    Var {
-        name: "ORK_MIN_ROWS_MODE",
+        value: min_rows,
+        parse: Whole,
+    }
+    ORK_MIN_ROWS_MODE as min_rows_mode {
         default: "decline",
         meaning: "below the threshold: `decline` (`ORK_NOT_HANDLED`) or `cpu` (CPU int8 path)",
-        apply: |c, v| {
-            let modes = [("decline", SmallBatch::Decline), ("cpu", SmallBatch::Cpu)];
-            c.small_batch = word(v, &modes)?;
-            Ok(())
-        },
-    },
-    Var {
-        name: "ORK_THREADS",
+        value: small_batch,
+        words: [
+            "decline" = ORK_MIN_ROWS_DECLINE => SmallBatch::Decline,
+            "cpu" = ORK_MIN_ROWS_CPU => SmallBatch::Cpu,
+        ],
+    }
+    ORK_THREADS as n_threads {
         default: "0",
         meaning: "threads per call of the library's own pool and of the CPU-executed backends' submits; 0 = all cores (never more than the cores)",
-        apply: |c, v| {
-            let n: usize = v.parse().map_err(|_| "a whole number (0: all cores)")?;
-            c.device.host.threads = threads(n);
-            Ok(())
-        },
-    },
-    Var {
-        name: "ORK_MT_MODE",
+        value: device.host.threads,
+        parse: Threads,
+    }
+    ORK_MT_MODE as mt_mode {
         default: "coop",
         meaning: "how `ork_mul_mat_id_mt` uses the caller's threads: `coop` (each takes a share of the work) or `leader` (thread 0 runs the call on the library's pool, the others wait in the caller's barrier)",
-        apply: |c, v| {
-            c.mt_mode = word(v, &[("coop", MtMode::Coop), ("leader", MtMode::Leader)])?;
-            Ok(())
-        },
-    },
-    Var {
-        name: "ORK_OUTLIERS",
+        value: mt_mode,
+        words: [
+            "coop" = ORK_MT_COOP => MtMode::Coop,
+            "leader" = ORK_MT_LEADER => MtMode::Leader,
+        ],
+    }
+    ORK_OUTLIERS as outlier_factor, outlier_max {
         default: "6:8",
         meaning: "outlier split of activation rows: `F:M` takes up to M channels above F times the row's RMS out of the int8 row into an f32 correction, `off` disables it (docs/ACCURACY.md)",
-        apply: |c, v| {
-            c.outliers = outliers(v)?;
-            Ok(())
-        },
-    },
-    Var {
-        name: "ORK_SUBMITTERS",
+        value: outliers,
+        parse: Outliers,
+    }
+    ORK_SUBMITTERS as submitters {
         default: "auto",
         meaning: "threads that submit the GEMMs, one per NPU core, while the caller's threads prepare experts and scatter: `auto` (one per enabled core on `rknn`, none on `emu`/`cpu`, whose GEMMs are CPU work) or a number (0: the caller's threads submit)",
-        apply: |c, v| {
-            c.submitters = match v {
-                "auto" => None,
-                n => Some(n.parse().map_err(|_| "auto or a whole number")?),
-            };
-            Ok(())
-        },
-    },
-    Var {
-        name: "ORK_PREFETCH",
+        value: submitters,
+        parse: AutoOr,
+        auto: -1,
+    }
+    ORK_PREFETCH as prefetch_threads {
         default: "auto",
         meaning: "threads that inflate the experts of the calls a patched llama.cpp announces at each graph's start, ahead of them, while ggml runs what lies between the calls; a dense call's threads also take their jobs while they wait for its NPU runs. `auto`: one on each CPU of `ORK_PREFETCH_CPUS`, else one on each core of the slowest type when the process may run on none of them (the RK3588's A55s under `taskset -c 4-7`), else none; 0: none",
-        apply: |c, v| {
-            c.prefetch_threads = match v {
-                "auto" => None,
-                n => Some(n.parse().map_err(|_| "auto or a whole number of threads")?),
-            };
-            Ok(())
-        },
-    },
-    Var {
-        name: "ORK_PREFETCH_CPUS",
+        value: prefetch_threads,
+        parse: AutoOr,
+        auto: ORK_PREFETCH_AUTO,
+    }
+    ORK_PREFETCH_CPUS {
         default: "",
         meaning: "CPUs the prefetch threads run on, e.g. `0-3` (the RK3588's A55s) or `0,2`; empty: as `ORK_PREFETCH=auto` picks them, else wherever the process may run",
-        apply: |c, v| {
-            c.prefetch_cpus = crate::cpus::parse_list(v)?;
-            Ok(())
-        },
-    },
-    Var {
-        name: "ORK_PREFETCH_MB",
+        value: prefetch_cpus,
+        parse: Parsed(crate::cpus::parse_list),
+    }
+    ORK_PREFETCH_MB as prefetch_bytes {
         default: "1024",
         meaning: "inflated experts the prefetch threads may hold ahead of their calls, MiB",
-        apply: |c, v| {
-            let mb: u64 = v.parse().map_err(|_| "a whole number of MiB")?;
-            c.prefetch_bytes = mb.checked_mul(1 << 20).ok_or("a smaller number of MiB")?;
-            Ok(())
-        },
-    },
-    Var {
-        name: "ORK_DENSE",
+        value: prefetch_bytes,
+        parse: MiB,
+    }
+    ORK_DENSE as dense {
         default: "1",
         meaning: "`1`: dense matmuls a patched llama.cpp offers (a prefill's attention projections, `ork_mul_mat_mt`) are taken like a call with one expert; `0`: declined, ggml runs them",
-        apply: |c, v| {
-            c.dense = word(v, &[("1", true), ("0", false)])?;
-            Ok(())
+        value: dense,
+        parse: Bool {
+            words: &[("1", true), ("0", false)],
+            want: "1 or 0",
         },
-    },
-    Var {
-        name: "ORK_SIMD",
+    }
+    ORK_SIMD as simd {
         default: "best",
         meaning: "kernel path: `best`, `scalar`, `ssse3`, `avx2`, `avx512`, `neon`, `dotprod` (must exist on this CPU)",
-        apply: |c, v| {
-            c.device.host.isa = simd(v)?;
-            Ok(())
-        },
-    },
-    Var {
-        name: "ORK_LOG",
+        value: device.host.isa,
+        parse: KernelPath,
+        codes: [
+            ORK_SIMD_BEST = "best",
+            ORK_SIMD_SCALAR = "scalar",
+            ORK_SIMD_SSSE3 = "ssse3",
+            ORK_SIMD_AVX2 = "avx2",
+            ORK_SIMD_AVX512 = "avx512",
+            ORK_SIMD_NEON = "neon",
+            ORK_SIMD_DOTPROD = "dotprod",
+        ],
+    }
+    ORK_LOG as log_level {
         default: "warn",
         meaning: "most verbose log level: `off`, `error`, `warn`, `info` (the backend chosen), `debug` (every call), `trace`",
-        apply: |c, v| {
-            c.log_level = v
-                .parse()
-                .map_err(|_| "off, error, warn, info, debug or trace")?;
-            Ok(())
-        },
-    },
-    Var {
-        name: "ORK_EMU_PROFILE",
+        value: log_level,
+        words: [
+            "off" = ORK_LOG_OFF => LevelFilter::Off,
+            "error" = ORK_LOG_ERROR => LevelFilter::Error,
+            "warn" = ORK_LOG_WARN => LevelFilter::Warn,
+            "info" = ORK_LOG_INFO => LevelFilter::Info,
+            "debug" = ORK_LOG_DEBUG => LevelFilter::Debug,
+            "trace" = ORK_LOG_TRACE => LevelFilter::Trace,
+        ],
+    }
+    ORK_EMU_PROFILE {
         default: "",
         meaning: "emulator cost model: a board profile (the JSON `ork-probe board` writes) whose NPU figures `run_us_floor`, `task_us`, `core_tops`, `dram_gbps` replace the defaults of the four variables below, which still override it (unset: none)",
         apply: |c, v| {
@@ -228,80 +203,109 @@ pub const VARS: &[Var] = &[
             c.device.emu.profile = Some(PathBuf::from(v));
             Ok(())
         },
-    },
-    Var {
-        name: "ORK_EMU_SUBMIT_US",
+    }
+    ORK_EMU_SUBMIT_US as emu_submit_us {
         default: "100",
         meaning: "emulator cost model: fixed cost of one submit, µs (modelled times only)",
-        apply: |c, v| {
-            c.device.emu.cost.submit_us = number(v, false)?;
-            Ok(())
-        },
-    },
-    Var {
-        name: "ORK_EMU_TASK_US",
+        value: device.emu.cost.submit_us,
+        parse: Number { positive: false },
+    }
+    ORK_EMU_TASK_US as emu_task_us {
         default: "2",
         meaning: "emulator cost model: set-up cost of one task on an NPU core, µs",
-        apply: |c, v| {
-            c.device.emu.cost.task_us = number(v, false)?;
-            Ok(())
-        },
-    },
-    Var {
-        name: "ORK_EMU_CORE_TOPS",
+        value: device.emu.cost.task_us,
+        parse: Number { positive: false },
+    }
+    ORK_EMU_CORE_TOPS as emu_core_tops {
         default: "0.4",
         meaning: "emulator cost model: sustained int8 TOPS of one NPU core",
-        apply: |c, v| {
-            c.device.emu.cost.core_tops = number(v, true)?;
-            Ok(())
-        },
-    },
-    Var {
-        name: "ORK_EMU_DRAM_GBPS",
+        value: device.emu.cost.core_tops,
+        parse: Number { positive: true },
+    }
+    ORK_EMU_DRAM_GBPS as emu_dram_gbps {
         default: "15",
         meaning: "emulator cost model: DRAM bandwidth the NPU gets, GB/s",
-        apply: |c, v| {
-            c.device.emu.cost.dram_gbps = number(v, true)?;
-            Ok(())
-        },
-    },
-    Var {
-        name: "ORK_EMU_STRICT",
+        value: device.emu.cost.dram_gbps,
+        parse: Number { positive: true },
+    }
+    ORK_EMU_STRICT as emu_strict {
         default: "1",
         meaning: "`0`: a cacheable input the CPU wrote but did not sync is read stale with a warning, as the board would, not an error (and every rewritten buffer's old contents are kept for it)",
-        apply: |c, v| {
-            c.device.emu.strict = flag(v)?;
-            Ok(())
-        },
-    },
-    Var {
-        name: "ORK_EMU_PER_TASK",
+        value: device.emu.strict,
+        parse: FLAG,
+    }
+    ORK_EMU_PER_TASK as emu_per_task {
         default: "0",
         meaning: "`1`: the emulator runs every planned hardware task's rows on their own (slower, same bits; exercises the task plan)",
-        apply: |c, v| {
-            c.device.emu.per_task = flag(v)?;
-            Ok(())
-        },
-    },
-    Var {
-        name: "ORK_EMU_FAULTS",
+        value: device.emu.per_task,
+        parse: FLAG,
+    }
+    ORK_EMU_FAULTS as emu_faults {
         default: "",
         meaning: "faults the emulator injects, for tests: `op:N` or `op:N+` (that one and every later one), comma-separated, `op` one of `alloc`, `domain_full`, `run`, `sync_to_device`, `sync_from_device`, N counting from 1 per kind (unset: none)",
-        apply: |c, v| {
-            c.device.emu.faults = FaultPlan::parse(v)?;
-            Ok(())
-        },
-    },
-    Var {
-        name: "ORK_EMU_DUMP",
+        value: device.emu.faults,
+        parse: Parsed(FaultPlan::parse),
+    }
+    ORK_EMU_DUMP as emu_dump_dir {
         default: "",
         meaning: "folder to dump every submit's A, B and C into (unset: no dump)",
-        apply: |c, v| {
-            c.device.emu.dump = Some(PathBuf::from(v));
+        value: device.emu.dump,
+        parse: Folder,
+    }
+}}}
+pub(crate) use settings;
+
+/// One environment variable: its name, its default as README shows it, what it means, the
+/// `ork_config` fields that carry it (none: environment only), and how a value is applied to a
+/// [`Config`].
+pub struct Var {
+    pub name: &'static str,
+    pub default: &'static str,
+    pub meaning: &'static str,
+    pub fields: &'static [&'static str],
+    apply: fn(&mut Config, &str) -> Result<(), String>,
+}
+
+/// The environment's side of [`settings!`]: one [`Var`] per row.
+macro_rules! env_vars {
+    ($($name:ident $(as $($field:ident),+)? { $($row:tt)* })*) => {
+        &[$(env_var!($name [$($($field),+)?] $($row)*)),*]
+    };
+}
+
+macro_rules! env_var {
+    ($name:ident [$($field:ident),*] default: $default:literal, meaning: $meaning:literal, $($how:tt)*) => {
+        Var {
+            name: stringify!($name),
+            default: $default,
+            meaning: $meaning,
+            fields: &[$(stringify!($field)),*],
+            apply: env_apply!($($how)*),
+        }
+    };
+}
+
+/// A row's `apply`: its value parsed into its place (the C codes left to the C side).
+macro_rules! env_apply {
+    (value: $($place:ident).+, words: [$($word:literal = $code:ident => $value:expr),+ $(,)?] $(,)?) => {
+        |c, v| {
+            c.$($place).+ = Words(&[$(($word, $value)),+]).parse(v)?;
             Ok(())
-        },
-    },
-];
+        }
+    };
+    (value: $($place:ident).+, parse: $spelling:expr $(, codes: [$($codes:tt)*])? $(, auto: $auto:expr)? $(,)?) => {
+        |c, v| {
+            c.$($place).+ = $spelling.parse(v)?;
+            Ok(())
+        }
+    };
+    (apply: $apply:expr $(,)?) => {
+        $apply
+    };
+}
+
+/// Every variable the library reads, in README's order.
+pub const VARS: &[Var] = settings!(env_vars);
 
 /// The defaults with every set variable of the process environment applied.
 pub fn from_env() -> Result<Config, String> {
@@ -322,9 +326,10 @@ pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Config, Strin
     Ok(c)
 }
 
-/// `n` threads per call, 0 meaning every core; never more than the cores.
+/// `n` threads per call, 0 meaning every core; never more than the cores. Counting them starts no
+/// thread (the pool starts at its first call).
 pub fn threads(n: usize) -> usize {
-    let cores = crate::pool::global().threads();
+    let cores = crate::pool::cores();
     if n == 0 {
         cores
     } else {
@@ -332,79 +337,12 @@ pub fn threads(n: usize) -> usize {
     }
 }
 
-/// The kernel path `name` (`best` or an [`Isa`] name) if this CPU has it.
-pub fn simd(name: &str) -> Result<Isa, String> {
-    if name.eq_ignore_ascii_case("best") {
-        return Ok(Isa::best());
-    }
-    let available = || {
-        let names: Vec<_> = Isa::available().iter().map(|i| i.name()).collect();
-        format!("one of best, {}", names.join(", "))
-    };
-    match Isa::from_name(name) {
-        Some(isa) if isa.is_available() => Ok(isa),
-        Some(isa) => Err(format!(
-            "a path this CPU has ({} is not: {})",
-            isa.name(),
-            available()
-        )),
-        None => Err(available()),
-    }
-}
-
-/// `off`, or `FACTOR:MAX` (a factor above 0, at least one channel).
-pub fn outliers(v: &str) -> Result<Option<Rule>, String> {
-    if v.eq_ignore_ascii_case("off") {
-        return Ok(None);
-    }
-    let want = "off or FACTOR:MAX, e.g. 6:8";
-    let (f, m) = v.split_once(':').ok_or(want)?;
-    let factor = number(f.trim(), true).map_err(|_| want)?;
-    let max_channels: usize = m.trim().parse().map_err(|_| want)?;
-    if max_channels == 0 {
-        return Err(want.into());
-    }
-    Ok(Some(Rule {
-        factor: factor as f32,
-        max_channels,
-    }))
-}
-
-/// One of `choices`' words, any case.
-fn word<T: Copy>(v: &str, choices: &[(&'static str, T)]) -> Result<T, String> {
-    let lower = v.to_ascii_lowercase();
-    choices
-        .iter()
-        .find(|(w, _)| *w == lower)
-        .map(|&(_, t)| t)
-        .ok_or_else(|| {
-            let words: Vec<_> = choices.iter().map(|(w, _)| *w).collect();
-            words.join(" or ")
-        })
-}
-
-fn flag(v: &str) -> Result<bool, &'static str> {
-    match v.to_ascii_lowercase().as_str() {
-        "1" | "true" | "on" | "yes" => Ok(true),
-        "0" | "false" | "off" | "no" => Ok(false),
-        _ => Err("0 or 1"),
-    }
-}
-
-/// A finite number, at least 0 (or above 0 when `positive`).
-fn number(v: &str, positive: bool) -> Result<f64, &'static str> {
-    let x: f64 = v.parse().map_err(|_| "a number")?;
-    match (x.is_finite(), positive) {
-        (true, true) if x > 0.0 => Ok(x),
-        (true, false) if x >= 0.0 => Ok(x),
-        (_, true) => Err("a number above 0"),
-        (_, false) => Err("a number of at least 0"),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::isa::Isa;
+    use crate::moe::outliers::Rule;
+    use crate::npu::CoreMask;
     use std::collections::HashMap;
 
     fn parse(vars: &[(&str, &str)]) -> Result<Config, String> {
@@ -553,5 +491,20 @@ mod tests {
             rows, vars,
             "README's environment table and config::VARS differ"
         );
+    }
+
+    #[test]
+    fn readme_names_the_ork_config_fields_of_each_variable() {
+        let readme = include_str!("../README.md");
+        for row in readme.lines().filter(|l| l.starts_with("| `ORK_")) {
+            let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+            let name = cells[1].trim_matches('`');
+            let var = VARS.iter().find(|v| v.name == name).expect("a variable");
+            let named: Vec<String> = var.fields.iter().map(|f| format!("`{f}`")).collect();
+            match var.fields {
+                [] => assert!(!cells[4].starts_with('`'), "{name}: environment only"),
+                _ => assert_eq!(cells[4], named.join(", "), "{name}"),
+            }
+        }
     }
 }

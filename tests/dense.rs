@@ -115,10 +115,10 @@ fn dense_matmuls_ggml_keeps_are_declined_and_bad_ones_rejected() {
     ork_ctx_free(ctx);
 
     // dense = 0: every dense call is left to the caller; routed calls are not affected.
-    let mut cfg = std::mem::MaybeUninit::<ork_config>::uninit();
-    ork_config_default(cfg.as_mut_ptr());
-    // SAFETY: ork_config_default wrote the whole struct.
-    let mut cfg = unsafe { cfg.assume_init() };
+    // SAFETY: all zeroes is an ork_config (integers, floats and NULL strings).
+    let mut cfg: ork_config = unsafe { std::mem::zeroed() };
+    cfg.struct_size = size_of::<ork_config>() as u32;
+    ork_config_default(&mut cfg);
     (cfg.backend, cfg.min_rows, cfg.dense) = (ORK_BACKEND_EMU, 8, 0);
     let off = ork_ctx_new(&cfg);
     assert!(!off.is_null(), "{}", last_error());

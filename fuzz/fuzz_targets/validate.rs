@@ -22,10 +22,10 @@ const LIMIT: usize = 1 << 12;
 fn ctx() -> *mut ork_ctx {
     static CTX: OnceLock<usize> = OnceLock::new();
     *CTX.get_or_init(|| {
-        let mut cfg = std::mem::MaybeUninit::<ork_config>::uninit();
-        ork_config_default(cfg.as_mut_ptr());
-        // SAFETY: ork_config_default wrote the whole struct.
-        let mut cfg = unsafe { cfg.assume_init() };
+        // SAFETY: all zeroes is an ork_config (integers, floats and NULL strings).
+        let mut cfg: ork_config = unsafe { std::mem::zeroed() };
+        cfg.struct_size = size_of::<ork_config>() as u32;
+        ork_config_default(&mut cfg);
         cfg.backend = ORK_BACKEND_EMU;
         cfg.min_rows = 0;
         ork_ctx_new(&cfg) as usize

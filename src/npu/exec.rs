@@ -196,7 +196,7 @@ impl Default for HostExec {
     fn default() -> HostExec {
         HostExec {
             isa: Isa::best(),
-            threads: crate::pool::global().threads(),
+            threads: crate::pool::cores(),
         }
     }
 }

@@ -192,10 +192,10 @@ pub fn last_error() -> String {
 /// A context with `min_rows` etc. set on top of the defaults (no environment involved: every
 /// field the tests depend on is set).
 pub fn context(backend: i32, min_rows: u32, min_rows_mode: u32, mt_mode: u32) -> *mut ork_ctx {
-    let mut cfg = std::mem::MaybeUninit::<ork_config>::uninit();
-    ork_config_default(cfg.as_mut_ptr());
-    // SAFETY: ork_config_default wrote the whole struct.
-    let mut cfg = unsafe { cfg.assume_init() };
+    // SAFETY: all zeroes is an ork_config (integers, floats and NULL strings).
+    let mut cfg: ork_config = unsafe { std::mem::zeroed() };
+    cfg.struct_size = size_of::<ork_config>() as u32;
+    ork_config_default(&mut cfg);
     cfg.backend = backend;
     cfg.core_mask = 7;
     cfg.cache_bytes = 64 << 20;
