@@ -8,8 +8,8 @@
 //!   int8 GEMM (`gemm::gemm`, equal to the NPU bit for bit), `C · (row_scale · chan_scale)`;
 //! - `library_tinyfix`: the same with the split row scale (`quantize_row_scaled`,
 //!   `RowScale::output`); identical to `library` except on tiny rows;
-//! - `library_hadamard`: rows rotated (`quantize_row_rotated`), weights inflated rotated
-//!   (`inflate::inflate_expert_rotated`);
+//! - `library_hadamard`: rows rotated (`research::rotated::quantize_row_rotated`), weights
+//!   inflated rotated (`research::rotated::inflate_expert_rotated`);
 //! - `library_seg256`, `library_seg512`: one activation scale per K segment, one int8 GEMM per
 //!   segment, combined in f32 (`moe::segments`);
 //! - `library_outliers`: channels above 6 RMS (at most 8 per row) taken out of the int8 row and
@@ -25,13 +25,14 @@
 //! direct one (measured, 1 thread).
 
 use super::bench::{print_json, time, Json, Options};
+use super::research::hadamard::Rotation;
+use super::research::rotated::{inflate_expert_rotated, quantize_row_rotated};
 use ork_moe::gemm::Shape;
-use ork_moe::inflate::{inflate_expert, inflate_expert_rotated, ExpertWeights};
+use ork_moe::inflate::{inflate_expert, ExpertWeights};
 use ork_moe::layout::Tiles;
 use ork_moe::moe::outliers::{self, Rule};
-use ork_moe::moe::quantize::{quantize_row, quantize_row_rotated, quantize_row_scaled, RowScale};
+use ork_moe::moe::quantize::{quantize_row, quantize_row_scaled, RowScale};
 use ork_moe::moe::segments::{self, Segmented};
-use ork_moe::quant::hadamard::Rotation;
 use ork_moe::quant::vec_dot::{vec_dot, VecDotType};
 use ork_moe::quant::{dequantize_row, GgmlType};
 use ork_moe::testutil::Rng;
@@ -327,7 +328,6 @@ enum Lever {
 
 fn measure(case: &Case) -> Result<Measured, String> {
     let (k, n) = (case.k, case.n);
-    let e = |e: ork_moe::inflate::InflateError| e.to_string();
     // The reference and ggml, row by row.
     let mut wf: Vec<Vec<f32>> = Vec::new();
     let rb = case.ty.row_bytes(k).expect("whole blocks");
@@ -374,7 +374,7 @@ fn measure(case: &Case) -> Result<Measured, String> {
         Lever::Outliers,
         Lever::OutliersInt8W,
     ] {
-        let (y, stats) = library(case, lever).map_err(e)?;
+        let (y, stats) = library(case, lever)?;
         if lever == Lever::Outliers {
             outlier_stats = stats;
         }
@@ -403,10 +403,8 @@ fn nmse_of(y: &[f64], reference: &[f64]) -> f64 {
 
 /// The library's outputs (in `case.rows` order, `n` per row) with `lever`, and for the outlier
 /// lever the channels split per row (mean, max).
-fn library(
-    case: &Case,
-    lever: Lever,
-) -> Result<(Vec<f64>, (f64, usize)), ork_moe::inflate::InflateError> {
+fn library(case: &Case, lever: Lever) -> Result<(Vec<f64>, (f64, usize)), String> {
+    let e = |e: ork_moe::inflate::InflateError| e.to_string();
     let tiles = Tiles::RK3588;
     let (k, n) = (case.k, case.n);
     let (kp, np) = (tiles.pad(k), tiles.pad(n));
@@ -425,8 +423,9 @@ fn library(
         let mut b = vec![0i8; tiles.b_len(kp, np)];
         let mut chan = vec![0f32; np];
         match lever {
-            Lever::Hadamard => inflate_expert_rotated(&w, &rot, &tiles, &mut b, &mut chan)?,
-            _ => inflate_expert(&w, &tiles, &mut b, &mut chan)?,
+            Lever::Hadamard => inflate_expert_rotated(&w, &rot, &tiles, &mut b, &mut chan)
+                .map_err(|e| e.to_string())?,
+            _ => inflate_expert(&w, &tiles, &mut b, &mut chan).map_err(e)?,
         }
         // Row-major int8 rows, then native A.
         let mut a = vec![0i8; m * kp];
@@ -475,7 +474,7 @@ fn library(
                 if lever == Lever::OutliersInt8W {
                     outliers::native_column(&tiles, kp, &b, &chan, *ch, &mut col);
                 } else {
-                    w.dequantize_column(*ch, &mut col)?;
+                    w.dequantize_column(*ch, &mut col).map_err(e)?;
                 }
                 columns.insert(*ch, col);
             }

@@ -15,6 +15,7 @@ mod model;
 mod moe;
 mod peak;
 mod repacked;
+mod research;
 mod svg;
 mod sweep;
 

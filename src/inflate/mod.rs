@@ -67,10 +67,8 @@ mod columns;
 mod neon;
 mod params;
 mod repacked;
-mod rotated;
 mod scalar;
 mod tile;
-mod via_f32;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
@@ -78,8 +76,6 @@ pub use repacked::{
     dequantize_columns_in, from_plain, inflate_expert_in, inflate_expert_in_with, to_plain_with,
     Layout,
 };
-pub use rotated::inflate_expert_rotated;
-pub use via_f32::inflate_expert_via_f32;
 
 use crate::isa::Isa;
 use crate::layout::Tiles;
@@ -127,8 +123,6 @@ pub enum InflateError {
     RowsNotWholeGroups { n: usize, rows: usize },
     /// Repacked rows are packed (ggml repacks only contiguous tensors); this stride is not.
     RepackedRowsNotPacked { row_stride: usize, row_bytes: usize },
-    /// A rotation of another order than the expert's K ([`inflate_expert_rotated`]).
-    RotationMismatch { k: usize, rotation_k: usize },
 }
 
 impl std::fmt::Display for InflateError {
@@ -175,9 +169,6 @@ impl std::fmt::Display for InflateError {
                 f,
                 "repacked rows must be packed: stride {row_stride}, row {row_bytes} bytes"
             ),
-            InflateError::RotationMismatch { k, rotation_k } => {
-                write!(f, "rotation of order {rotation_k} for weights of K = {k}")
-            }
         }
     }
 }
