@@ -72,10 +72,8 @@ mod tile;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
-pub use repacked::{
-    dequantize_columns_in, from_plain, inflate_expert_in, inflate_expert_in_with, to_plain_with,
-    Layout,
-};
+pub use columns::dequantize_columns_in;
+pub use repacked::{from_plain, inflate_expert_in, inflate_expert_in_with, to_plain_with, Layout};
 
 use crate::isa::Isa;
 use crate::layout::Tiles;
