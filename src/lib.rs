@@ -15,6 +15,8 @@
 //! and [`json`] (the reader and writer of board profiles) sit beside the bottom layers and are
 //! shared by the kernels, the devices and the tools.
 
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::missing_safety_doc)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 
 pub mod config;

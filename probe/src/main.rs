@@ -2,6 +2,8 @@
 //!
 //! `ork-probe [SUBCOMMAND] [--json] [options]`; see `ork-probe --help`.
 
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::missing_safety_doc)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 
 mod accuracy;
