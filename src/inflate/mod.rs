@@ -343,7 +343,7 @@ impl<'a> ExpertWeights<'a> {
     /// Columns `columns` (input channels, each `< k`, in any order) of the dequantized weights:
     /// `out[i·n + r]` = weight `(r, columns[i])`, the values of [`Self::dequantize_column`], on
     /// the best kernel path ([`Isa::best`]). Block by block, each row's block scales decoded once
-    /// for all its columns (`columns.rs`): at real scale (~55 outlier channels per expert,
+    /// for all its columns (`columns/`): at real scale (~55 outlier channels per expert,
     /// `docs/PERFORMANCE.md`) this decode runs for every down-projection expert of a prefill.
     pub fn dequantize_columns(
         &self,
