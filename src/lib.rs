@@ -14,6 +14,8 @@
 //! [`isa`] (instruction-set detection), [`cpus`] (core types) and [`pool`] (the one worker pool)
 //! sit beside the bottom layers and are shared by the kernels, the devices and the tools.
 
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::missing_safety_doc)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 
 pub mod config;

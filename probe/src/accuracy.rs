@@ -3,21 +3,26 @@
 //! - `ggml`: ggml's own arithmetic: activations quantized to Q8_0 / Q8_K, block-wise integer dot
 //!   products (`quant::vec_dot`, ggml's reference quantizers and generic dot products, proved
 //!   bit-exact against the pinned ggml by `tests/ggml_vec_dot.rs`);
-//! - `library`: what the engine computes today: each row to int8 with one scale
+//! - `library`: each row to int8 with one scale folded into one f32
 //!   (`moe::quantize::quantize_row`), the expert inflated (`inflate::inflate_expert`), the CPU
 //!   int8 GEMM (`gemm::gemm`, equal to the NPU bit for bit), `C · (row_scale · chan_scale)`;
 //! - `library_tinyfix`: the same with the split row scale (`quantize_row_scaled`,
-//!   `RowScale::output`); identical to `library` except on tiny rows;
-//! - `library_hadamard`: rows rotated (`quantize_row_rotated`), weights inflated rotated
-//!   (`inflate::inflate_expert_rotated`);
+//!   `RowScale::output`), the engine's path with the outlier split off; identical to `library`
+//!   except on tiny rows;
+//! - `library_hadamard`: rows rotated (`research::rotated::quantize_row_rotated`), weights
+//!   inflated rotated (`research::rotated::inflate_expert_rotated`);
 //! - `library_seg256`, `library_seg512`: one activation scale per K segment, one int8 GEMM per
 //!   segment, combined in f32 (`moe::segments`);
-//! - `library_outliers`: channels above 6 RMS (at most 8 per row) taken out of the int8 row and
-//!   added in f32 against the dequantized weight columns (`moe::outliers`);
+//! - `library_outliers`: the outlier split with the engine's default rule (`Config::default()`:
+//!   channels above 6 RMS, at most 8 per row) taken out of the int8 row and added in f32
+//!   against the dequantized weight columns (`moe::outliers`);
 //! - `library_outliers_int8w`: the same with the correction's weights read from the inflated
 //!   int8 expert (`outliers::native_column`), what the engine can do without dequantizing.
 //!
-//! Cases: the synthetic ones of issue 13 (K=2048, N=64, 8 experts, 2 used per token, 32
+//! The engine's default path (marked in the output) follows `Config::default().outliers`:
+//! `library_outliers` with the split on, `library_tinyfix` with it off.
+//!
+//! Cases: synthetic ones (K=2048, N=64, 8 experts, 2 used per token, 32
 //! tokens; uniform activations with outlier channels ×10 and ×50, Gaussian, tiny), the same at
 //! the down-projection depth K=768, and the real ones in `--data` (all-MiniLM-L6-v2's FFN
 //! weights and activations, `tools/make_accuracy_vectors.py`). The table also prints the levers'
@@ -25,13 +30,15 @@
 //! direct one (measured, 1 thread).
 
 use super::bench::{print_json, time, Json, Options};
+use super::research::hadamard::Rotation;
+use super::research::rotated::{inflate_expert_rotated, quantize_row_rotated};
 use ork_moe::gemm::Shape;
-use ork_moe::inflate::{inflate_expert, inflate_expert_rotated, ExpertWeights};
+use ork_moe::inflate::{inflate_expert, ExpertWeights};
 use ork_moe::layout::Tiles;
 use ork_moe::moe::outliers::{self, Rule};
-use ork_moe::moe::quantize::{quantize_row, quantize_row_rotated, quantize_row_scaled, RowScale};
+use ork_moe::moe::quantize::{quantize_row, quantize_row_scaled, RowScale};
 use ork_moe::moe::segments::{self, Segmented};
-use ork_moe::quant::hadamard::Rotation;
+use ork_moe::moe::Config;
 use ork_moe::quant::vec_dot::{vec_dot, VecDotType};
 use ork_moe::quant::{dequantize_row, GgmlType};
 use ork_moe::testutil::Rng;
@@ -77,8 +84,18 @@ const PATHS: [&str; 8] = [
     "library_outliers",
     "library_outliers_int8w",
 ];
-/// The path the library takes by default today.
-const DEFAULT_PATH: &str = "library";
+/// The path the engine takes with its default configuration.
+fn default_path() -> &'static str {
+    match Config::default().outliers {
+        Some(_) => "library_outliers",
+        None => "library_tinyfix",
+    }
+}
+
+/// The outlier lever's rule: the engine's default one (the library's own when the default is off).
+fn outlier_rule() -> Rule {
+    Config::default().outliers.unwrap_or(Rule::DEFAULT)
+}
 
 struct Measured {
     case: String,
@@ -121,7 +138,7 @@ pub fn run(opts: &Options) -> Result<ExitCode, String> {
                     ("path", Json::Str(path)),
                     ("nmse", Json::Sci(*nmse)),
                     ("vs_ggml", Json::Num(nmse / r.nmse[0])),
-                    ("default", Json::Bool(*path == DEFAULT_PATH)),
+                    ("default", Json::Bool(*path == default_path())),
                     ("rows", Json::Int(r.rows as i64)),
                     (
                         "q4_own_nmse",
@@ -155,7 +172,8 @@ pub fn run(opts: &Options) -> Result<ExitCode, String> {
         println!(" {:>9}", format!("{:.1}/{}", r.outliers.0, r.outliers.1));
     }
     println!(
-        "(default: {DEFAULT_PATH}; outl/row: channels the outlier lever splits per row, mean/max)"
+        "(default: {}; outl/row: channels the outlier lever splits per row, mean/max)",
+        default_path()
     );
     println!("\nreal weights: error added to Q4's own (NMSE of the path / NMSE of Q4 against the f32 weights)");
     print!("{:<16} {:<5} {:>9}", "case", "type", "q4_own");
@@ -175,7 +193,7 @@ pub fn run(opts: &Options) -> Result<ExitCode, String> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Issue 13's cases (and the same at K = 768): 8 experts, 2 used, 32 tokens, N = 64.
+/// The synthetic cases (and the same at K = 768): 8 experts, 2 used, 32 tokens, N = 64.
 fn synthetic_cases(types: &[GgmlType]) -> Vec<Case> {
     let (experts, n_used, tokens, n) = (8, 2, 32, 64);
     let mut out = Vec::new();
@@ -316,7 +334,8 @@ fn real_cases(dir: &Path, types: &[GgmlType]) -> Result<Vec<Case>, String> {
 /// The lever a library path applies.
 #[derive(Clone, Copy, PartialEq)]
 enum Lever {
-    Today,
+    /// One int8 scale per row, folded into one f32.
+    Folded,
     TinyFix,
     Hadamard,
     Segments(usize),
@@ -327,7 +346,6 @@ enum Lever {
 
 fn measure(case: &Case) -> Result<Measured, String> {
     let (k, n) = (case.k, case.n);
-    let e = |e: ork_moe::inflate::InflateError| e.to_string();
     // The reference and ggml, row by row.
     let mut wf: Vec<Vec<f32>> = Vec::new();
     let rb = case.ty.row_bytes(k).expect("whole blocks");
@@ -366,7 +384,7 @@ fn measure(case: &Case) -> Result<Measured, String> {
     let mut nmse = vec![nmse_of(&ggml, &reference)];
     let mut outlier_stats = (0.0, 0);
     for lever in [
-        Lever::Today,
+        Lever::Folded,
         Lever::TinyFix,
         Lever::Hadamard,
         Lever::Segments(256),
@@ -374,7 +392,7 @@ fn measure(case: &Case) -> Result<Measured, String> {
         Lever::Outliers,
         Lever::OutliersInt8W,
     ] {
-        let (y, stats) = library(case, lever).map_err(e)?;
+        let (y, stats) = library(case, lever)?;
         if lever == Lever::Outliers {
             outlier_stats = stats;
         }
@@ -403,14 +421,13 @@ fn nmse_of(y: &[f64], reference: &[f64]) -> f64 {
 
 /// The library's outputs (in `case.rows` order, `n` per row) with `lever`, and for the outlier
 /// lever the channels split per row (mean, max).
-fn library(
-    case: &Case,
-    lever: Lever,
-) -> Result<(Vec<f64>, (f64, usize)), ork_moe::inflate::InflateError> {
+fn library(case: &Case, lever: Lever) -> Result<(Vec<f64>, (f64, usize)), String> {
+    let e = |e: ork_moe::inflate::InflateError| e.to_string();
     let tiles = Tiles::RK3588;
     let (k, n) = (case.k, case.n);
     let (kp, np) = (tiles.pad(k), tiles.pad(n));
     let rot = Rotation::new(k);
+    let rule = outlier_rule();
     let mut y = vec![0f64; case.rows.len() * n];
     let (mut split_total, mut split_max) = (0usize, 0usize);
     for ex in 0..case.experts.len() {
@@ -425,8 +442,9 @@ fn library(
         let mut b = vec![0i8; tiles.b_len(kp, np)];
         let mut chan = vec![0f32; np];
         match lever {
-            Lever::Hadamard => inflate_expert_rotated(&w, &rot, &tiles, &mut b, &mut chan)?,
-            _ => inflate_expert(&w, &tiles, &mut b, &mut chan)?,
+            Lever::Hadamard => inflate_expert_rotated(&w, &rot, &tiles, &mut b, &mut chan)
+                .map_err(|e| e.to_string())?,
+            _ => inflate_expert(&w, &tiles, &mut b, &mut chan).map_err(e)?,
         }
         // Row-major int8 rows, then native A.
         let mut a = vec![0i8; m * kp];
@@ -437,7 +455,7 @@ fn library(
             let x = &case.rows[r].1;
             let q = &mut a[i * kp..(i + 1) * kp];
             scales.push(match lever {
-                Lever::Today => vec![RowScale {
+                Lever::Folded => vec![RowScale {
                     scale: quantize_row(x, q),
                     exp2: 0,
                 }],
@@ -448,13 +466,9 @@ fn library(
                     segments::quantize_row_segments(x, seg, q, &mut s);
                     s
                 }
-                Lever::Outliers | Lever::OutliersInt8W => vec![outliers::split_row(
-                    x,
-                    Rule::DEFAULT,
-                    &mut scratch,
-                    &mut split[i],
-                    q,
-                )],
+                Lever::Outliers | Lever::OutliersInt8W => {
+                    vec![outliers::split_row(x, rule, &mut scratch, &mut split[i], q)]
+                }
             });
             split_total += split[i].len();
             split_max = split_max.max(split[i].len());
@@ -475,7 +489,7 @@ fn library(
                 if lever == Lever::OutliersInt8W {
                     outliers::native_column(&tiles, kp, &b, &chan, *ch, &mut col);
                 } else {
-                    w.dequantize_column(*ch, &mut col)?;
+                    w.dequantize_column(*ch, &mut col).map_err(e)?;
                 }
                 columns.insert(*ch, col);
             }
@@ -488,7 +502,7 @@ fn library(
         };
         for (i, &r) in members.iter().enumerate() {
             for j in 0..n {
-                let v = if lever == Lever::Today {
+                let v = if lever == Lever::Folded {
                     // The scatter's expression, with the folded scale.
                     c[tiles.c_index(m, i, j)] as f32 * (scales[i][0].scale * chan[j])
                 } else {

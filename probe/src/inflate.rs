@@ -3,7 +3,8 @@
 //! size as the ceiling. GB/s count output bytes (native B int8).
 
 use super::bench::{print_json, time, Json, Options};
-use ork_moe::inflate::{inflate_expert_via_f32, inflate_expert_with, ExpertWeights};
+use super::research::via_f32::inflate_expert_via_f32;
+use ork_moe::inflate::{inflate_expert_with, ExpertWeights};
 use ork_moe::isa::Isa;
 use ork_moe::layout::Tiles;
 use ork_moe::moe::Config;

@@ -2,6 +2,8 @@
 //!
 //! `ork-probe [SUBCOMMAND] [--json] [options]`; see `ork-probe --help`.
 
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::missing_safety_doc)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 
 mod accuracy;
@@ -15,6 +17,7 @@ mod model;
 mod moe;
 mod peak;
 mod repacked;
+mod research;
 mod svg;
 mod sweep;
 

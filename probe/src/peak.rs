@@ -123,8 +123,7 @@ fn peak_loop(isa: Isa, iterations: usize) -> f64 {
         // SAFETY: as above.
         Isa::NeonDot => unsafe { arm_peak::sdot(iterations) },
         #[cfg(target_arch = "aarch64")]
-        // SAFETY: as above.
-        Isa::Neon => unsafe { arm_peak::smull(iterations) },
+        Isa::Neon => arm_peak::smull(iterations),
         _ => unreachable!("no int8 peak loop for {}", isa.name()),
     }
 }
@@ -133,57 +132,71 @@ fn peak_loop(isa: Isa, iterations: usize) -> f64 {
 mod x86_peak {
     use std::arch::asm;
 
-    /// 16 independent `vpdpbusd` chains (latency 5 covered even at 2 per cycle).
+    /// 16 independent `vpdpbusd` chains (latency 5 covered even at 2 per cycle), `iterations`
+    /// (at least 1) rounds.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512 F and VNNI.
     #[target_feature(enable = "avx512f,avx512vnni")]
     pub unsafe fn vnni(iterations: usize) -> f64 {
-        // SAFETY: only the declared registers are used; the inputs' values do not matter.
-        asm!(
-            "2:",
-            "vpdpbusd zmm0, zmm16, zmm17", "vpdpbusd zmm1, zmm16, zmm17",
-            "vpdpbusd zmm2, zmm16, zmm17", "vpdpbusd zmm3, zmm16, zmm17",
-            "vpdpbusd zmm4, zmm16, zmm17", "vpdpbusd zmm5, zmm16, zmm17",
-            "vpdpbusd zmm6, zmm16, zmm17", "vpdpbusd zmm7, zmm16, zmm17",
-            "vpdpbusd zmm8, zmm16, zmm17", "vpdpbusd zmm9, zmm16, zmm17",
-            "vpdpbusd zmm10, zmm16, zmm17", "vpdpbusd zmm11, zmm16, zmm17",
-            "vpdpbusd zmm12, zmm16, zmm17", "vpdpbusd zmm13, zmm16, zmm17",
-            "vpdpbusd zmm14, zmm16, zmm17", "vpdpbusd zmm15, zmm16, zmm17",
-            "dec {n}",
-            "jnz 2b",
-            n = inout(reg) iterations => _,
-            out("zmm0") _, out("zmm1") _, out("zmm2") _, out("zmm3") _,
-            out("zmm4") _, out("zmm5") _, out("zmm6") _, out("zmm7") _,
-            out("zmm8") _, out("zmm9") _, out("zmm10") _, out("zmm11") _,
-            out("zmm12") _, out("zmm13") _, out("zmm14") _, out("zmm15") _,
-            out("zmm16") _, out("zmm17") _,
-            options(nomem, nostack),
-        );
+        // SAFETY: this function's features; only the declared registers are used, and the
+        // inputs' values do not matter.
+        unsafe {
+            asm!(
+                "2:",
+                "vpdpbusd zmm0, zmm16, zmm17", "vpdpbusd zmm1, zmm16, zmm17",
+                "vpdpbusd zmm2, zmm16, zmm17", "vpdpbusd zmm3, zmm16, zmm17",
+                "vpdpbusd zmm4, zmm16, zmm17", "vpdpbusd zmm5, zmm16, zmm17",
+                "vpdpbusd zmm6, zmm16, zmm17", "vpdpbusd zmm7, zmm16, zmm17",
+                "vpdpbusd zmm8, zmm16, zmm17", "vpdpbusd zmm9, zmm16, zmm17",
+                "vpdpbusd zmm10, zmm16, zmm17", "vpdpbusd zmm11, zmm16, zmm17",
+                "vpdpbusd zmm12, zmm16, zmm17", "vpdpbusd zmm13, zmm16, zmm17",
+                "vpdpbusd zmm14, zmm16, zmm17", "vpdpbusd zmm15, zmm16, zmm17",
+                "dec {n}",
+                "jnz 2b",
+                n = inout(reg) iterations => _,
+                out("zmm0") _, out("zmm1") _, out("zmm2") _, out("zmm3") _,
+                out("zmm4") _, out("zmm5") _, out("zmm6") _, out("zmm7") _,
+                out("zmm8") _, out("zmm9") _, out("zmm10") _, out("zmm11") _,
+                out("zmm12") _, out("zmm13") _, out("zmm14") _, out("zmm15") _,
+                out("zmm16") _, out("zmm17") _,
+                options(nomem, nostack),
+            );
+        }
         (iterations * 16 * 64) as f64
     }
 
     /// 5 independent chains of the classic AVX2 int8 step: `vpmaddubsw` (32 products into 16
-    /// int16 pair sums), `vpmaddwd` by ones (into 8 int32), `vpaddd` into the accumulator.
+    /// int16 pair sums), `vpmaddwd` by ones (into 8 int32), `vpaddd` into the accumulator;
+    /// `iterations` (at least 1) rounds.
+    ///
+    /// # Safety
+    /// The CPU has AVX2.
     #[target_feature(enable = "avx2")]
     pub unsafe fn avx2(iterations: usize) -> f64 {
-        // SAFETY: only the declared registers are used; the inputs' values do not matter.
-        asm!(
-            "2:",
-            "vpmaddubsw ymm0, ymm13, ymm14", "vpmaddubsw ymm1, ymm13, ymm14",
-            "vpmaddubsw ymm2, ymm13, ymm14", "vpmaddubsw ymm3, ymm13, ymm14",
-            "vpmaddubsw ymm4, ymm13, ymm14",
-            "vpmaddwd ymm0, ymm0, ymm15", "vpmaddwd ymm1, ymm1, ymm15",
-            "vpmaddwd ymm2, ymm2, ymm15", "vpmaddwd ymm3, ymm3, ymm15",
-            "vpmaddwd ymm4, ymm4, ymm15",
-            "vpaddd ymm5, ymm5, ymm0", "vpaddd ymm6, ymm6, ymm1",
-            "vpaddd ymm7, ymm7, ymm2", "vpaddd ymm8, ymm8, ymm3",
-            "vpaddd ymm9, ymm9, ymm4",
-            "dec {n}",
-            "jnz 2b",
-            n = inout(reg) iterations => _,
-            out("ymm0") _, out("ymm1") _, out("ymm2") _, out("ymm3") _, out("ymm4") _,
-            out("ymm5") _, out("ymm6") _, out("ymm7") _, out("ymm8") _, out("ymm9") _,
-            out("ymm13") _, out("ymm14") _, out("ymm15") _,
-            options(nomem, nostack),
-        );
+        // SAFETY: this function's features; only the declared registers are used, and the
+        // inputs' values do not matter.
+        unsafe {
+            asm!(
+                "2:",
+                "vpmaddubsw ymm0, ymm13, ymm14", "vpmaddubsw ymm1, ymm13, ymm14",
+                "vpmaddubsw ymm2, ymm13, ymm14", "vpmaddubsw ymm3, ymm13, ymm14",
+                "vpmaddubsw ymm4, ymm13, ymm14",
+                "vpmaddwd ymm0, ymm0, ymm15", "vpmaddwd ymm1, ymm1, ymm15",
+                "vpmaddwd ymm2, ymm2, ymm15", "vpmaddwd ymm3, ymm3, ymm15",
+                "vpmaddwd ymm4, ymm4, ymm15",
+                "vpaddd ymm5, ymm5, ymm0", "vpaddd ymm6, ymm6, ymm1",
+                "vpaddd ymm7, ymm7, ymm2", "vpaddd ymm8, ymm8, ymm3",
+                "vpaddd ymm9, ymm9, ymm4",
+                "dec {n}",
+                "jnz 2b",
+                n = inout(reg) iterations => _,
+                out("ymm0") _, out("ymm1") _, out("ymm2") _, out("ymm3") _, out("ymm4") _,
+                out("ymm5") _, out("ymm6") _, out("ymm7") _, out("ymm8") _, out("ymm9") _,
+                out("ymm13") _, out("ymm14") _, out("ymm15") _,
+                options(nomem, nostack),
+            );
+        }
         (iterations * 5 * 32) as f64
     }
 }
@@ -192,53 +205,63 @@ mod x86_peak {
 mod arm_peak {
     use std::arch::asm;
 
-    /// 16 independent `sdot` chains.
+    /// 16 independent `sdot` chains, `iterations` (at least 1) rounds.
+    ///
+    /// # Safety
+    /// The CPU has the dot-product extension.
     #[target_feature(enable = "dotprod")]
     pub unsafe fn sdot(iterations: usize) -> f64 {
-        // SAFETY: only the declared registers are used; the inputs' values do not matter.
-        asm!(
-            "2:",
-            "sdot v0.4s, v16.16b, v17.16b", "sdot v1.4s, v16.16b, v17.16b",
-            "sdot v2.4s, v16.16b, v17.16b", "sdot v3.4s, v16.16b, v17.16b",
-            "sdot v4.4s, v16.16b, v17.16b", "sdot v5.4s, v16.16b, v17.16b",
-            "sdot v6.4s, v16.16b, v17.16b", "sdot v7.4s, v16.16b, v17.16b",
-            "sdot v8.4s, v16.16b, v17.16b", "sdot v9.4s, v16.16b, v17.16b",
-            "sdot v10.4s, v16.16b, v17.16b", "sdot v11.4s, v16.16b, v17.16b",
-            "sdot v12.4s, v16.16b, v17.16b", "sdot v13.4s, v16.16b, v17.16b",
-            "sdot v14.4s, v16.16b, v17.16b", "sdot v15.4s, v16.16b, v17.16b",
-            "subs {n}, {n}, #1",
-            "b.ne 2b",
-            n = inout(reg) iterations => _,
-            out("v0") _, out("v1") _, out("v2") _, out("v3") _,
-            out("v4") _, out("v5") _, out("v6") _, out("v7") _,
-            out("v8") _, out("v9") _, out("v10") _, out("v11") _,
-            out("v12") _, out("v13") _, out("v14") _, out("v15") _,
-            out("v16") _, out("v17") _,
-            options(nomem, nostack),
-        );
+        // SAFETY: this function's features; only the declared registers are used, and the
+        // inputs' values do not matter.
+        unsafe {
+            asm!(
+                "2:",
+                "sdot v0.4s, v16.16b, v17.16b", "sdot v1.4s, v16.16b, v17.16b",
+                "sdot v2.4s, v16.16b, v17.16b", "sdot v3.4s, v16.16b, v17.16b",
+                "sdot v4.4s, v16.16b, v17.16b", "sdot v5.4s, v16.16b, v17.16b",
+                "sdot v6.4s, v16.16b, v17.16b", "sdot v7.4s, v16.16b, v17.16b",
+                "sdot v8.4s, v16.16b, v17.16b", "sdot v9.4s, v16.16b, v17.16b",
+                "sdot v10.4s, v16.16b, v17.16b", "sdot v11.4s, v16.16b, v17.16b",
+                "sdot v12.4s, v16.16b, v17.16b", "sdot v13.4s, v16.16b, v17.16b",
+                "sdot v14.4s, v16.16b, v17.16b", "sdot v15.4s, v16.16b, v17.16b",
+                "subs {n}, {n}, #1",
+                "b.ne 2b",
+                n = inout(reg) iterations => _,
+                out("v0") _, out("v1") _, out("v2") _, out("v3") _,
+                out("v4") _, out("v5") _, out("v6") _, out("v7") _,
+                out("v8") _, out("v9") _, out("v10") _, out("v11") _,
+                out("v12") _, out("v13") _, out("v14") _, out("v15") _,
+                out("v16") _, out("v17") _,
+                options(nomem, nostack),
+            );
+        }
         (iterations * 16 * 16) as f64
     }
 
     /// 4 independent chains of the classic NEON int8 step without dot product: `smull` and
-    /// `smlal2` (16 products into 8 int16) then `sadalp` into int32.
-    pub unsafe fn smull(iterations: usize) -> f64 {
-        // SAFETY: only the declared registers are used; the inputs' values do not matter.
-        asm!(
-            "2:",
-            "smull v0.8h, v16.8b, v17.8b", "smull v1.8h, v16.8b, v17.8b",
-            "smull v2.8h, v16.8b, v17.8b", "smull v3.8h, v16.8b, v17.8b",
-            "smlal2 v0.8h, v16.16b, v17.16b", "smlal2 v1.8h, v16.16b, v17.16b",
-            "smlal2 v2.8h, v16.16b, v17.16b", "smlal2 v3.8h, v16.16b, v17.16b",
-            "sadalp v4.4s, v0.8h", "sadalp v5.4s, v1.8h",
-            "sadalp v6.4s, v2.8h", "sadalp v7.4s, v3.8h",
-            "subs {n}, {n}, #1",
-            "b.ne 2b",
-            n = inout(reg) iterations => _,
-            out("v0") _, out("v1") _, out("v2") _, out("v3") _,
-            out("v4") _, out("v5") _, out("v6") _, out("v7") _,
-            out("v16") _, out("v17") _,
-            options(nomem, nostack),
-        );
+    /// `smlal2` (16 products into 8 int16) then `sadalp` into int32; `iterations` (at least 1)
+    /// rounds.
+    pub fn smull(iterations: usize) -> f64 {
+        // SAFETY: Advanced SIMD is part of every aarch64 CPU; only the declared registers are
+        // used, and the inputs' values do not matter.
+        unsafe {
+            asm!(
+                "2:",
+                "smull v0.8h, v16.8b, v17.8b", "smull v1.8h, v16.8b, v17.8b",
+                "smull v2.8h, v16.8b, v17.8b", "smull v3.8h, v16.8b, v17.8b",
+                "smlal2 v0.8h, v16.16b, v17.16b", "smlal2 v1.8h, v16.16b, v17.16b",
+                "smlal2 v2.8h, v16.16b, v17.16b", "smlal2 v3.8h, v16.16b, v17.16b",
+                "sadalp v4.4s, v0.8h", "sadalp v5.4s, v1.8h",
+                "sadalp v6.4s, v2.8h", "sadalp v7.4s, v3.8h",
+                "subs {n}, {n}, #1",
+                "b.ne 2b",
+                n = inout(reg) iterations => _,
+                out("v0") _, out("v1") _, out("v2") _, out("v3") _,
+                out("v4") _, out("v5") _, out("v6") _, out("v7") _,
+                out("v16") _, out("v17") _,
+                options(nomem, nostack),
+            );
+        }
         (iterations * 4 * 16) as f64
     }
 }

@@ -7,8 +7,9 @@
 
 use super::bench::{print_json, role, time, Json, Options, Timing};
 use super::gemm::{devices, measure_operands, Repeats, Row as GemmRow};
+use super::research::via_f32::inflate_expert_via_f32;
 use super::svg::{self, Panel, Series};
-use ork_moe::inflate::{inflate_expert_via_f32, inflate_expert_with, ExpertWeights};
+use ork_moe::inflate::{inflate_expert_with, ExpertWeights};
 use ork_moe::moe::Config;
 use ork_moe::quant::GgmlType;
 use ork_moe::testutil::Rng;

@@ -88,6 +88,9 @@ pub(super) fn gemm_neon(shape: Shape, a: &[i8], b: &[i8], c: &mut [i32]) {
 
 /// One multiply-accumulate step: `acc` += the 16 products of `a` and `b`, spread over its lanes.
 trait Step {
+    /// # Safety
+    /// The CPU has the step's instructions: the dot-product extension for [`Sdot`] (Advanced
+    /// SIMD, which [`Widening`] uses, is part of every aarch64 CPU).
     unsafe fn step(acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t;
 }
 
@@ -97,14 +100,17 @@ impl Step for Sdot {
     #[inline]
     #[target_feature(enable = "dotprod")]
     unsafe fn step(mut acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
-        // SAFETY: register-only instruction; the dot-product extension is enabled for this function.
-        asm!(
-            "sdot {acc:v}.4s, {a:v}.16b, {b:v}.16b",
-            acc = inout(vreg) acc,
-            a = in(vreg) a,
-            b = in(vreg) b,
-            options(pure, nomem, nostack),
-        );
+        // SAFETY: register-only instruction; the dot-product extension is enabled for this
+        // function.
+        unsafe {
+            asm!(
+                "sdot {acc:v}.4s, {a:v}.16b, {b:v}.16b",
+                acc = inout(vreg) acc,
+                a = in(vreg) a,
+                b = in(vreg) b,
+                options(pure, nomem, nostack),
+            );
+        }
         acc
     }
 }
@@ -114,29 +120,53 @@ struct Widening;
 impl Step for Widening {
     #[inline(always)]
     unsafe fn step(acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
-        let lo = vmull_s8(vget_low_s8(a), vget_low_s8(b));
-        let hi = vmull_high_s8(a, b);
-        vpadalq_s16(vpadalq_s16(acc, lo), hi)
+        // SAFETY: Advanced SIMD register operations, part of every aarch64 CPU.
+        unsafe {
+            let lo = vmull_s8(vget_low_s8(a), vget_low_s8(b));
+            let hi = vmull_high_s8(a, b);
+            vpadalq_s16(vpadalq_s16(acc, lo), hi)
+        }
     }
 }
 
+/// [`group`] with `sdot`.
+///
+/// # Safety
+/// The CPU has the dot-product extension; the operands are as [`group`] requires, `bg.ptr` its
+/// `bp`, native B when `bg.native`.
 #[target_feature(enable = "dotprod")]
 unsafe fn dot_group(shape: Shape, ap: &[i8], bg: BGroup, n0: usize, c: &mut [i32]) {
-    match bg.native {
-        true => group::<Sdot, true>(shape, ap, bg.ptr, n0, c),
-        false => group::<Sdot, false>(shape, ap, bg.ptr, n0, c),
+    // SAFETY: this function's feature is `Sdot`'s; the operands are the caller's promise.
+    unsafe {
+        match bg.native {
+            true => group::<Sdot, true>(shape, ap, bg.ptr, n0, c),
+            false => group::<Sdot, false>(shape, ap, bg.ptr, n0, c),
+        }
     }
 }
 
+/// [`group`] with the widening multiplies of Advanced SIMD.
+///
+/// # Safety
+/// The operands are as [`group`] requires, `bg.ptr` its `bp`, native B when `bg.native`.
 unsafe fn neon_group(shape: Shape, ap: &[i8], bg: BGroup, n0: usize, c: &mut [i32]) {
-    match bg.native {
-        true => group::<Widening, true>(shape, ap, bg.ptr, n0, c),
-        false => group::<Widening, false>(shape, ap, bg.ptr, n0, c),
+    // SAFETY: `Widening` needs Advanced SIMD alone; the operands are the caller's promise.
+    unsafe {
+        match bg.native {
+            true => group::<Widening, true>(shape, ap, bg.ptr, n0, c),
+            false => group::<Widening, false>(shape, ap, bg.ptr, n0, c),
+        }
     }
 }
 
 /// Channels `n0..n0+4` of C from the A panels and B at `bp`: native B when `NATIVE`, else the
 /// packed group.
+///
+/// # Safety
+/// The CPU has `S`'s instructions ([`Step::step`]). `ap` holds the A panels of `m` rows
+/// (`m·kp` bytes) and `c` native C of `m` rows for channels `n0..n0 + 4` at least. `bp` points
+/// to the group's `kp / 32` k-blocks: 1 KiB apart in native B (`NATIVE`; 4 channels × 32 bytes
+/// read from each), else `kp / 16` packed chunks of 4 × 16 bytes back to back.
 #[inline(always)]
 unsafe fn group<S: Step, const NATIVE: bool>(
     shape: Shape,
@@ -149,13 +179,18 @@ unsafe fn group<S: Step, const NATIVE: bool>(
     let mut r0 = 0;
     while r0 < m {
         let rows = (m - r0).min(ROWS);
-        let panel = ap.as_ptr().add(r0 * kp);
-        let out = c.as_mut_ptr().add((n0 / 4 * m + r0) * 4);
-        match rows {
-            1 => block::<S, NATIVE, 1>(panel, bp, kp / 16, out),
-            2 => block::<S, NATIVE, 2>(panel, bp, kp / 16, out),
-            3 => block::<S, NATIVE, 3>(panel, bp, kp / 16, out),
-            _ => block::<S, NATIVE, ROWS>(panel, bp, kp / 16, out),
+        // SAFETY: `S`'s instructions and `bp` are the caller's promise; the panel of rows
+        // `r0..r0 + rows` is `rows·kp` bytes from `r0·kp` of `ap`, and rows `r0..r0 + rows` of
+        // channels `n0..n0 + 4` are `4·rows` values of `c` from `(n0/4·m + r0)·4`.
+        unsafe {
+            let panel = ap.as_ptr().add(r0 * kp);
+            let out = c.as_mut_ptr().add((n0 / 4 * m + r0) * 4);
+            match rows {
+                1 => block::<S, NATIVE, 1>(panel, bp, kp / 16, out),
+                2 => block::<S, NATIVE, 2>(panel, bp, kp / 16, out),
+                3 => block::<S, NATIVE, 3>(panel, bp, kp / 16, out),
+                _ => block::<S, NATIVE, ROWS>(panel, bp, kp / 16, out),
+            }
         }
         r0 += rows;
     }
@@ -163,6 +198,11 @@ unsafe fn group<S: Step, const NATIVE: bool>(
 
 /// `R` rows of A (a panel) × 4 channels of B (see [`group`]) over `k16s` chunks of 16 k; stores
 /// the `R` × 4 results.
+///
+/// # Safety
+/// The CPU has `S`'s instructions ([`Step::step`]). `panel` points to `k16s·R·16` readable
+/// bytes, `out` to `4·R` writable values, and `bp` to the group's B as [`group`] describes it,
+/// `k16s` chunks of 16 k.
 #[inline(always)]
 unsafe fn block<S: Step, const NATIVE: bool, const R: usize>(
     panel: *const i8,
@@ -170,27 +210,38 @@ unsafe fn block<S: Step, const NATIVE: bool, const R: usize>(
     k16s: usize,
     out: *mut i32,
 ) {
-    let mut acc = [[vdupq_n_s32(0); GROUP]; R];
+    // SAFETY: Advanced SIMD is part of every aarch64 CPU.
+    let mut acc = [[unsafe { vdupq_n_s32(0) }; GROUP]; R];
     for kk in 0..k16s {
         // Chunk kk of channel j: native B keeps 32 k per channel in 1 KiB k-blocks.
-        let (bk, channel_stride) = if NATIVE {
-            (bp.add((kk / 2) * 32 * 32 + (kk % 2) * 16), 32)
-        } else {
-            (bp.add(kk * GROUP * 16), 16)
+        // SAFETY: chunk `kk < k16s`: k-block `kk / 2`, half `kk % 2`, or packed chunk `kk`.
+        let (bk, channel_stride) = unsafe {
+            if NATIVE {
+                (bp.add((kk / 2) * 32 * 32 + (kk % 2) * 16), 32)
+            } else {
+                (bp.add(kk * GROUP * 16), 16)
+            }
         };
-        let bv: [int8x16_t; GROUP] = std::array::from_fn(|j| vld1q_s8(bk.add(j * channel_stride)));
+        // SAFETY: channel `j < 4`'s 16 bytes of the chunk.
+        let bv: [int8x16_t; GROUP] =
+            std::array::from_fn(|j| unsafe { vld1q_s8(bk.add(j * channel_stride)) });
         for (r, acc_r) in acc.iter_mut().enumerate() {
-            let av = vld1q_s8(panel.add((kk * R + r) * 16));
+            // SAFETY: row `r < R`'s 16 bytes of chunk `kk` of the panel.
+            let av = unsafe { vld1q_s8(panel.add((kk * R + r) * 16)) };
             for j in 0..GROUP {
-                acc_r[j] = S::step(acc_r[j], av, bv[j]);
+                // SAFETY: `S`'s instructions (the caller's promise).
+                acc_r[j] = unsafe { S::step(acc_r[j], av, bv[j]) };
             }
         }
     }
     for (r, acc_r) in acc.iter().enumerate() {
-        let sum = vpaddq_s32(
-            vpaddq_s32(acc_r[0], acc_r[1]),
-            vpaddq_s32(acc_r[2], acc_r[3]),
-        );
-        vst1q_s32(out.add(r * 4), sum);
+        // SAFETY: Advanced SIMD; row `r < R`'s 4 values of `out`.
+        unsafe {
+            let sum = vpaddq_s32(
+                vpaddq_s32(acc_r[0], acc_r[1]),
+                vpaddq_s32(acc_r[2], acc_r[3]),
+            );
+            vst1q_s32(out.add(r * 4), sum);
+        }
     }
 }

@@ -67,19 +67,13 @@ mod columns;
 mod neon;
 mod params;
 mod repacked;
-mod rotated;
 mod scalar;
 mod tile;
-mod via_f32;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
-pub use repacked::{
-    dequantize_columns_in, from_plain, inflate_expert_in, inflate_expert_in_with, to_plain_with,
-    Layout,
-};
-pub use rotated::inflate_expert_rotated;
-pub use via_f32::inflate_expert_via_f32;
+pub use columns::dequantize_columns_in;
+pub use repacked::{from_plain, inflate_expert_in, inflate_expert_in_with, to_plain_with, Layout};
 
 use crate::isa::Isa;
 use crate::layout::Tiles;
@@ -127,8 +121,6 @@ pub enum InflateError {
     RowsNotWholeGroups { n: usize, rows: usize },
     /// Repacked rows are packed (ggml repacks only contiguous tensors); this stride is not.
     RepackedRowsNotPacked { row_stride: usize, row_bytes: usize },
-    /// A rotation of another order than the expert's K ([`inflate_expert_rotated`]).
-    RotationMismatch { k: usize, rotation_k: usize },
 }
 
 impl std::fmt::Display for InflateError {
@@ -175,9 +167,6 @@ impl std::fmt::Display for InflateError {
                 f,
                 "repacked rows must be packed: stride {row_stride}, row {row_bytes} bytes"
             ),
-            InflateError::RotationMismatch { k, rotation_k } => {
-                write!(f, "rotation of order {rotation_k} for weights of K = {k}")
-            }
         }
     }
 }
@@ -354,7 +343,7 @@ impl<'a> ExpertWeights<'a> {
     /// Columns `columns` (input channels, each `< k`, in any order) of the dequantized weights:
     /// `out[i·n + r]` = weight `(r, columns[i])`, the values of [`Self::dequantize_column`], on
     /// the best kernel path ([`Isa::best`]). Block by block, each row's block scales decoded once
-    /// for all its columns (`columns.rs`): at real scale (~55 outlier channels per expert,
+    /// for all its columns (`columns/`): at real scale (~55 outlier channels per expert,
     /// `docs/PERFORMANCE.md`) this decode runs for every down-projection expert of a prefill.
     pub fn dequantize_columns(
         &self,

@@ -12,15 +12,6 @@ pub(super) struct Tile<'a> {
 }
 
 impl Tile<'_> {
-    /// Run `r` (weights `32r..32r+32`) of the tile's row `j`; consecutive `j` are adjacent.
-    #[inline(always)]
-    pub fn run(&mut self, r: usize, j: usize) -> &mut [i8; RUN] {
-        let at = (r * self.b_n + j) * RUN;
-        (&mut self.out[at..at + RUN])
-            .try_into()
-            .expect("a run is 32 bytes")
-    }
-
     /// Zeroes what the rows did not fill: depth padding of `rows` rows, and padding rows.
     pub fn zero_padding(&mut self, rows: usize, runs_filled: usize) {
         let slab = self.b_n * RUN;

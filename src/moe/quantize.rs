@@ -9,18 +9,14 @@
 //!   other rows are unaffected (int8 cannot carry the infinity, so no partial answer is pretended);
 //! - tiny rows (`amax < 2⁻⁶⁴`): the quants are those of the row scaled by an exact power of two
 //!   `2ᴱ` (`amax·2ᴱ ∈ [1, 2)`), and the scale comes back split, [`RowScale`]`{ scale: amax·2ᴱ/127,
-//!   exp2: −E }`. Folding it into one f32 (`amax/127`, what [`quantize_row`] returns) is what lost
-//!   resolution before: for `amax ≈ 1e-40` that scale is a subnormal with ~10 significant bits,
-//!   and the scatter's `row_scale · chan_scale` (`≈ 1e-45`) a subnormal of a few bits or zero,
-//!   i.e. errors of 1 % to 100 % per output (the NMSE 8.3e-3 in issue 13). [`RowScale::output`]
+//!   exp2: −E }`. Folding it into one f32 (`amax/127`, what [`quantize_row`] returns) loses
+//!   resolution: for `amax ≈ 1e-40` that scale is a subnormal with ~10 significant bits, and the
+//!   scatter's `row_scale · chan_scale` (`≈ 1e-45`) a subnormal of a few bits or zero, i.e.
+//!   errors of 1 % to 100 % per output (`ork-probe accuracy`'s `tiny` case). [`RowScale::output`]
 //!   multiplies normal numbers and applies `2^exp2` last, so only the output's own rounding remains.
 //!   (ggml returns zeros for such rows: its Q8_0 scale rounds to fp16 0, its Q8_K scale overflows.)
 //!
-//! Levers against outlier channels (docs/ACCURACY.md): [`quantize_row_rotated`] quantizes `R·x`
-//! for a Hadamard rotation `R` (weights inflated with the same `R`); `super::segments` and
-//! `super::outliers` hold the other two.
-
-use crate::quant::hadamard::Rotation;
+//! Levers against outlier channels (docs/ACCURACY.md): `super::segments` and `super::outliers`.
 
 /// Adding and subtracting 1.5·2²³ rounds an f32 of magnitude < 2²² to the nearest integer, ties to
 /// even, in the default rounding mode; unlike `round_ties_even` it vectorizes on every target.
@@ -86,19 +82,6 @@ fn pow2(e: i32) -> f32 {
 /// ([`RowScale::folded`]); `out[x.len()..]` (K padding) is zeroed.
 pub fn quantize_row(x: &[f32], out: &mut [i8]) -> f32 {
     quantize_row_scaled(x, out).folded()
-}
-
-/// [`quantize_row`] of the rotated row `R·x` (`rot.k() == x.len()`), `scratch` K values of any
-/// contents: the activation side of the Hadamard lever (the weights' side is
-/// `inflate::inflate_expert_rotated` with the same `rot`).
-pub fn quantize_row_rotated(
-    rot: &Rotation,
-    x: &[f32],
-    scratch: &mut [f32],
-    out: &mut [i8],
-) -> RowScale {
-    rot.apply(x, scratch);
-    quantize_row_scaled(scratch, out)
 }
 
 /// Quantizes `x` into `out[..x.len()]` and returns its [`RowScale`]; `out[x.len()..]` (K
@@ -288,8 +271,8 @@ mod tests {
             );
             if magnitude <= 1e-40 {
                 // The folded scale in the scatter's expression: a few significant bits left.
-                let old = 12345.0 * (rs.folded() * 0.06);
-                assert!(rel(old) > 1e-3, "{magnitude:e}: {}", rel(old));
+                let folded = 12345.0 * (rs.folded() * 0.06);
+                assert!(rel(folded) > 1e-3, "{magnitude:e}: {}", rel(folded));
             }
         }
     }

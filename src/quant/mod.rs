@@ -9,7 +9,6 @@
 mod blocks;
 mod dequant;
 pub mod fp16;
-pub mod hadamard;
 pub mod vec_dot;
 
 pub use blocks::*;

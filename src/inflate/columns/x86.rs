@@ -7,8 +7,9 @@
 //! these too.
 
 use super::super::params::q4k_scales_mins;
-use super::{Column, Decode, Kernel, Loc, Plan, Run, Source, Window, LANES};
-use super::{Q4K, Q4_0, Q4_1, Q5_0, Q6K, Q8_0};
+use super::scalar::{Decode, Q4K, Q4_0, Q4_1, Q5_0, Q6K, Q8_0};
+use super::source::{Source, Window};
+use super::{Column, Kernel, Loc, Plan, Run, LANES};
 use crate::isa::Isa;
 use crate::quant::{GgmlType, K_SCALE_SIZE};
 use std::arch::x86_64::*;

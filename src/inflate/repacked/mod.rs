@@ -22,7 +22,7 @@ use super::params::q4k_scales_mins;
 use super::{check, check_weights, inflate_expert_with, ExpertWeights, InflateError, TileInflater};
 use crate::isa::Isa;
 use crate::layout::Tiles;
-use crate::quant::{GgmlType, QuantError, K_SCALE_SIZE};
+use crate::quant::{GgmlType, K_SCALE_SIZE};
 
 /// How an expert's blocks are arranged in memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -131,7 +131,7 @@ pub(super) fn fields(ty: GgmlType, rows: usize, chunk: usize) -> Vec<Field> {
 }
 
 /// A validated expert in a repacked layout: where its row groups are and how to untangle them.
-struct Groups {
+pub(super) struct Groups {
     rows: usize,
     fields: Vec<Field>,
     /// Blocks per row.
@@ -144,7 +144,7 @@ impl Groups {
     /// `None` for a plain layout. Checks that ggml has this layout for the type, the weights
     /// as the plain inflate does, that the rows split into whole groups, and that they are
     /// packed.
-    fn new(layout: Layout, w: &ExpertWeights) -> Result<Option<Groups>, InflateError> {
+    pub(super) fn new(layout: Layout, w: &ExpertWeights) -> Result<Option<Groups>, InflateError> {
         let Layout::Repacked { rows, chunk } = layout else {
             return Ok(None);
         };
@@ -235,40 +235,6 @@ pub fn inflate_expert_in_with(
         inflater.tile(&mut rows, first, tile_out, chan_scales)?;
     }
     chan_scales[w.n..shape.np].fill(0.0);
-    Ok(())
-}
-
-/// Columns `columns` (input channels `< k`, in any order) of `w`'s dequantized weights, `w`
-/// stored in `layout`: `out[i·n + r]` = weight `(r, columns[i])` exactly as ggml dequantizes it,
-/// the values [`ExpertWeights::dequantize_column`] gives from the same weights in plain blocks,
-/// on kernel path `isa`. Read straight from the layout's bytes (`columns.rs`).
-pub fn dequantize_columns_in(
-    isa: Isa,
-    layout: Layout,
-    w: &ExpertWeights,
-    columns: &[usize],
-    out: &mut [f32],
-) -> Result<(), InflateError> {
-    if Groups::new(layout, w)?.is_none() {
-        return w.dequantize_columns_with(isa, columns, out);
-    }
-    if !isa.is_available() {
-        return Err(InflateError::IsaUnavailable(isa));
-    }
-    if out.len() < columns.len() * w.n {
-        return Err(InflateError::OutputTooShort {
-            buffer: "columns",
-            needed: columns.len() * w.n,
-            got: out.len(),
-        });
-    }
-    if columns.iter().any(|&c| c >= w.k) {
-        return Err(InflateError::Quant(QuantError::RowNotWholeBlocks {
-            ty: w.ty,
-            k: w.k,
-        }));
-    }
-    super::columns::decode(isa, layout, w, columns, out);
     Ok(())
 }
 

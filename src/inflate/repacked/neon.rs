@@ -39,12 +39,16 @@ impl Chunks for Neon {
 /// `q4k_scales_mins`, lane by lane), a 4×4 byte transpose per vector turns packings into rows,
 /// and the encoding of `q4k_pack` runs on the rows' lanes. Byte moves and masks only, so the
 /// bytes are the reference's.
+///
+/// # Safety
+/// `out` holds eight rows' 12 bytes `row_bytes` apart (at least `7·row_bytes + 12` bytes).
 #[inline]
 #[target_feature(enable = "neon")]
 unsafe fn q4k_scales(packings: &[u8; 8 * K_SCALE_SIZE], out: &mut [u8], row_bytes: usize) {
     // Lane `s` of `transposed(v)` holds byte `s` of every lane of `v`.
     const TRANSPOSE: [u8; 16] = [0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15];
-    let transpose = vld1q_u8(TRANSPOSE.as_ptr());
+    // SAFETY: `TRANSPOSE` is 16 readable bytes.
+    let transpose = unsafe { vld1q_u8(TRANSPOSE.as_ptr()) };
     let transposed = |v: uint32x4_t| vqtbl1q_u8(vreinterpretq_u8_u32(v), transpose);
     let (low6, low4, top2) = (
         vdupq_n_u32(0x3f3f_3f3f),
@@ -78,10 +82,10 @@ unsafe fn q4k_scales(packings: &[u8; 8 * K_SCALE_SIZE], out: &mut [u8], row_byte
     };
     let base = out.as_mut_ptr();
     let store = |r0: usize, words: uint32x4x3_t| {
-        let at = |j: usize| base.add((r0 + j) * row_bytes).cast::<u32>();
-        // SAFETY: row `r0 + j < 8` has 12 bytes at `at(j)` (asserted by the caller); each
-        // store writes lane `j` of the three words, 12 bytes.
+        // SAFETY: row `r0 + j < 8` has 12 bytes at `at(j)` (the caller's promise); each store
+        // writes lane `j` of the three words, 12 bytes.
         unsafe {
+            let at = |j: usize| base.add((r0 + j) * row_bytes).cast::<u32>();
             vst3q_lane_u32::<0>(at(0), words);
             vst3q_lane_u32::<1>(at(1), words);
             vst3q_lane_u32::<2>(at(2), words);

@@ -41,6 +41,10 @@ impl Chunks for Sse2 {
 /// aarch64 version (`neon.rs`): each packing's words decoded into its rows' 6-bit scales and
 /// mins, one `pshufb` per vector to turn packings into rows, then `q4k_pack`'s encoding on the
 /// rows' lanes. Byte moves and masks only, so the bytes are the reference's.
+///
+/// # Safety
+/// The CPU has SSSE3, and `out` holds eight rows' 12 bytes `row_bytes` apart (at least
+/// `7·row_bytes + 12` bytes).
 #[inline]
 #[target_feature(enable = "ssse3")]
 unsafe fn q4k_scales(packings: &[u8; 8 * K_SCALE_SIZE], out: &mut [u8], row_bytes: usize) {
@@ -90,10 +94,10 @@ unsafe fn q4k_scales(packings: &[u8; 8 * K_SCALE_SIZE], out: &mut [u8], row_byte
         ];
         let pairs = [lo, _mm_srli_si128::<8>(lo), hi, _mm_srli_si128::<8>(hi)];
         for (j, (pair, third)) in pairs.into_iter().zip(thirds).enumerate() {
-            let at = base.add((r0 + j) * row_bytes);
-            // SAFETY: row `r0 + j < 8` has 12 bytes at `at` (asserted by the caller): 8 + 4
+            // SAFETY: row `r0 + j < 8` has 12 bytes at `at` (the caller's promise): 8 + 4
             // bytes, unaligned.
             unsafe {
+                let at = base.add((r0 + j) * row_bytes);
                 _mm_storel_epi64(at.cast(), pair);
                 at.add(8)
                     .cast::<i32>()

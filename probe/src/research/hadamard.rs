@@ -233,7 +233,7 @@ fn as_lanes(out: &mut [f32]) -> &mut [[f32; 1]] {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testutil::Rng;
+    use ork_moe::testutil::Rng;
 
     #[test]
     fn paley_matrices_are_hadamard() {
