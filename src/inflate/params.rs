@@ -230,7 +230,7 @@ impl TileParams {
                     ops.multipliers(e, unit, m);
                 }
             }
-            GgmlType::F32 | GgmlType::F16 => unreachable!("checked by the caller"),
+            _ => unreachable!("checked by the caller"),
         }
         scales[..n].copy_from_slice(&sc.scale[..n]);
         Ok(())
@@ -279,7 +279,7 @@ impl Scratch {
                 let e = self.e.chunks_exact_mut(2 * stride);
                 each_row!(e, |r, e| ops.q6_k_values(r, e))
             }
-            GgmlType::F32 | GgmlType::F16 => unreachable!("checked by the caller"),
+            _ => unreachable!("checked by the caller"),
         }
     }
 
@@ -329,7 +329,7 @@ impl Scratch {
                     *s = 32.0 * e_max / 127.0;
                 }
             }
-            GgmlType::F32 | GgmlType::F16 => unreachable!("checked by the caller"),
+            _ => unreachable!("checked by the caller"),
         }
     }
 
