@@ -92,12 +92,6 @@ fn sign(signs: u8, j: usize) -> f32 {
     }
 }
 
-/// Byte `j` of a grid entry.
-#[inline]
-fn grid_byte<T: Into<u64>>(entry: T, j: usize) -> u8 {
-    (entry.into() >> (8 * j)) as u8
-}
-
 /// The u16 at `2·i` of `bytes`, little-endian.
 #[inline]
 fn u16_at(bytes: &[u8], i: usize) -> u16 {
@@ -117,6 +111,133 @@ pub fn iq1m_scale(scales: &[u8; 8]) -> u16 {
     (sc(0) >> 12) | ((sc(1) >> 8) & 0x00f0) | ((sc(2) >> 4) & 0x0f00) | (sc(3) & 0xf000)
 }
 
+// Each type's groups of 8 weights: `group(ib, l)` is group `l` (0..4) of sub-block `ib` (0..8),
+// weights `32·ib + 8·l..+8`; the scale accessors give the stored small integers that scale a
+// sub-block (or half of one). The dequantization below and the inflate read blocks through them.
+
+impl BlockIq2Xxs {
+    /// Group `(ib, l)`: its grid magnitudes and sign byte.
+    #[inline]
+    pub fn group(&self, ib: usize, l: usize) -> ([u8; 8], u8) {
+        let signs = (u32_at(&self.qs, 8 * ib + 4) >> (7 * l)) & 127;
+        (
+            IQ2XXS_GRID[self.qs[8 * ib + l] as usize].to_le_bytes(),
+            KSIGNS_IQ2XS[signs as usize],
+        )
+    }
+
+    /// Sub-block `ib`'s 4-bit scale `s`: the weights are `d·(0.5 + s)·0.25` times the codes.
+    #[inline]
+    pub fn scale(&self, ib: usize) -> u32 {
+        u32_at(&self.qs, 8 * ib + 4) >> 28
+    }
+}
+
+impl BlockIq2Xs {
+    /// Group `(ib, l)`: its grid magnitudes and sign byte (the scale: nibble `l / 2` of
+    /// `scales[ib]`).
+    #[inline]
+    pub fn group(&self, ib: usize, l: usize) -> ([u8; 8], u8) {
+        let q = u16_at(&self.qs, 4 * ib + l);
+        (
+            IQ2XS_GRID[(q & 511) as usize].to_le_bytes(),
+            KSIGNS_IQ2XS[(q >> 9) as usize],
+        )
+    }
+}
+
+impl BlockIq2S {
+    /// Group `(ib, l)`: its grid magnitudes and sign byte (the scale: nibble `l / 2` of
+    /// `scales[ib]`).
+    #[inline]
+    pub fn group(&self, ib: usize, l: usize) -> ([u8; 8], u8) {
+        let high = ((self.qh[ib] as usize) << (8 - 2 * l)) & 0x300;
+        let (qs, signs) = self.qs.split_at(QK_K / 8);
+        (
+            IQ2S_GRID[qs[4 * ib + l] as usize | high].to_le_bytes(),
+            signs[4 * ib + l],
+        )
+    }
+}
+
+impl BlockIq3Xxs {
+    /// Group `(ib, l)`: its grid magnitudes (two grid entries of four) and sign byte.
+    #[inline]
+    pub fn group(&self, ib: usize, l: usize) -> ([u8; 8], u8) {
+        let signs = (u32_at(&self.qs, QK_K / 4 + 4 * ib) >> (7 * l)) & 127;
+        let grid = |i: usize| IQ3XXS_GRID[self.qs[8 * ib + 2 * l + i] as usize].to_le_bytes();
+        let (g1, g2) = (grid(0), grid(1));
+        (
+            [g1[0], g1[1], g1[2], g1[3], g2[0], g2[1], g2[2], g2[3]],
+            KSIGNS_IQ2XS[signs as usize],
+        )
+    }
+
+    /// Sub-block `ib`'s 4-bit scale `s`: the weights are `d·(0.5 + s)·0.5` times the codes.
+    #[inline]
+    pub fn scale(&self, ib: usize) -> u32 {
+        u32_at(&self.qs, QK_K / 4 + 4 * ib) >> 28
+    }
+}
+
+impl BlockIq3S {
+    /// Group `(ib, l)`: its grid magnitudes (two grid entries of four) and sign byte.
+    #[inline]
+    pub fn group(&self, ib: usize, l: usize) -> ([u8; 8], u8) {
+        let (qs, qh) = (&self.qs[8 * ib..8 * ib + 8], self.qh[ib] as usize);
+        let g1 = IQ3S_GRID[qs[2 * l] as usize | ((qh << (8 - 2 * l)) & 256)].to_le_bytes();
+        let g2 = IQ3S_GRID[qs[2 * l + 1] as usize | ((qh << (7 - 2 * l)) & 256)].to_le_bytes();
+        (
+            [g1[0], g1[1], g1[2], g1[3], g2[0], g2[1], g2[2], g2[3]],
+            self.signs[4 * ib + l],
+        )
+    }
+
+    /// Sub-block `ib`'s 4-bit scale `s`: the weights are `d·(1 + 2s)` times the codes.
+    #[inline]
+    pub fn scale(&self, ib: usize) -> i32 {
+        ((self.scales[ib / 2] >> (4 * (ib % 2))) & 0x0f) as i32
+    }
+}
+
+impl BlockIq1S {
+    /// Group `(ib, l)`: its grid values (-1, 0, 1).
+    #[inline]
+    pub fn group(&self, ib: usize, l: usize) -> [i8; 8] {
+        let high = ((u16_at(&self.qh, ib) >> (3 * l)) & 7) as usize;
+        IQ1S_GRID[self.qs[4 * ib + l] as usize | (high << 8)]
+            .to_le_bytes()
+            .map(|g| g as i8)
+    }
+
+    /// Sub-block `ib`'s 3-bit scale `s` (the weights are `d·(2s + 1)·(grid ± IQ1S_DELTA)`) and
+    /// whether its offset is negative.
+    #[inline]
+    pub fn scale(&self, ib: usize) -> (i32, bool) {
+        let qh = u16_at(&self.qh, ib);
+        (((qh >> 12) & 7) as i32, qh & 0x8000 != 0)
+    }
+}
+
+impl BlockIq1M {
+    /// Group `(ib, l)`: its grid values (-1, 0, 1) and whether its offset is negative.
+    #[inline]
+    pub fn group(&self, ib: usize, l: usize) -> ([i8; 8], bool) {
+        // Groups 0 and 2 take the low nibble of their qh byte, 1 and 3 the high one.
+        let nibble = (self.qh[2 * ib + l / 2] >> (4 * (l % 2))) as usize;
+        let grid = IQ1S_GRID[self.qs[4 * ib + l] as usize | ((nibble & 7) << 8)];
+        (grid.to_le_bytes().map(|g| g as i8), nibble & 8 != 0)
+    }
+
+    /// The 3-bit scale `s` of half `h` (0, 1) of sub-block `ib`: its weights are
+    /// `d·(2s + 1)·(grid ± IQ1S_DELTA)`.
+    #[inline]
+    pub fn scale(&self, ib: usize, h: usize) -> i32 {
+        let sc = u16_at(&self.scales, ib / 2) as i32;
+        (sc >> (6 * (ib % 2) + 3 * h)) & 7
+    }
+}
+
 impl Block for BlockIq2Xxs {
     const TYPE: GgmlType = GgmlType::IQ2_XXS;
     const ELEMS: usize = QK_K;
@@ -130,14 +251,12 @@ impl Block for BlockIq2Xxs {
     }
     fn dequantize(&self, y: &mut [f32]) {
         let d = half(self.d);
-        for (q, y) in self.qs.chunks_exact(8).zip(y.chunks_exact_mut(32)) {
-            let aux1 = u32_at(q, 4);
-            let db = d * (0.5 + (aux1 >> 28) as f32) * 0.25;
+        for (ib, y) in y.chunks_exact_mut(32).enumerate() {
+            let db = d * (0.5 + self.scale(ib) as f32) * 0.25;
             for (l, y) in y.chunks_exact_mut(8).enumerate() {
-                let grid = IQ2XXS_GRID[q[l] as usize];
-                let signs = KSIGNS_IQ2XS[((aux1 >> (7 * l)) & 127) as usize];
+                let (grid, signs) = self.group(ib, l);
                 for (j, y) in y.iter_mut().enumerate() {
-                    *y = db * grid_byte(grid, j) as f32 * sign(signs, j);
+                    *y = db * grid[j] as f32 * sign(signs, j);
                 }
             }
         }
@@ -164,11 +283,9 @@ impl Block for BlockIq2Xs {
                 d * (0.5 + (sc >> 4) as f32) * 0.25,
             ];
             for (l, y) in y.chunks_exact_mut(8).enumerate() {
-                let q = u16_at(&self.qs, 4 * ib + l);
-                let grid = IQ2XS_GRID[(q & 511) as usize];
-                let signs = KSIGNS_IQ2XS[(q >> 9) as usize];
+                let (grid, signs) = self.group(ib, l);
                 for (j, y) in y.iter_mut().enumerate() {
-                    *y = db[l / 2] * grid_byte(grid, j) as f32 * sign(signs, j);
+                    *y = db[l / 2] * grid[j] as f32 * sign(signs, j);
                 }
             }
         }
@@ -188,7 +305,6 @@ impl Block for BlockIq2S {
     }
     fn dequantize(&self, y: &mut [f32]) {
         let d = half(self.d);
-        let (qs, signs) = self.qs.split_at(QK_K / 8);
         for (ib, y) in y.chunks_exact_mut(32).enumerate() {
             let sc = self.scales[ib];
             let db = [
@@ -196,11 +312,9 @@ impl Block for BlockIq2S {
                 d * (0.5 + (sc >> 4) as f32) * 0.25,
             ];
             for (l, y) in y.chunks_exact_mut(8).enumerate() {
-                let dl = db[l / 2];
-                let high = ((self.qh[ib] as usize) << (8 - 2 * l)) & 0x300;
-                let grid = IQ2S_GRID[qs[4 * ib + l] as usize | high];
+                let (grid, signs) = self.group(ib, l);
                 for (j, y) in y.iter_mut().enumerate() {
-                    *y = dl * grid_byte(grid, j) as f32 * sign(signs[4 * ib + l], j);
+                    *y = db[l / 2] * grid[j] as f32 * sign(signs, j);
                 }
             }
         }
@@ -220,17 +334,12 @@ impl Block for BlockIq3Xxs {
     }
     fn dequantize(&self, y: &mut [f32]) {
         let d = half(self.d);
-        let (qs, scales_and_signs) = self.qs.split_at(QK_K / 4);
         for (ib, y) in y.chunks_exact_mut(32).enumerate() {
-            let aux32 = u32_at(scales_and_signs, 4 * ib);
-            let db = d * (0.5 + (aux32 >> 28) as f32) * 0.5;
+            let db = d * (0.5 + self.scale(ib) as f32) * 0.5;
             for (l, y) in y.chunks_exact_mut(8).enumerate() {
-                let signs = KSIGNS_IQ2XS[((aux32 >> (7 * l)) & 127) as usize];
-                let grid1 = IQ3XXS_GRID[qs[8 * ib + 2 * l] as usize];
-                let grid2 = IQ3XXS_GRID[qs[8 * ib + 2 * l + 1] as usize];
-                for j in 0..4 {
-                    y[j] = db * grid_byte(grid1, j) as f32 * sign(signs, j);
-                    y[j + 4] = db * grid_byte(grid2, j) as f32 * sign(signs, j + 4);
+                let (grid, signs) = self.group(ib, l);
+                for (j, y) in y.iter_mut().enumerate() {
+                    *y = db * grid[j] as f32 * sign(signs, j);
                 }
             }
         }
@@ -250,19 +359,14 @@ impl Block for BlockIq3S {
     }
     fn dequantize(&self, y: &mut [f32]) {
         let d = half(self.d);
-        // ggml walks sub-blocks in pairs that share a scale byte; sub-block `ib` takes nibble
-        // `ib % 2` of it, `qh[ib]`, `qs[8ib..]` and `signs[4ib..]`.
+        // ggml walks sub-blocks in pairs that share a scale byte; the order of the products is
+        // the same.
         for (ib, y) in y.chunks_exact_mut(32).enumerate() {
-            let scale = (self.scales[ib / 2] >> (4 * (ib % 2))) & 0x0f;
-            let db = d * (1 + 2 * scale as i32) as f32;
-            let (qs, qh) = (&self.qs[8 * ib..8 * ib + 8], self.qh[ib] as usize);
+            let db = d * (1 + 2 * self.scale(ib)) as f32;
             for (l, y) in y.chunks_exact_mut(8).enumerate() {
-                let grid1 = IQ3S_GRID[qs[2 * l] as usize | ((qh << (8 - 2 * l)) & 256)];
-                let grid2 = IQ3S_GRID[qs[2 * l + 1] as usize | ((qh << (7 - 2 * l)) & 256)];
-                let signs = self.signs[4 * ib + l];
-                for j in 0..4 {
-                    y[j] = db * grid_byte(grid1, j) as f32 * sign(signs, j);
-                    y[j + 4] = db * grid_byte(grid2, j) as f32 * sign(signs, j + 4);
+                let (grid, signs) = self.group(ib, l);
+                for (j, y) in y.iter_mut().enumerate() {
+                    *y = db * grid[j] as f32 * sign(signs, j);
                 }
             }
         }
@@ -283,17 +387,12 @@ impl Block for BlockIq1S {
     fn dequantize(&self, y: &mut [f32]) {
         let d = half(self.d);
         for (ib, y) in y.chunks_exact_mut(32).enumerate() {
-            let qh = u16_at(&self.qh, ib) as usize;
-            let dl = d * (2 * ((qh >> 12) & 7) + 1) as f32;
-            let delta = if qh & 0x8000 != 0 {
-                -IQ1S_DELTA
-            } else {
-                IQ1S_DELTA
-            };
+            let (scale, negative) = self.scale(ib);
+            let dl = d * (2 * scale + 1) as f32;
+            let delta = if negative { -IQ1S_DELTA } else { IQ1S_DELTA };
             for (l, y) in y.chunks_exact_mut(8).enumerate() {
-                let grid = IQ1S_GRID[self.qs[4 * ib + l] as usize | (((qh >> (3 * l)) & 7) << 8)];
-                for (j, y) in y.iter_mut().enumerate() {
-                    *y = dl * (grid_byte(grid, j) as i8 as f32 + delta);
+                for (y, g) in y.iter_mut().zip(self.group(ib, l)) {
+                    *y = dl * (g as f32 + delta);
                 }
             }
         }
@@ -314,24 +413,12 @@ impl Block for BlockIq1M {
     fn dequantize(&self, y: &mut [f32]) {
         let d = f16_to_f32(iq1m_scale(&self.scales));
         for (ib, y) in y.chunks_exact_mut(32).enumerate() {
-            let sc = u16_at(&self.scales, ib / 2) as i32;
-            let shift = 6 * (ib % 2);
-            let dl = [
-                d * (2 * ((sc >> shift) & 7) + 1) as f32,
-                d * (2 * ((sc >> (shift + 3)) & 7) + 1) as f32,
-            ];
-            let (qs, qh) = (&self.qs[4 * ib..4 * ib + 4], &self.qh[2 * ib..2 * ib + 2]);
+            let dl = [0, 1].map(|h| d * (2 * self.scale(ib, h) + 1) as f32);
             for (l, y) in y.chunks_exact_mut(8).enumerate() {
-                // Groups 0 and 2 take the low nibble of their qh byte, 1 and 3 the high one.
-                let nibble = (qh[l / 2] >> (4 * (l % 2))) as usize;
-                let grid = IQ1S_GRID[qs[l] as usize | ((nibble & 7) << 8)];
-                let delta = if nibble & 8 != 0 {
-                    -IQ1S_DELTA
-                } else {
-                    IQ1S_DELTA
-                };
-                for (j, y) in y.iter_mut().enumerate() {
-                    *y = dl[l / 2] * (grid_byte(grid, j) as i8 as f32 + delta);
+                let (grid, negative) = self.group(ib, l);
+                let delta = if negative { -IQ1S_DELTA } else { IQ1S_DELTA };
+                for (y, g) in y.iter_mut().zip(grid) {
+                    *y = dl[l / 2] * (g as f32 + delta);
                 }
             }
         }
