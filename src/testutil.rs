@@ -62,8 +62,8 @@ impl Rng {
     }
 
     /// `n` bytes of valid blocks of `ty`: random quants and scales drawn like real weights'
-    /// (fp16 scale fields finite, around `scale`; MXFP4's power-of-two scale within a factor 4
-    /// of `scale`).
+    /// (fp16 scale fields finite, around `scale`; MXFP4's power-of-two scale within two binades
+    /// of `scale`'s).
     pub fn blocks(&mut self, ty: GgmlType, n_blocks: usize, scale: f32) -> Vec<u8> {
         let bb = ty.block_bytes();
         let mut out = vec![0u8; n_blocks * bb];
