@@ -298,6 +298,43 @@ fn error_bound_holds_and_nmse_is_small_for_every_type() {
     }
 }
 
+/// NMSE of the direct inflate, against ggml's f32 dequantization, that the weights ggml's own
+/// quantizers make must stay under: below test-backend-ops' bound for MUL_MAT_ID (5e-4) with room
+/// for the activations' quantization, which adds its own.
+const MAX_NMSE_GGML_WEIGHTS: f64 = 2e-4;
+
+/// Weights quantized by ggml (`tools/ggml_quants.sh weights`): per type 8 rows of N(0, 1) and 8
+/// of U(-1, 1) (test-backend-ops' weights), K = 1024, with an importance matrix of ones.
+#[test]
+fn error_bound_holds_and_nmse_is_small_on_weights_ggml_quantized() {
+    let k = 1024;
+    for ty in inflatable() {
+        let path = format!(
+            "{}/tests/data/quant/ggml/{}.blocks",
+            env!("CARGO_MANIFEST_DIR"),
+            ty.name()
+        );
+        let data = std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        let rb = ty.row_bytes(k).unwrap();
+        assert_eq!(data.len(), 16 * rb, "{path}");
+        let mut line = format!("{:7}", ty.name());
+        for (what, rows) in [("N(0,1)", &data[..8 * rb]), ("U(-1,1)", &data[8 * rb..])] {
+            let w = ExpertWeights::contiguous(ty, rows, k, 8).unwrap();
+            let (worst, nmse) = error_stats(&w, &inflate(Some(Isa::best()), &w).unwrap());
+            let (_, via_nmse) = error_stats(&w, &inflate(None, &w).unwrap());
+            line += &format!(
+                "  {what}: max err {worst:.4} s_n, NMSE {nmse:.3e} (via f32 {via_nmse:.3e})"
+            );
+            assert!(
+                worst <= bound_in_steps(ty),
+                "{ty:?} {what}: error {worst} steps exceeds the bound"
+            );
+            assert!(nmse < MAX_NMSE_GGML_WEIGHTS, "{ty:?} {what}: NMSE {nmse}");
+        }
+        println!("{line}");
+    }
+}
+
 #[test]
 fn error_bound_holds_on_adversarial_scales() {
     let mut rng = Rng::new(5);
