@@ -21,8 +21,8 @@ from gguf import quants
 OUT = os.path.join(os.path.dirname(__file__), "..", "tests", "data", "quant")
 rng = np.random.default_rng(20261129)
 
-# (type, block bytes, offsets of the fp16 fields in a block), the six the engine takes first (the
-# random stream reaches them as it did before the others were added). IQ1_M's fp16 scale is the top
+# (type, block bytes, offsets of the fp16 fields in a block), the six the engine takes first (so
+# that their vectors do not depend on the others' draws from the random stream). IQ1_M's fp16 scale is the top
 # nibbles of its four scale words (bytes 48..56); MXFP4's scale is the E8M0 byte 0.
 TYPES = {
     "q4_0": (T.Q4_0, 18, [0]),
