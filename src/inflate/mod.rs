@@ -55,7 +55,8 @@
 //!   2¹⁴) >> 15)`, all exact powers of two: blocks within three binades of the row's largest come
 //!   through exactly.
 //!
-//! These codes are decoded per weight from the grids (`quant::grids`), but never through f32.
+//! The codebook types' codes come from their grid entries (`quant::grids`) and signs: integers
+//! from the block to int8, as every other type's.
 //!
 //! **Special rows.** A row whose scales are all zero (`M_n = 0` or `E_n = 0`) gets `s_n = 0` and
 //! all-zero weights. A NaN or infinite fp16 scale is an error, [`InflateError::NonFiniteScale`];

@@ -110,14 +110,33 @@ impl GgmlType {
         GgmlType::MXFP4,
     ];
 
-    /// Whether `self` is a block-quantized type (not F32 or F16).
-    pub fn is_quantized(self) -> bool {
-        !matches!(self, GgmlType::F32 | GgmlType::F16)
-    }
-
     /// Maps ggml's type id; `None` for types this crate does not know (the caller declines them).
     pub fn from_id(id: i32) -> Option<GgmlType> {
-        GgmlType::ALL.into_iter().find(|t| t.id() == id)
+        Some(match id {
+            0 => GgmlType::F32,
+            1 => GgmlType::F16,
+            2 => GgmlType::Q4_0,
+            3 => GgmlType::Q4_1,
+            6 => GgmlType::Q5_0,
+            7 => GgmlType::Q5_1,
+            8 => GgmlType::Q8_0,
+            10 => GgmlType::Q2_K,
+            11 => GgmlType::Q3_K,
+            12 => GgmlType::Q4_K,
+            13 => GgmlType::Q5_K,
+            14 => GgmlType::Q6_K,
+            16 => GgmlType::IQ2_XXS,
+            17 => GgmlType::IQ2_XS,
+            18 => GgmlType::IQ3_XXS,
+            19 => GgmlType::IQ1_S,
+            20 => GgmlType::IQ4_NL,
+            21 => GgmlType::IQ3_S,
+            22 => GgmlType::IQ2_S,
+            23 => GgmlType::IQ4_XS,
+            29 => GgmlType::IQ1_M,
+            39 => GgmlType::MXFP4,
+            _ => return None,
+        })
     }
 
     pub fn id(self) -> i32 {
@@ -235,3 +254,21 @@ impl std::fmt::Display for QuantError {
 }
 
 impl std::error::Error for QuantError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_and_names_map_back_to_every_type() {
+        for ty in GgmlType::ALL {
+            assert_eq!(GgmlType::from_id(ty.id()), Some(ty));
+            assert_eq!(GgmlType::from_name(ty.name()), Some(ty));
+            assert_eq!(ty.row_bytes(ty.block_elems()), Some(ty.block_bytes()));
+        }
+        let known = (-1..64).filter_map(GgmlType::from_id).count();
+        assert_eq!(known, GgmlType::ALL.len());
+        let quantized = GgmlType::QUANTIZED.into_iter().chain(GgmlType::SCALAR_ONLY);
+        assert_eq!(quantized.count(), GgmlType::ALL.len() - 2);
+    }
+}
