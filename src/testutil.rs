@@ -62,7 +62,8 @@ impl Rng {
     }
 
     /// `n` bytes of valid blocks of `ty`: random quants and scales drawn like real weights'
-    /// (fp16 scale fields finite, around `scale`).
+    /// (fp16 scale fields finite, around `scale`; MXFP4's power-of-two scale within two binades
+    /// of `scale`'s).
     pub fn blocks(&mut self, ty: GgmlType, n_blocks: usize, scale: f32) -> Vec<u8> {
         let bb = ty.block_bytes();
         let mut out = vec![0u8; n_blocks * bb];
@@ -72,18 +73,46 @@ impl Rng {
                 let h = f32_to_f16(self.uniform(-scale, scale));
                 block[*off..*off + 2].copy_from_slice(&h.to_le_bytes());
             }
+            match ty {
+                GgmlType::IQ1_M => set_iq1m_scale(block, f32_to_f16(self.uniform(-scale, scale))),
+                GgmlType::MXFP4 => {
+                    let e = 128 + scale.log2().round() as i32 - 2 + self.below(5) as i32;
+                    block[0] = e.clamp(0, 254) as u8;
+                }
+                _ => {}
+            }
         }
         out
     }
 }
 
-/// Byte offsets of the fp16 fields in a block of `ty`.
+/// Byte offsets of the fp16 fields stored whole in a block of `ty` (IQ1_M spreads its one
+/// over four nibbles, [`set_iq1m_scale`]; MXFP4's scale is an E8M0 byte).
 pub fn half_offsets(ty: GgmlType) -> &'static [usize] {
     match ty {
         GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => &[0],
-        GgmlType::Q4_1 | GgmlType::Q4_K => &[0, 2],
+        GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
+        GgmlType::Q2_K => &[80, 82],
+        GgmlType::Q3_K => &[108],
         GgmlType::Q6_K => &[208],
-        GgmlType::F32 | GgmlType::F16 => &[],
+        GgmlType::IQ2_XXS
+        | GgmlType::IQ2_XS
+        | GgmlType::IQ2_S
+        | GgmlType::IQ3_XXS
+        | GgmlType::IQ3_S
+        | GgmlType::IQ1_S
+        | GgmlType::IQ4_NL
+        | GgmlType::IQ4_XS => &[0],
+        GgmlType::IQ1_M | GgmlType::MXFP4 | GgmlType::F32 | GgmlType::F16 => &[],
+    }
+}
+
+/// Writes the fp16 bits `h` as an IQ1_M block's scale: the top nibbles of its four
+/// little-endian scale words (bytes 48..56).
+pub fn set_iq1m_scale(block: &mut [u8], h: u16) {
+    for i in 0..4 {
+        let at = 48 + 2 * i + 1;
+        block[at] = (block[at] & 0x0f) | ((((h >> (4 * i)) & 0x0f) as u8) << 4);
     }
 }
 
@@ -96,7 +125,7 @@ mod tests {
     fn deterministic_and_blocks_are_finite() {
         assert_eq!(Rng::new(7).next_u64(), Rng::new(7).next_u64());
         let mut rng = Rng::new(1);
-        for ty in GgmlType::QUANTIZED {
+        for ty in GgmlType::QUANTIZED.into_iter().chain(GgmlType::SCALAR_ONLY) {
             let k = 512;
             let bytes = rng.blocks(ty, k / ty.block_elems(), 0.05);
             let mut w = vec![0f32; k];

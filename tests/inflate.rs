@@ -5,12 +5,18 @@ use ork_moe::inflate::{inflate_expert_with, ExpertWeights, InflateError};
 use ork_moe::isa::Isa;
 use ork_moe::layout::Tiles;
 use ork_moe::quant::{dequantize_row, GgmlType};
-use ork_moe::testutil::{half_offsets, Rng};
+use ork_moe::testutil::{half_offsets, set_iq1m_scale, Rng};
 
 const T: Tiles = Tiles::RK3588;
 /// Written past the end of the outputs to catch out-of-bounds writes.
 const SENTINEL: i8 = 0x5a;
 const SENTINEL_LEN: usize = 64;
+
+/// Every type the inflate takes: those the engine takes, then those only the scalar path
+/// inflates (on every path, so the comparisons between paths check the dispatch).
+fn inflatable() -> impl Iterator<Item = GgmlType> {
+    GgmlType::QUANTIZED.into_iter().chain(GgmlType::SCALAR_ONLY)
+}
 
 struct Inflated {
     b: Vec<i8>,
@@ -88,7 +94,7 @@ fn assert_all_paths_equal_on(t: &Tiles, ty: GgmlType, w: &ExpertWeights, what: &
 fn every_path_matches_scalar_on_random_experts() {
     println!("paths: {:?}", Isa::available());
     let mut rng = Rng::new(1);
-    for ty in GgmlType::QUANTIZED {
+    for ty in inflatable() {
         for (n, k) in shapes(ty) {
             let data = random_expert(ty, n, k, &mut rng);
             let w = ExpertWeights {
@@ -108,6 +114,11 @@ const SPECIAL_HALVES: [u16; 12] = [
     0x0000, 0x8000, 0x0001, 0x8001, 0x03ff, 0x83ff, 0x0400, 0x7bff, 0xfbff, 0x3c00, 0xbc00, 0x1400,
 ];
 
+/// MXFP4 scales (E8M0 bytes) that stress the method: the subnormal ones, both ends of a row's
+/// 15-binade window, and the largest whose weights ggml's dequantization keeps finite (253 and
+/// 254 are valid but give infinite weights, 255 is NaN to ggml).
+const SPECIAL_E8M0: [u8; 8] = [0, 1, 2, 100, 114, 115, 127, 252];
+
 /// Random bytes everywhere (all codes, Q8_0's -128, Q6_K scales of both signs), special fp16
 /// scales in most blocks, some all-zero rows, and rows whose blocks span huge dynamic ranges.
 fn adversarial_expert(ty: GgmlType, n: usize, k: usize, rng: &mut Rng) -> Vec<u8> {
@@ -120,12 +131,22 @@ fn adversarial_expert(ty: GgmlType, n: usize, k: usize, rng: &mut Rng) -> Vec<u8
             continue;
         }
         for blk in row.chunks_exact_mut(ty.block_bytes()) {
+            let mut special_half = || match rng.below(4) {
+                0 => (rng.next_u64() as u16) & 0xfbff, // any finite half
+                _ => SPECIAL_HALVES[rng.below(SPECIAL_HALVES.len())],
+            };
             for &at in half_offsets(ty) {
-                let h = match rng.below(4) {
-                    0 => (rng.next_u64() as u16) & 0xfbff, // any finite half
-                    _ => SPECIAL_HALVES[rng.below(SPECIAL_HALVES.len())],
-                };
-                blk[at..at + 2].copy_from_slice(&h.to_le_bytes());
+                blk[at..at + 2].copy_from_slice(&special_half().to_le_bytes());
+            }
+            match ty {
+                GgmlType::IQ1_M => set_iq1m_scale(blk, special_half()),
+                GgmlType::MXFP4 => {
+                    blk[0] = match rng.below(4) {
+                        0 => rng.below(253) as u8,
+                        _ => SPECIAL_E8M0[rng.below(SPECIAL_E8M0.len())],
+                    }
+                }
+                _ => {}
             }
         }
     }
@@ -135,7 +156,7 @@ fn adversarial_expert(ty: GgmlType, n: usize, k: usize, rng: &mut Rng) -> Vec<u8
 #[test]
 fn every_path_matches_scalar_on_adversarial_blocks() {
     let mut rng = Rng::new(2);
-    for ty in GgmlType::QUANTIZED {
+    for ty in inflatable() {
         for (n, k) in shapes(ty) {
             for round in 0..4 {
                 let data = adversarial_expert(ty, n, k, &mut rng);
@@ -155,7 +176,7 @@ fn every_path_matches_scalar_on_adversarial_blocks() {
 #[test]
 fn rows_with_a_stride_and_unaligned_start_inflate_like_packed_rows() {
     let mut rng = Rng::new(3);
-    for ty in GgmlType::QUANTIZED {
+    for ty in inflatable() {
         let (n, k) = (5, 2 * ty.block_elems());
         let packed = random_expert(ty, n, k, &mut rng);
         let rb = ty.row_bytes(k).unwrap();
@@ -192,8 +213,19 @@ fn rows_with_a_stride_and_unaligned_start_inflate_like_packed_rows() {
 /// The per-element bound of docs/ACCURACY.md, as a multiple of `s_n`.
 fn bound_in_steps(ty: GgmlType) -> f64 {
     match ty {
-        GgmlType::Q8_0 => 0.5 + 2f64.powi(-7),
-        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q6_K => 0.5 + 2f64.powi(-8),
+        GgmlType::Q8_0 | GgmlType::IQ4_NL | GgmlType::IQ4_XS => 0.5 + 2f64.powi(-7),
+        GgmlType::Q4_0
+        | GgmlType::Q5_0
+        | GgmlType::Q6_K
+        | GgmlType::Q3_K
+        | GgmlType::IQ2_XXS
+        | GgmlType::IQ2_XS
+        | GgmlType::IQ2_S
+        | GgmlType::IQ3_XXS
+        | GgmlType::IQ3_S
+        | GgmlType::IQ1_S
+        | GgmlType::IQ1_M => 0.5 + 2f64.powi(-8),
+        GgmlType::MXFP4 => 0.5,
         _ => 0.5 + 2f64.powi(-13),
     }
 }
@@ -229,7 +261,7 @@ fn error_stats(w: &ExpertWeights, out: &Inflated) -> (f64, f64) {
 #[test]
 fn error_bound_holds_and_nmse_is_small_for_every_type() {
     let mut rng = Rng::new(4);
-    for ty in GgmlType::QUANTIZED {
+    for ty in inflatable() {
         let (n, k) = (64, 4 * ty.block_elems().max(256));
         let data = random_expert(ty, n, k, &mut rng);
         let w = ExpertWeights {
@@ -254,10 +286,44 @@ fn error_bound_holds_and_nmse_is_small_for_every_type() {
     }
 }
 
+/// NMSE of the direct inflate, against ggml's f32 dequantization, that the weights ggml's own
+/// quantizers make must stay under: below test-backend-ops' bound for MUL_MAT_ID (5e-4) with room
+/// for the activations' quantization, which adds its own.
+const MAX_NMSE_GGML_WEIGHTS: f64 = 2e-4;
+
+/// Weights quantized by ggml (`tools/ggml_quants.sh weights`): per type 8 rows of N(0, 1) and 8
+/// of U(-1, 1) (test-backend-ops' weights), K = 1024, with an importance matrix of ones.
+#[test]
+fn error_bound_holds_and_nmse_is_small_on_weights_ggml_quantized() {
+    let k = 1024;
+    for ty in inflatable() {
+        let path = format!(
+            "{}/tests/data/quant/ggml/{}.blocks",
+            env!("CARGO_MANIFEST_DIR"),
+            ty.name()
+        );
+        let data = std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        let rb = ty.row_bytes(k).unwrap();
+        assert_eq!(data.len(), 16 * rb, "{path}");
+        let mut line = format!("{:7}", ty.name());
+        for (what, rows) in [("N(0,1)", &data[..8 * rb]), ("U(-1,1)", &data[8 * rb..])] {
+            let w = ExpertWeights::contiguous(ty, rows, k, 8).unwrap();
+            let (worst, nmse) = error_stats(&w, &inflate(Isa::best(), &w).unwrap());
+            line += &format!("  {what}: max err {worst:.4} s_n, NMSE {nmse:.3e}");
+            assert!(
+                worst <= bound_in_steps(ty),
+                "{ty:?} {what}: error {worst} steps exceeds the bound"
+            );
+            assert!(nmse < MAX_NMSE_GGML_WEIGHTS, "{ty:?} {what}: NMSE {nmse}");
+        }
+        println!("{line}");
+    }
+}
+
 #[test]
 fn error_bound_holds_on_adversarial_scales() {
     let mut rng = Rng::new(5);
-    for ty in GgmlType::QUANTIZED {
+    for ty in inflatable() {
         let (n, k) = (48, 2 * ty.block_elems());
         let mut data = adversarial_expert(ty, n, k, &mut rng);
         if ty == GgmlType::Q8_0 {
@@ -393,7 +459,7 @@ fn every_path_matches_scalar_on_other_tile_widths() {
     // One row per tile (no row pairs: the single-row kernels), 24 (the transposes' edges) and 64.
     let widths = [(1, 32), (24, 96), (64, 64)];
     let mut rng = Rng::new(8);
-    for ty in GgmlType::QUANTIZED {
+    for ty in inflatable() {
         let (n, k) = (37, 9 * ty.block_elems());
         for (b_n, align) in widths {
             let t = Tiles { b_n, align, ..T };
@@ -414,18 +480,37 @@ fn every_path_matches_scalar_on_other_tile_widths() {
     }
 }
 
+/// Writes the fp16 bits `h` into scale field `field` of `blk`: the fp16 fields of
+/// [`half_offsets`], IQ1_M's nibble-spread scale, or MXFP4's E8M0 byte (255, ggml's NaN, for any
+/// non-finite `h`).
+fn set_scale(ty: GgmlType, blk: &mut [u8], field: usize, h: u16) {
+    match ty {
+        GgmlType::IQ1_M => set_iq1m_scale(blk, h),
+        GgmlType::MXFP4 => blk[0] = if h & 0x7c00 == 0x7c00 { 0xff } else { 127 },
+        _ => {
+            let at = half_offsets(ty)[field];
+            blk[at..at + 2].copy_from_slice(&h.to_le_bytes());
+        }
+    }
+}
+
+/// How many scale fields [`set_scale`] addresses in a block of `ty`.
+fn scale_fields(ty: GgmlType) -> usize {
+    half_offsets(ty).len().max(1)
+}
+
 #[test]
 fn a_non_finite_scale_is_reported_at_its_first_row_and_block_on_every_path() {
     let mut rng = Rng::new(10);
-    for ty in GgmlType::QUANTIZED {
+    for ty in inflatable() {
         let (n, k) = (70, 11 * ty.block_elems());
         let rb = ty.row_bytes(k).unwrap();
-        for &at in half_offsets(ty) {
+        for field in 0..scale_fields(ty) {
             for (row, block) in [(0, 0), (33, 10), (69, 5), (40, 7)] {
                 let mut data = random_expert(ty, n, k, &mut rng);
                 let bad = |data: &mut [u8], row: usize, block: usize, h: u16| {
-                    let o = row * rb + block * ty.block_bytes() + at;
-                    data[o..o + 2].copy_from_slice(&h.to_le_bytes());
+                    let o = row * rb + block * ty.block_bytes();
+                    set_scale(ty, &mut data[o..o + ty.block_bytes()], field, h);
                 };
                 bad(&mut data, row, block, 0x7c00);
                 // Later in the same row and in later rows: not the first.
@@ -447,7 +532,7 @@ fn a_non_finite_scale_is_reported_at_its_first_row_and_block_on_every_path() {
                     assert_eq!(
                         err,
                         InflateError::NonFiniteScale { row, block },
-                        "{ty:?} {isa:?} field at {at}"
+                        "{ty:?} {isa:?} scale field {field}"
                     );
                 }
             }

@@ -1,5 +1,6 @@
 //! The reference dequantization equals ggml's, bit for bit, on vectors made by the PyPI `gguf`
-//! package (`tools/make_quant_vectors.py`): quantizer output, random blocks and edge-case scales.
+//! package (`tools/make_quant_vectors.py`): quantizer output, random blocks, edge-case scales and,
+//! for the codebook types, blocks that use every grid entry.
 
 use ork_moe::quant::{dequantize_row, GgmlType};
 
@@ -10,7 +11,7 @@ fn read(name: &str) -> Vec<u8> {
 
 #[test]
 fn dequantize_matches_ggml_bit_for_bit() {
-    for ty in GgmlType::QUANTIZED {
+    for ty in GgmlType::QUANTIZED.into_iter().chain(GgmlType::SCALAR_ONLY) {
         let blocks = read(&format!("{}.blocks", ty.name()));
         let expected: Vec<u32> = read(&format!("{}.f32", ty.name()))
             .chunks_exact(4)

@@ -36,8 +36,31 @@
 //!
 //! with `>>` the arithmetic shift: exactly what `pmulhrsw` and `sqrdmulh` compute on 16-bit lanes.
 //!
+//! **The types only the scalar path inflates** ([`GgmlType::SCALAR_ONLY`], `params/sets.rs`)
+//! follow the same two families, with one parameter set per 16 or 32 weights (two per run for
+//! sets of 16):
+//! - table types Q5_1, Q5_K (codes 0..=31) and Q2_K (codes 0..=3, sets of 16): as Q4_1 and Q4_K,
+//!   with 32- and 4-entry tables;
+//! - rescale types, `w = e_j·c` with an integer code `|c| ≤ c_max` and a stretch `k`: Q3_K
+//!   (`c = q - 4·!hbit`, `e_j = fl(d·(sc_j - 32))`, sets of 16; `c_max` 4, `k` 32), IQ4_NL and
+//!   IQ4_XS (`c` = `kvalues_iq4nl[q]` in -127..=113, `e_j = d` or `fl(d·(ls_j - 32))`; 127, 1),
+//!   IQ2_XXS, IQ2_XS, IQ2_S (`c` = ±8, ±25, ±43 from the grid and the signs, `e_j` = ggml's `db`;
+//!   43, 3), IQ3_XXS (±4..=±62; 62, 3), IQ3_S (±1..=±15; 15, 9), IQ1_S, IQ1_M (`c = 8·(grid ±
+//!   1/8)` in ±1, ±7, ±9, `e_j` = ggml's `dl`/8; 9, 15). With `E_n = max_j |e_j|` and `U =
+//!   fl(127·2¹⁵/(k·c_max))`: `s_n = fl(fl(c_max·E_n)/127)`, `m_j = clamp(rne(fl(e_j·fl(U/E_n))),
+//!   ±32767)`, `q8 = sat8((k·c·m_j + 2¹⁴) >> 15)` (`k` the smallest with `U ≤ 32768`; IQ4's
+//!   32768 is clamped as Q8_0's);
+//! - MXFP4, `w = c·2^(x_j - 128)` with `c` = `kvalues_mxfp4[q]` (±12 at most) and an E8M0 byte
+//!   `x_j`: `s_n = 2^(x_max - 128)/8`, `m_j = rne(2^(14 + x_j - x_max))`, `q8 = sat8((16·c·m_j +
+//!   2¹⁴) >> 15)`, all exact powers of two: blocks within three binades of the row's largest come
+//!   through exactly.
+//!
+//! The codebook types' codes come from their grid entries (`quant::grids`) and signs: integers
+//! from the block to int8, as every other type's.
+//!
 //! **Special rows.** A row whose scales are all zero (`M_n = 0` or `E_n = 0`) gets `s_n = 0` and
-//! all-zero weights. A NaN or infinite fp16 scale is an error, [`InflateError::NonFiniteScale`].
+//! all-zero weights. A NaN or infinite fp16 scale is an error, [`InflateError::NonFiniteScale`];
+//! so is MXFP4's E8M0 255 (NaN to ggml's validation).
 //! Padding channels (`n..pad(n)`) get zero weights and scale 0, padding depth (`k..pad(k)`) zero
 //! weights. Subnormal fp16 scales are ordinary finite values (f16→f32 is exact).
 //!
@@ -232,7 +255,7 @@ struct TileInflater {
 impl TileInflater {
     fn new(isa: Isa, w: &ExpertWeights, tiles: &Tiles) -> TileInflater {
         TileInflater {
-            scan: scan_tile(isa),
+            scan: scan_tile(isa, w.ty),
             kernel: tile_kernel(isa, w.ty, tiles.b_n),
             params: TileParams::new(w.ty, w.k, tiles.b_n),
             b_n: tiles.b_n,
@@ -438,7 +461,7 @@ fn check(
 
 /// Checks the weights alone (type, whole blocks, stride, length); returns a row's bytes.
 fn check_weights(w: &ExpertWeights) -> Result<usize, InflateError> {
-    if !GgmlType::QUANTIZED.contains(&w.ty) {
+    if !GgmlType::QUANTIZED.contains(&w.ty) && !GgmlType::SCALAR_ONLY.contains(&w.ty) {
         return Err(InflateError::UnsupportedType(w.ty));
     }
     let row_bytes =
@@ -474,8 +497,12 @@ type TileKernel = fn(&[&[u8]], &TileParams, &mut Tile, usize);
 /// the tile, block) of the first non-finite scale.
 type ScanTile = fn(&mut TileParams, &[&[u8]], &mut [f32]) -> Result<(), (usize, usize)>;
 
-/// The kernel for `ty` on `isa`, for tiles of `b_n` rows.
+/// The kernel for `ty` on `isa`, for tiles of `b_n` rows ([`GgmlType::SCALAR_ONLY`]: the scalar
+/// one on every path).
 fn tile_kernel(isa: Isa, ty: GgmlType, b_n: usize) -> TileKernel {
+    if GgmlType::SCALAR_ONLY.contains(&ty) {
+        return scalar::tile_kernel(ty);
+    }
     #[cfg(target_arch = "x86_64")]
     if let Some(k) = x86::tile_kernel(isa, ty, b_n) {
         return k;
@@ -488,8 +515,12 @@ fn tile_kernel(isa: Isa, ty: GgmlType, b_n: usize) -> TileKernel {
     scalar::tile_kernel(ty)
 }
 
-/// The tile scan built for `isa` (the same code, vectorized for the path's instruction set).
-fn scan_tile(isa: Isa) -> ScanTile {
+/// The tile scan built for `isa` (the same code, vectorized for the path's instruction set;
+/// [`GgmlType::SCALAR_ONLY`]: the scalar one).
+fn scan_tile(isa: Isa, ty: GgmlType) -> ScanTile {
+    if GgmlType::SCALAR_ONLY.contains(&ty) {
+        return scalar::scan_tile;
+    }
     #[cfg(target_arch = "x86_64")]
     if let Some(s) = x86::scan_tile(isa) {
         return s;

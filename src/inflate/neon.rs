@@ -39,7 +39,7 @@ pub(super) fn tile_kernel(isa: Isa, ty: GgmlType) -> Option<TileKernel> {
         GgmlType::Q8_0 => neon!(q8_0),
         GgmlType::Q4_K => neon!(q4_k),
         GgmlType::Q6_K => neon!(q6_k),
-        GgmlType::F32 | GgmlType::F16 => return None,
+        _ => return None,
     })
 }
 

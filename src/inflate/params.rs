@@ -5,8 +5,11 @@
 //! implement in explicit vector code: the kernel modules call [`TileParams::prepare`] from
 //! functions compiled for their instruction set.
 
+mod sets;
+
 use super::tile::RowMajor;
 use crate::quant::{GgmlType, K_SCALE_SIZE, QK_K};
+use sets::Sets;
 
 /// The parameters of one N-tile's rows, row by row (run `r` of tile row `j` at `j·stride + r`),
 /// reused from tile to tile. Row by row, so that a row's scale fields need no transpose; each
@@ -36,7 +39,7 @@ struct Scratch {
     h0: Vec<u16>,
     /// Q4_1, Q4_K: the second fp16 field (`m`, `dmin`; only on the error path).
     h1: Vec<u16>,
-    /// Q6_K: `e` of each sub-block (two per run).
+    /// Q6_K: `e` of each sub-block (two per run); the rescale types of [`Sets`]: one row's `e`.
     e: Vec<f32>,
     /// Per row: the largest magnitude bits of its fp16 scale fields, then the largest value its
     /// blocks can encode (`M_n`, `E_n`: fp16 bits for the rescale of a block scale, binary32
@@ -59,10 +62,18 @@ pub(super) fn zero_point(ty: GgmlType) -> i32 {
 /// Q4_0 and Q5_0 build their 16-entry tables by the fixed-point rescale: entry `q` is
 /// `sat8((code_scale·c(q)·m_j + 2¹⁴) >> 15)`; `code_scale` stretches the codes (-8..8, -16..16)
 /// to span -128..128, so `m_j ≈ f_j·2¹⁵/code_scale` uses the full 16 bits.
+///
+/// The rescale types of [`Sets`] stretch their codes (`|c| ≤ c_max`) by the smallest `k` that keeps
+/// their multipliers within 16 bits (`127·2¹⁵/(k·c_max) ≤ 32767`, or 32768 clamped as Q8_0's),
+/// so that `k·c_max` is close to 128; MXFP4's `16·12 = 192` with power-of-two multipliers.
 pub(super) fn code_scale(ty: GgmlType) -> i32 {
     match ty {
-        GgmlType::Q4_0 => 16,
+        GgmlType::Q4_0 | GgmlType::MXFP4 => 16,
         GgmlType::Q5_0 => 8,
+        GgmlType::Q3_K => 32,
+        GgmlType::IQ2_XXS | GgmlType::IQ2_XS | GgmlType::IQ2_S | GgmlType::IQ3_XXS => 3,
+        GgmlType::IQ3_S => 9,
+        GgmlType::IQ1_S | GgmlType::IQ1_M => 15,
         _ => 1,
     }
 }
@@ -87,24 +98,32 @@ impl TileParams {
     /// Parameters for tiles of `rows` rows of `k` weights of `ty`.
     pub fn new(ty: GgmlType, k: usize, rows: usize) -> TileParams {
         let stride = k / 32;
+        let sets = Sets::of(ty);
         let table = matches!(ty, GgmlType::Q4_1 | GgmlType::Q4_K);
         let tile = |used: bool, n: usize| if used { n * rows } else { 0 };
-        let m = match ty {
-            GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => stride,
-            GgmlType::Q6_K => 2 * stride,
-            _ => 0,
+        // Per run: multipliers, `[f, g]` pairs; `e` per tile (Q6_K) or for one row (the rescale
+        // types of `Sets`, whose scan goes row by row).
+        let (m, fg, e) = match sets {
+            Some(s) if matches!(s.method, sets::Method::Table { .. }) => (0, s.per_run, 0),
+            Some(s) => (s.per_run, 0, s.per_run * stride),
+            None => match ty {
+                GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => (1, 0, 0),
+                GgmlType::Q6_K => (2, 0, 2 * stride * rows),
+                GgmlType::Q4_1 | GgmlType::Q4_K => (0, 1, 0),
+                _ => (0, 0, 0),
+            },
         };
         TileParams {
             ty,
             stride,
-            m: vec![0; m * rows],
-            fg: vec![[0.0; 2]; tile(table, stride)],
+            m: vec![0; m * stride * rows],
+            fg: vec![[0.0; 2]; fg * stride * rows],
             scaled: true,
             scratch: Scratch {
                 rows,
-                h0: vec![0; tile(true, stride)],
+                h0: vec![0; tile(sets.is_none(), stride)],
                 h1: vec![0; tile(table, stride)],
-                e: vec![0.0; tile(ty == GgmlType::Q6_K, 2 * stride)],
+                e: vec![0.0; e],
                 largest_half: vec![0; rows],
                 top: vec![0; rows],
                 factor: vec![0.0; rows],
@@ -134,6 +153,14 @@ impl TileParams {
         assert!(self.scaled, "fg of a tile prepared unscaled");
         RowMajor {
             items: &self.fg,
+            stride: self.stride,
+        }
+    }
+
+    /// Q2_K: the `[f_j, g_j]` of each run's two halves.
+    pub fn fg_pairs(&self) -> RowMajor<'_, [[f32; 2]; 2]> {
+        RowMajor {
+            items: self.fg.as_chunks().0,
             stride: self.stride,
         }
     }
@@ -192,6 +219,9 @@ impl TileParams {
         scales: &mut [f32],
         scale_fg: bool,
     ) -> Result<(), (usize, usize)> {
+        if let Some(sets) = Sets::of(self.ty) {
+            return sets::prepare(self, sets, rows, scales);
+        }
         let (ty, stride, n) = (self.ty, self.stride, rows.len());
         self.scaled = scale_fg;
         let sc = &mut self.scratch;
@@ -230,7 +260,9 @@ impl TileParams {
                     ops.multipliers(e, unit, m);
                 }
             }
-            GgmlType::F32 | GgmlType::F16 => unreachable!("checked by the caller"),
+            _ => {
+                unreachable!("F32, F16: checked by the caller; the types of `Sets`: their own scan")
+            }
         }
         scales[..n].copy_from_slice(&sc.scale[..n]);
         Ok(())
@@ -279,7 +311,9 @@ impl Scratch {
                 let e = self.e.chunks_exact_mut(2 * stride);
                 each_row!(e, |r, e| ops.q6_k_values(r, e))
             }
-            GgmlType::F32 | GgmlType::F16 => unreachable!("checked by the caller"),
+            _ => {
+                unreachable!("F32, F16: checked by the caller; the types of `Sets`: their own scan")
+            }
         }
     }
 
@@ -329,7 +363,9 @@ impl Scratch {
                     *s = 32.0 * e_max / 127.0;
                 }
             }
-            GgmlType::F32 | GgmlType::F16 => unreachable!("checked by the caller"),
+            _ => {
+                unreachable!("F32, F16: checked by the caller; the types of `Sets`: their own scan")
+            }
         }
     }
 
@@ -506,11 +542,17 @@ pub(super) fn table_value(c: i32, f: f32, g: f32) -> f32 {
     c as f32 * f + g
 }
 
-/// Largest `|w|` over the codes 0..=15 of a Q4_1/Q4_K block, `w = fl(fl(q·a) + b)`: `w` is
-/// monotonic in `q`, so it is `|w|` at one end.
+/// Largest `|w|` over the codes 0..=15 of a Q4_1/Q4_K block, `w = fl(fl(q·a) + b)`.
 #[inline(always)]
 pub(super) fn table_block_max(a: f32, b: f32) -> f32 {
-    larger(b.abs(), (15.0 * a + b).abs())
+    table_set_max(a, b, 15.0)
+}
+
+/// Largest `|w|` over the codes `0..=top` of a set, `w = fl(fl(q·a) + b)`: `w` is monotonic in
+/// `q`, so it is `|w|` at one end.
+#[inline(always)]
+pub(super) fn table_set_max(a: f32, b: f32, top: f32) -> f32 {
+    larger(b.abs(), (top * a + b).abs())
 }
 
 /// All eight 6-bit scales and mins of a Q4_K super-block at once, with 32-bit word operations
@@ -559,48 +601,4 @@ pub(super) fn finite_half_to_f32(h: u16) -> f32 {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::quant::fp16::f16_to_f32;
-    use crate::quant::q4k_scale_min;
-
-    #[test]
-    fn finite_half_conversion_is_exact() {
-        for h in (0..=u16::MAX).filter(|h| h & 0x7c00 != 0x7c00) {
-            assert_eq!(
-                finite_half_to_f32(h).to_bits(),
-                f16_to_f32(h).to_bits(),
-                "{h:#06x}"
-            );
-        }
-    }
-
-    #[test]
-    fn q4k_scales_mins_agrees_with_the_reference_decoder() {
-        let mut rng = crate::testutil::Rng::new(9);
-        for _ in 0..1000 {
-            let mut packed = [0u8; K_SCALE_SIZE];
-            rng.fill_bytes(&mut packed);
-            let (sc, mn) = q4k_scales_mins(&packed);
-            for j in 0..8 {
-                assert_eq!(
-                    (sc[j], mn[j]),
-                    q4k_scale_min(j, &packed),
-                    "{packed:?} sub-block {j}"
-                );
-            }
-        }
-    }
-
-    #[test]
-    fn rne_i32_rounds_half_to_even() {
-        let mut rng = crate::testutil::Rng::new(3);
-        let fixed = [
-            0.5f32, 1.5, 2.5, -0.5, -1.5, 3.49, -3.51, 32767.5, 32768.4, -0.0, 127.5,
-        ];
-        let random = (0..10_000).map(|_| rng.uniform(-40_000.0, 40_000.0));
-        for x in fixed.into_iter().chain(random) {
-            assert_eq!(rne_i32(x), x.round_ties_even() as i32, "{x}");
-        }
-    }
-}
+mod tests;

@@ -66,18 +66,36 @@ fn q8_0_maximal_block_is_copied_exactly() {
     }
 }
 
+/// Every type the inflate takes.
+fn inflatable() -> impl Iterator<Item = GgmlType> {
+    GgmlType::QUANTIZED.into_iter().chain(GgmlType::SCALAR_ONLY)
+}
+
 #[test]
-fn zero_row_gives_zero_scale_and_weights_and_nan_is_an_error() {
-    for ty in GgmlType::QUANTIZED {
+fn zero_row_gives_zero_weights_and_nan_is_an_error() {
+    for ty in inflatable() {
         let k = ty.block_elems();
         let row = vec![0u8; ty.row_bytes(k).unwrap()];
         let (q, s) = inflate_one_row(ty, &row, k);
-        assert_eq!(s, 0.0, "{ty:?}");
+        // MXFP4 has no zero scale: its smallest, 2^-128, gives s_n = 2^-131.
+        let zero_scale = if ty == GgmlType::MXFP4 {
+            2f32.powi(-131)
+        } else {
+            0.0
+        };
+        assert_eq!(s, zero_scale, "{ty:?}");
         assert!(q.iter().all(|&x| x == 0), "{ty:?}");
 
         let mut bad = vec![0u8; ty.row_bytes(2 * k).unwrap()];
-        let at = ty.block_bytes() + crate::testutil::half_offsets(ty)[0];
-        bad[at..at + 2].copy_from_slice(&0x7e00u16.to_le_bytes());
+        let second = &mut bad[ty.block_bytes()..];
+        match ty {
+            GgmlType::IQ1_M => crate::testutil::set_iq1m_scale(second, 0x7e00),
+            GgmlType::MXFP4 => second[0] = 0xff,
+            _ => {
+                let at = crate::testutil::half_offsets(ty)[0];
+                second[at..at + 2].copy_from_slice(&0x7e00u16.to_le_bytes());
+            }
+        }
         let w = ExpertWeights {
             ty,
             data: &bad,
@@ -96,93 +114,78 @@ fn zero_row_gives_zero_scale_and_weights_and_nan_is_an_error() {
     }
 }
 
-/// Found by fuzzing (fuzz/ decode): K = 0 divided by a zero tile depth.
 #[test]
-fn zero_depth_gives_zero_scales_on_every_path() {
-    let t = Tiles::RK3588;
-    for isa in Isa::available() {
-        for ty in GgmlType::QUANTIZED {
-            let w = ExpertWeights {
-                ty,
-                data: &[],
-                row_stride: 0,
-                n: 3,
-                k: 0,
-            };
-            let mut s = vec![9f32; 32];
-            inflate_expert_with(isa, &w, &t, &mut [], &mut s).unwrap();
-            assert!(s.iter().all(|&x| x == 0.0), "{isa:?} {ty:?}");
-        }
+fn mxfp4_codes_are_exact_within_three_binades_of_the_row_maximum() {
+    // Blocks at 2^-1, 2^-2, 2^-4, 2^-5 (E8M0 127, 126, 124, 123), every code in each.
+    let mut row = Vec::new();
+    for e in [127u8, 126, 124, 123] {
+        row.push(e);
+        row.extend((0..16u8).map(|j| j | ((15 - j) << 4)));
+    }
+    let (q, s) = inflate_one_row(GgmlType::MXFP4, &row, 128);
+    assert_eq!(s, 0.5 / 8.0);
+    let kv = crate::quant::grids::KVALUES_MXFP4;
+    for j in 0..16 {
+        let (lo, hi) = (kv[j] as i32, kv[15 - j] as i32);
+        assert_eq!(
+            (q[j] as i32, q[j + 16] as i32),
+            (8 * lo, 8 * hi),
+            "code {j}"
+        );
+        assert_eq!(q[32 + j] as i32, 4 * lo, "code {j}");
+        assert_eq!(q[64 + j] as i32, lo, "code {j}");
+        // Four binades down: half the code, rounded half up (the fixed-point multiply).
+        assert_eq!(q[96 + j] as i32, (lo + 1).div_euclid(2), "code {j}");
     }
 }
 
 #[test]
-fn dequantize_column_is_the_column_of_dequantize_row() {
-    let (k, n) = (512, 5);
-    for ty in GgmlType::QUANTIZED {
-        let rb = ty.row_bytes(k).unwrap();
-        let data = crate::testutil::Rng::new(6).blocks(ty, n * k / ty.block_elems(), 0.05);
-        let w = ExpertWeights {
-            ty,
-            data: &data,
-            row_stride: rb,
-            n,
-            k,
-        };
-        let mut rows = vec![0f32; n * k];
-        for (r, out) in rows.chunks_exact_mut(k).enumerate() {
-            crate::quant::dequantize_row(ty, &data[r * rb..(r + 1) * rb], out).unwrap();
-        }
-        let mut col = vec![0f32; n];
-        for c in [0, 31, 300, 511] {
-            w.dequantize_column(c, &mut col).unwrap();
-            for r in 0..n {
-                assert_eq!(
-                    col[r].to_bits(),
-                    rows[r * k + c].to_bits(),
-                    "{} ({r},{c})",
-                    ty.name()
-                );
-            }
-        }
-        assert!(w.dequantize_column(k, &mut col).is_err());
-        let short = ExpertWeights {
-            data: &data[..data.len() - 1],
-            ..w
-        };
-        assert!(short.dequantize_column(0, &mut col).is_err());
+fn iq4_nl_maximal_block_keeps_its_codes() {
+    let mut row = Vec::new();
+    for d in [0.5f32, -0.25] {
+        row.extend(f32_to_f16(d).to_le_bytes());
+        row.extend((0..16u8).map(|j| j | ((15 - j) << 4)));
+    }
+    let (q, s) = inflate_one_row(GgmlType::IQ4_NL, &row, 64);
+    assert_eq!(s, 0.5);
+    let kv = crate::quant::grids::KVALUES_IQ4NL;
+    for j in 0..16 {
+        assert_eq!(q[j], kv[j], "code {j}");
+        assert_eq!(q[16 + j], kv[15 - j], "code {j}");
+        // Half the scale, negative: -kv/2 rounded half up.
+        assert_eq!(
+            q[32 + j] as i32,
+            (-(kv[j] as i32) + 1).div_euclid(2),
+            "code {j}"
+        );
     }
 }
 
 #[test]
-fn dequantize_columns_are_the_single_columns() {
-    // 37 rows: not whole blocks of 16 rows; a row stride beyond the row's bytes.
-    let (k, n) = (512, 37);
-    let channels = [0usize, 5, 31, 32, 300, 301, 511];
-    for ty in GgmlType::QUANTIZED {
-        let rb = ty.row_bytes(k).unwrap();
-        let stride = rb + ty.block_bytes();
-        let data = crate::testutil::Rng::new(11).blocks(ty, n * stride / ty.block_bytes(), 0.05);
-        let w = ExpertWeights {
-            ty,
-            data: &data,
-            row_stride: stride,
-            n,
-            k,
-        };
-        let mut cols = vec![0f32; channels.len() * n];
-        w.dequantize_columns(&channels, &mut cols).unwrap();
-        let mut col = vec![0f32; n];
-        for (i, &c) in channels.iter().enumerate() {
-            w.dequantize_column(c, &mut col).unwrap();
-            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-            assert_eq!(bits(&cols[i * n..(i + 1) * n]), bits(&col), "{ty:?} {c}");
-        }
-        assert!(w.dequantize_columns(&[k], &mut cols).is_err());
-        let short = ExpertWeights {
-            data: &data[..(n - 1) * stride + rb - 1],
-            ..w
-        };
-        assert!(short.dequantize_columns(&channels, &mut cols).is_err());
-    }
+fn iq2_xxs_codes_scale_to_the_int8_range() {
+    // One super-block, d = 1. Sub-block 0 at the largest scale (15), no signs, groups on grid
+    // entries 1 (magnitudes 43, 8, ..., 8), 2 (25, 25, 8, ..., 8), 0, 0 (all 8); sub-block 1
+    // the same at scale 7 with every sign set.
+    let mut blk = [0u8; 66];
+    blk[..2].copy_from_slice(&f32_to_f16(1.0).to_le_bytes());
+    assert_eq!(crate::quant::grids::IQ2XXS_GRID[1], 0x0808_0808_0808_082b);
+    assert_eq!(crate::quant::grids::IQ2XXS_GRID[2], 0x0808_0808_0808_1919);
+    blk[2..6].copy_from_slice(&[1, 2, 0, 0]);
+    blk[6..10].copy_from_slice(&(15u32 << 28).to_le_bytes());
+    blk[10..14].copy_from_slice(&[1, 2, 0, 0]);
+    // Sign index 127 in each group (the eighth sign is the parity: all eight set).
+    blk[14..18].copy_from_slice(&((7u32 << 28) | 0x0fff_ffff).to_le_bytes());
+    let (q, s) = inflate_one_row(GgmlType::IQ2_XXS, &blk, 256);
+    // E_n = 1·15.5/4, s_n = 43·E_n/127; the largest code maps to 127.
+    assert_eq!(s, 43.0 * 3.875 / 127.0);
+    // m = rne(32260.2) = 32260 and (3c·m + 2^14) >> 15: 127, 74, 24 for c = 43, 25, 8.
+    assert_eq!(
+        q[..16],
+        [127, 24, 24, 24, 24, 24, 24, 24, 74, 74, 24, 24, 24, 24, 24, 24]
+    );
+    assert!(q[16..32].iter().all(|&x| x == 24));
+    // Scale 7.5/15.5: m = rne(32260.2·7.5/15.5) = 15610, every code negative.
+    let expect = |c: i32| ((3 * -c * 15610 + (1 << 14)) >> 15) as i8;
+    assert_eq!(q[32..40], [43, 8, 8, 8, 8, 8, 8, 8].map(expect));
+    assert_eq!(q[40..48], [25, 25, 8, 8, 8, 8, 8, 8].map(expect));
 }

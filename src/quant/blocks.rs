@@ -30,9 +30,46 @@ pub trait Block: Copy + Sized {
 }
 
 #[inline]
-fn half(bits: [u8; 2]) -> f32 {
+pub(super) fn half(bits: [u8; 2]) -> f32 {
     f16_to_f32(u16::from_le_bytes(bits))
 }
+
+/// Declares a block struct of byte-array fields in ggml's order (multi-byte fields as their
+/// little-endian bytes), its size checked against ggml's (`$bytes`) at compile time, with
+/// `read_fields` and `write_fields` for [`Block::read`] and [`Block::write`].
+macro_rules! byte_block {
+    (
+        $(#[$attr:meta])*
+        $name:ident, $bytes:literal {
+            $($(#[$field_attr:meta])* $field:ident: $n:expr,)*
+        }
+    ) => {
+        $(#[$attr])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        #[repr(C)]
+        pub struct $name {
+            $($(#[$field_attr])* pub $field: [u8; $n],)*
+        }
+
+        const _: () = assert!(size_of::<$name>() == $bytes);
+
+        impl $name {
+            fn read_fields(b: &[u8]) -> Self {
+                let mut at = 0;
+                $(let $field = $crate::quant::blocks::arr::<{ $n }>(b, at); at += $n;)*
+                let _ = at;
+                $name { $($field,)* }
+            }
+
+            fn write_fields(&self, out: &mut [u8]) {
+                let mut at = 0;
+                $(out[at..at + $n].copy_from_slice(&self.$field); at += $n;)*
+                let _ = at;
+            }
+        }
+    };
+}
+pub(super) use byte_block;
 
 /// `block_q4_0`: 32 weights `d * (nibble - 8)`; low nibbles are weights 0..16, high ones 16..32.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -58,6 +95,16 @@ pub struct BlockQ5_0 {
     pub d: [u8; 2],
     pub qh: [u8; 4],
     pub qs: [u8; 16],
+}
+
+byte_block! {
+    /// `block_q5_1`: 32 weights `d * q5 + m`, the fifth bits of all 32 in `qh` (little-endian u32).
+    BlockQ5_1, 24 {
+        d: 2,
+        m: 2,
+        qh: 4,
+        qs: 16,
+    }
 }
 
 /// `block_q8_0`: 32 weights `d * q`.
@@ -111,7 +158,7 @@ pub fn q4k_scale_min(j: usize, q: &[u8; K_SCALE_SIZE]) -> (u8, u8) {
     }
 }
 
-fn arr<const N: usize>(b: &[u8], at: usize) -> [u8; N] {
+pub(super) fn arr<const N: usize>(b: &[u8], at: usize) -> [u8; N] {
     b[at..at + N].try_into().expect("slice of length N")
 }
 
@@ -201,6 +248,32 @@ impl Block for BlockQ5_0 {
             let x1 = ((self.qs[j] as u32 >> 4) | xh1) as i32 - 16;
             y[j] = x0 as f32 * d;
             y[j + 16] = x1 as f32 * d;
+        }
+    }
+}
+
+impl Block for BlockQ5_1 {
+    const TYPE: GgmlType = GgmlType::Q5_1;
+    const ELEMS: usize = QK32;
+    const BYTES: usize = 24;
+
+    fn read(b: &[u8]) -> Self {
+        Self::read_fields(b)
+    }
+    fn write(&self, out: &mut [u8]) {
+        self.write_fields(out)
+    }
+    fn dequantize(&self, y: &mut [f32]) {
+        let d = half(self.d);
+        let m = half(self.m);
+        let qh = u32::from_le_bytes(self.qh);
+        for j in 0..16 {
+            let xh0 = ((qh >> j) << 4) & 0x10;
+            let xh1 = (qh >> (j + 12)) & 0x10;
+            let x0 = (self.qs[j] as u32 & 0x0f) | xh0;
+            let x1 = (self.qs[j] as u32 >> 4) | xh1;
+            y[j] = x0 as f32 * d + m;
+            y[j + 16] = x1 as f32 * d + m;
         }
     }
 }

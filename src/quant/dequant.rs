@@ -1,6 +1,9 @@
 //! Row-level reference dequantization.
 
 use super::blocks::*;
+use super::codebooks::*;
+use super::kquants::*;
+use super::nonlinear::*;
 use super::{GgmlType, QuantError};
 
 /// Dequantizes one row of `B` blocks (`bytes`) into `out` (`out.len()` weights).
@@ -36,12 +39,27 @@ pub fn dequantize_row(ty: GgmlType, bytes: &[u8], out: &mut [f32]) -> Result<(),
         GgmlType::Q8_0 => dequantize_blocks::<BlockQ8_0>(bytes, out),
         GgmlType::Q4_K => dequantize_blocks::<BlockQ4K>(bytes, out),
         GgmlType::Q6_K => dequantize_blocks::<BlockQ6K>(bytes, out),
+        GgmlType::Q5_1 => dequantize_blocks::<BlockQ5_1>(bytes, out),
+        GgmlType::Q2_K => dequantize_blocks::<BlockQ2K>(bytes, out),
+        GgmlType::Q3_K => dequantize_blocks::<BlockQ3K>(bytes, out),
+        GgmlType::Q5_K => dequantize_blocks::<BlockQ5K>(bytes, out),
+        GgmlType::IQ2_XXS => dequantize_blocks::<BlockIq2Xxs>(bytes, out),
+        GgmlType::IQ2_XS => dequantize_blocks::<BlockIq2Xs>(bytes, out),
+        GgmlType::IQ2_S => dequantize_blocks::<BlockIq2S>(bytes, out),
+        GgmlType::IQ3_XXS => dequantize_blocks::<BlockIq3Xxs>(bytes, out),
+        GgmlType::IQ3_S => dequantize_blocks::<BlockIq3S>(bytes, out),
+        GgmlType::IQ1_S => dequantize_blocks::<BlockIq1S>(bytes, out),
+        GgmlType::IQ1_M => dequantize_blocks::<BlockIq1M>(bytes, out),
+        GgmlType::IQ4_NL => dequantize_blocks::<BlockIq4Nl>(bytes, out),
+        GgmlType::IQ4_XS => dequantize_blocks::<BlockIq4Xs>(bytes, out),
+        GgmlType::MXFP4 => dequantize_blocks::<BlockMxfp4>(bytes, out),
     }
 }
 
 /// Weight `i` of one block of `ty` (`block` at least one block long, `i < ty.block_elems()`),
-/// with the same operations as [`dequantize_row`], so the same bits: one weight without
-/// dequantizing the whole block (a few operations instead of 32 or 256).
+/// with the same operations as [`dequantize_row`], so the same bits: for the types the engine
+/// takes ([`GgmlType::QUANTIZED`]) one weight without dequantizing the whole block (a few
+/// operations instead of 32 or 256); the others dequantize the block and pick the weight.
 #[inline]
 pub fn dequantize_element(ty: GgmlType, block: &[u8], i: usize) -> f32 {
     let half = |at: usize| super::fp16::f16_to_f32(u16::from_le_bytes([block[at], block[at + 1]]));
@@ -83,6 +101,12 @@ pub fn dequantize_element(ty: GgmlType, block: &[u8], i: usize) -> f32 {
             let c = (lo | (hi << 4)) as i32 - 32;
             let sc = block[192 + h * 8 + l / 16 + 2 * quarter] as i8;
             half(208) * sc as f32 * c as f32
+        }
+        _ => {
+            let mut weights = [0f32; QK_K];
+            let weights = &mut weights[..ty.block_elems()];
+            dequantize_row(ty, &block[..ty.block_bytes()], weights).expect("one whole block");
+            weights[i]
         }
     }
 }
@@ -136,7 +160,7 @@ mod tests {
     #[test]
     fn dequantize_element_is_dequantize_row_bit_for_bit() {
         let mut rng = crate::testutil::Rng::new(12);
-        for ty in GgmlType::QUANTIZED {
+        for ty in GgmlType::QUANTIZED.into_iter().chain(GgmlType::SCALAR_ONLY) {
             let k = 2 * ty.block_elems();
             let bytes = rng.blocks(ty, 2, 0.05);
             let mut row = vec![0f32; k];

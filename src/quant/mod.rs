@@ -7,12 +7,19 @@
 //! with it bit for bit (proved against vectors from ggml's reference in `tests/quant_vectors.rs`).
 
 mod blocks;
+mod codebooks;
 mod dequant;
 pub mod fp16;
+pub mod grids;
+mod kquants;
+mod nonlinear;
 pub mod vec_dot;
 
 pub use blocks::*;
+pub use codebooks::*;
 pub use dequant::*;
+pub use kquants::*;
+pub use nonlinear::*;
 
 /// The GGML tensor types this crate understands, with ggml's numbering (`enum ggml_type`).
 // ggml's own spelling (Q4_K, not Q4K) keeps names greppable against ggml's source.
@@ -25,13 +32,28 @@ pub enum GgmlType {
     Q4_0 = 2,
     Q4_1 = 3,
     Q5_0 = 6,
+    Q5_1 = 7,
     Q8_0 = 8,
+    Q2_K = 10,
+    Q3_K = 11,
     Q4_K = 12,
+    Q5_K = 13,
     Q6_K = 14,
+    IQ2_XXS = 16,
+    IQ2_XS = 17,
+    IQ3_XXS = 18,
+    IQ1_S = 19,
+    IQ4_NL = 20,
+    IQ3_S = 21,
+    IQ2_S = 22,
+    IQ4_XS = 23,
+    IQ1_M = 29,
+    MXFP4 = 39,
 }
 
 impl GgmlType {
-    /// Every quantized type that expert weights may come in and that [`crate::inflate`] handles.
+    /// The quantized types the engine takes: every kernel path and layout of [`crate::inflate`]
+    /// handles them.
     pub const QUANTIZED: [GgmlType; 6] = [
         GgmlType::Q4_0,
         GgmlType::Q4_1,
@@ -39,6 +61,52 @@ impl GgmlType {
         GgmlType::Q8_0,
         GgmlType::Q4_K,
         GgmlType::Q6_K,
+    ];
+
+    /// The other quantized types llama-quantize's presets store: a reference dequantization and
+    /// the scalar inflate ([`crate::inflate::inflate_expert_with`] on any path runs the scalar
+    /// kernel), but no SIMD kernels or repacked readers, so the engine declines them.
+    pub const SCALAR_ONLY: [GgmlType; 14] = [
+        GgmlType::Q5_1,
+        GgmlType::Q2_K,
+        GgmlType::Q3_K,
+        GgmlType::Q5_K,
+        GgmlType::IQ2_XXS,
+        GgmlType::IQ2_XS,
+        GgmlType::IQ3_XXS,
+        GgmlType::IQ1_S,
+        GgmlType::IQ4_NL,
+        GgmlType::IQ3_S,
+        GgmlType::IQ2_S,
+        GgmlType::IQ4_XS,
+        GgmlType::IQ1_M,
+        GgmlType::MXFP4,
+    ];
+
+    /// Every type this crate knows, in ggml's order.
+    pub const ALL: [GgmlType; 22] = [
+        GgmlType::F32,
+        GgmlType::F16,
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q5_0,
+        GgmlType::Q5_1,
+        GgmlType::Q8_0,
+        GgmlType::Q2_K,
+        GgmlType::Q3_K,
+        GgmlType::Q4_K,
+        GgmlType::Q5_K,
+        GgmlType::Q6_K,
+        GgmlType::IQ2_XXS,
+        GgmlType::IQ2_XS,
+        GgmlType::IQ3_XXS,
+        GgmlType::IQ1_S,
+        GgmlType::IQ4_NL,
+        GgmlType::IQ3_S,
+        GgmlType::IQ2_S,
+        GgmlType::IQ4_XS,
+        GgmlType::IQ1_M,
+        GgmlType::MXFP4,
     ];
 
     /// Maps ggml's type id; `None` for types this crate does not know (the caller declines them).
@@ -49,9 +117,23 @@ impl GgmlType {
             2 => GgmlType::Q4_0,
             3 => GgmlType::Q4_1,
             6 => GgmlType::Q5_0,
+            7 => GgmlType::Q5_1,
             8 => GgmlType::Q8_0,
+            10 => GgmlType::Q2_K,
+            11 => GgmlType::Q3_K,
             12 => GgmlType::Q4_K,
+            13 => GgmlType::Q5_K,
             14 => GgmlType::Q6_K,
+            16 => GgmlType::IQ2_XXS,
+            17 => GgmlType::IQ2_XS,
+            18 => GgmlType::IQ3_XXS,
+            19 => GgmlType::IQ1_S,
+            20 => GgmlType::IQ4_NL,
+            21 => GgmlType::IQ3_S,
+            22 => GgmlType::IQ2_S,
+            23 => GgmlType::IQ4_XS,
+            29 => GgmlType::IQ1_M,
+            39 => GgmlType::MXFP4,
             _ => return None,
         })
     }
@@ -69,16 +151,29 @@ impl GgmlType {
             GgmlType::Q4_1 => "q4_1",
             GgmlType::Q5_0 => "q5_0",
             GgmlType::Q8_0 => "q8_0",
+            GgmlType::Q5_1 => "q5_1",
+            GgmlType::Q2_K => "q2_K",
+            GgmlType::Q3_K => "q3_K",
             GgmlType::Q4_K => "q4_K",
+            GgmlType::Q5_K => "q5_K",
             GgmlType::Q6_K => "q6_K",
+            GgmlType::IQ2_XXS => "iq2_xxs",
+            GgmlType::IQ2_XS => "iq2_xs",
+            GgmlType::IQ3_XXS => "iq3_xxs",
+            GgmlType::IQ1_S => "iq1_s",
+            GgmlType::IQ4_NL => "iq4_nl",
+            GgmlType::IQ3_S => "iq3_s",
+            GgmlType::IQ2_S => "iq2_s",
+            GgmlType::IQ4_XS => "iq4_xs",
+            GgmlType::IQ1_M => "iq1_m",
+            GgmlType::MXFP4 => "mxfp4",
         }
     }
 
     /// Parses [`GgmlType::name`], case-insensitively.
     pub fn from_name(name: &str) -> Option<GgmlType> {
-        [GgmlType::F32, GgmlType::F16]
+        GgmlType::ALL
             .into_iter()
-            .chain(GgmlType::QUANTIZED)
             .find(|t| t.name().eq_ignore_ascii_case(name))
     }
 
@@ -86,8 +181,14 @@ impl GgmlType {
     pub fn block_elems(self) -> usize {
         match self {
             GgmlType::F32 | GgmlType::F16 => 1,
-            GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q8_0 => QK32,
-            GgmlType::Q4_K | GgmlType::Q6_K => QK_K,
+            GgmlType::Q4_0
+            | GgmlType::Q4_1
+            | GgmlType::Q5_0
+            | GgmlType::Q5_1
+            | GgmlType::Q8_0
+            | GgmlType::IQ4_NL
+            | GgmlType::MXFP4 => QK32,
+            _ => QK_K,
         }
     }
 
@@ -100,8 +201,22 @@ impl GgmlType {
             GgmlType::Q4_1 => size_of::<BlockQ4_1>(),
             GgmlType::Q5_0 => size_of::<BlockQ5_0>(),
             GgmlType::Q8_0 => size_of::<BlockQ8_0>(),
+            GgmlType::Q5_1 => size_of::<BlockQ5_1>(),
+            GgmlType::Q2_K => size_of::<BlockQ2K>(),
+            GgmlType::Q3_K => size_of::<BlockQ3K>(),
             GgmlType::Q4_K => size_of::<BlockQ4K>(),
+            GgmlType::Q5_K => size_of::<BlockQ5K>(),
             GgmlType::Q6_K => size_of::<BlockQ6K>(),
+            GgmlType::IQ2_XXS => size_of::<BlockIq2Xxs>(),
+            GgmlType::IQ2_XS => size_of::<BlockIq2Xs>(),
+            GgmlType::IQ3_XXS => size_of::<BlockIq3Xxs>(),
+            GgmlType::IQ1_S => size_of::<BlockIq1S>(),
+            GgmlType::IQ4_NL => size_of::<BlockIq4Nl>(),
+            GgmlType::IQ3_S => size_of::<BlockIq3S>(),
+            GgmlType::IQ2_S => size_of::<BlockIq2S>(),
+            GgmlType::IQ4_XS => size_of::<BlockIq4Xs>(),
+            GgmlType::IQ1_M => size_of::<BlockIq1M>(),
+            GgmlType::MXFP4 => size_of::<BlockMxfp4>(),
         }
     }
 
@@ -138,3 +253,21 @@ impl std::fmt::Display for QuantError {
 }
 
 impl std::error::Error for QuantError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_and_names_map_back_to_every_type() {
+        for ty in GgmlType::ALL {
+            assert_eq!(GgmlType::from_id(ty.id()), Some(ty));
+            assert_eq!(GgmlType::from_name(ty.name()), Some(ty));
+            assert_eq!(ty.row_bytes(ty.block_elems()), Some(ty.block_bytes()));
+        }
+        let known = (-1..64).filter_map(GgmlType::from_id).count();
+        assert_eq!(known, GgmlType::ALL.len());
+        let quantized = GgmlType::QUANTIZED.into_iter().chain(GgmlType::SCALAR_ONLY);
+        assert_eq!(quantized.count(), GgmlType::ALL.len() - 2);
+    }
+}

@@ -37,13 +37,14 @@ pub enum VecDotType {
 
 impl VecDotType {
     /// The activation type ggml pairs with weights of type `ty` (`vec_dot_type` of ggml-cpu's
-    /// type traits); `None` for F32/F16.
+    /// type traits); `None` for F32/F16 and the types without a dot product here (all but
+    /// [`GgmlType::QUANTIZED`]).
     pub fn for_weights(ty: GgmlType) -> Option<VecDotType> {
         match ty {
             GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => Some(VecDotType::Q8_0),
             GgmlType::Q4_1 => Some(VecDotType::Q8_1),
             GgmlType::Q4_K | GgmlType::Q6_K => Some(VecDotType::Q8K),
-            GgmlType::F32 | GgmlType::F16 => None,
+            _ => None,
         }
     }
 
@@ -226,7 +227,7 @@ pub fn vec_dot(ty: GgmlType, k: usize, w: &[u8], act: &[u8]) -> Result<f32, Quan
             sumf + s as f32 * (half(&x[..2]) * half(&y[..2]))
         }),
         GgmlType::Q4_K | GgmlType::Q6_K => vec_dot_k(ty, blocks),
-        GgmlType::F32 | GgmlType::F16 => unreachable!("no vec-dot type"),
+        _ => unreachable!("no vec-dot type"),
     })
 }
 

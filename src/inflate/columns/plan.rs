@@ -68,7 +68,7 @@ fn locate(src: &Source, slot: usize, e: usize) -> Column {
                 [4 * (quarter / 2) as u32, 2 * quarter as u32],
             )
         }
-        GgmlType::F32 | GgmlType::F16 => unreachable!("validated: a quantized type"),
+        _ => unreachable!("validated: a type the engine takes"),
     };
     Column {
         slot,
