@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# KL divergence against an F16 baseline (issue 13, item 4): for the tiny qwen3moe model and its
+# KL divergence against an F16 baseline: for the tiny qwen3moe model and its
 # --outliers variant (tools/make_tiny_qwen3moe.py), llama-perplexity --kl-divergence of plain ggml
 # (Q4_0, Q4_K_M) and of the library on the same files, each against the F16 model's logits.
 #

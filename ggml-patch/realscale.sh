@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# llama.cpp end to end at real scale (issue 10, item 7): a synthetic qwen3moe whose inflated experts exceed
+# llama.cpp end to end at real scale: a synthetic qwen3moe whose inflated experts exceed
 # the library's cache, llama-bench pp512 and tg128 plain against the library, interleaved.
 #
 #   ggml-patch/realscale.sh [path/to/libork_moe.so]   (or ORK_MOE_LIB=...; default target/release/libork_moe.so)

@@ -203,9 +203,9 @@ fn auto_takes_the_runtime_when_it_answers_else_the_emulator() {
     assert_eq!(auto(&one.path), BackendKind::Rknn);
 }
 
-// ---- issue 12: what only the real runtime decides, caught by the stand-in ----
-// Each test names the regression it catches: "today's code" is the backend before these fixes, a
-// "broken variant" a deliberate one-line break of the fix, run once to see the test fail.
+// ---- What only the real runtime decides, caught by the stand-in ----
+// Each test says which mistake of the backend it catches; each was seen to fail on a deliberate
+// break of the rule it guards.
 
 /// Two experts' weights in one B buffer and A at an offset, as the engine and the tests use them:
 /// every run_i8 then needs operands at offsets (B's per-core slices, A at 64, C's slices).
@@ -257,9 +257,9 @@ impl Offsets {
     }
 }
 
-/// Issue 12 fix 1. Fails on today's code (a view created and destroyed on every run: the import
-/// count grows with the runs) and on the broken variant that destroys a buffer before its views in
-/// `Mem::drop` (the stand-in reports a violation).
+/// A view of a buffer at an offset is imported once and reused: a view made and destroyed on
+/// every run makes the import count grow with the runs. A buffer destroyed before its views (in
+/// `Mem::drop`) is a violation the stand-in reports.
 #[test]
 fn views_are_made_once_per_buffer_and_offset_and_die_before_their_buffer() {
     let s = Standin::new(Sdk::V2_3, "");
@@ -305,9 +305,9 @@ fn views_are_made_once_per_buffer_and_offset_and_die_before_their_buffer() {
     assert_eq!(end.violations, 0, "no buffer died before its views");
 }
 
-/// Issue 12 fix 2. Fails on today's code: the three per-core runs bind the same A buffer on three
-/// contexts at once, which the stand-in (holding each binding 300 µs) reports as a violation and
-/// refuses. The broken variant without the process-wide bind lock fails the same way.
+/// Binding operands to contexts is serialized process-wide: three per-core runs binding the same A
+/// buffer on three contexts at once is a violation the stand-in (holding each binding 300 µs)
+/// reports and refuses.
 #[test]
 fn binding_is_serialized_and_only_runs_overlap() {
     let s = Standin::new(Sdk::V2_3, "bind_us=300");
@@ -328,8 +328,8 @@ fn binding_is_serialized_and_only_runs_overlap() {
     assert_eq!((n.violations, n.overlapping_binds), (0, 0), "{n:?}");
 }
 
-/// Issue 12 fix 3. Fails on today's code: `offset as i32` turns an operand at 2 GiB into a negative
-/// offset, which the stand-in refuses (the real runtime's behaviour is undocumented).
+/// An operand at 2 GiB or beyond is staged: `offset as i32` would turn it into a negative offset,
+/// which the stand-in refuses (the real runtime's behaviour is undocumented).
 #[test]
 fn operands_at_2_gib_and_beyond_are_staged_never_wrapped() {
     let s = Standin::new(Sdk::V2_3, "");
@@ -359,7 +359,8 @@ fn operands_at_2_gib_and_beyond_are_staged_never_wrapped() {
     );
 }
 
-/// Issue 12 fix 4. Fails on today's code, whose error only says "missing symbol rknn_create_mem2".
+/// A runtime without `rknn_create_mem2` is refused with the version found and the one needed,
+/// not a bare "missing symbol".
 #[test]
 fn an_old_runtime_is_refused_naming_the_version_found_and_needed() {
     let old = standin::build(Sdk::V1_6);
@@ -384,8 +385,8 @@ fn an_old_runtime_is_refused_naming_the_version_found_and_needed() {
     assert!(s.counters().shape_switches >= 5);
 }
 
-/// Issue 12 fix 5. Fails on today's code: every context creation sets a single-core mask, which a
-/// single-core chip refuses, so every GEMM fails.
+/// A single-core chip refuses a core mask: a backend that sets one on every context creation
+/// fails every GEMM there.
 #[test]
 fn a_single_core_chip_runs_everything_on_its_one_core() {
     let s = Standin::new(Sdk::V2_3, "cores=1");
@@ -417,7 +418,8 @@ fn a_single_core_chip_runs_everything_on_its_one_core() {
     );
 }
 
-/// Issue 12 fix 6. Fails on today's code, whose error is a bare "rknn_matmul_create failed with -1".
+/// No NPU device: the error names the library and the likely cause, not a bare
+/// "rknn_matmul_create failed with -1".
 #[test]
 fn no_npu_device_is_reported_with_the_library_and_the_likely_cause() {
     let s = Standin::new(Sdk::V2_3, "no_device=1");
@@ -434,7 +436,8 @@ fn no_npu_device_is_reported_with_the_library_and_the_likely_cause() {
     }
 }
 
-/// Issue 12 fix 7. Fails on today's code, which creates a context per (M, core): 3 × 40 here.
+/// Dynamic-shape contexts cover ranges of row counts: one context per (M, core) would be 3 × 40
+/// here.
 #[test]
 fn contexts_are_reused_across_row_counts() {
     let count = |dynamic_m: usize| {
@@ -472,8 +475,8 @@ fn contexts_are_reused_across_row_counts() {
     );
 }
 
-/// Issue 12 fix 8. Fails on today's code, which never compares a context's dims with the packer's
-/// layout (the stand-in's skewed B tile would pass unnoticed).
+/// A context whose reported dims differ from the packer's layout is a device error: the stand-in's
+/// skewed B tile would otherwise pass unnoticed.
 #[test]
 fn reported_dims_that_differ_from_the_packer_are_a_device_error() {
     let s = Standin::new(Sdk::V2_3, "skew_after=1");
@@ -490,9 +493,8 @@ fn reported_dims_that_differ_from_the_packer_are_a_device_error() {
     assert_eq!(s.counters().runs, 0);
 }
 
-/// Issue 12 fix 1, the bound: a buffer holds at most `MAX_VIEWS` (64) views; operands at further
-/// offsets are copied through staging buffers, still exact. Fails on the broken variant without
-/// the cap (one import per offset: 69).
+/// A buffer holds at most `MAX_VIEWS` (64) views; operands at further offsets are copied through
+/// staging buffers, still exact. Without the cap there would be one import per offset (69).
 #[test]
 fn a_buffers_views_are_capped_and_later_offsets_staged() {
     let s = Standin::new(Sdk::V2_3, "");

@@ -8,7 +8,7 @@ Everything is derived from --seed: the same arguments write the same bytes.
 
 Quantize the result with llama.cpp's llama-quantize (Q4_0, Q4_K_M). Needs PyPI gguf==0.19.0 and numpy.
 
---outliers gives the model real LLMs' two accuracy hazards for the int8 activation path (issue 13):
+--outliers gives the model real LLMs' two accuracy hazards for the int8 activation path:
 - massive activations at the FFN input: the FFN input is RMSNorm(residual) * ffn_norm.weight, so a few
   channels of ffn_norm.weight are scaled (OUTLIER_CHANNELS: x20..x100); every token's FFN input then carries
   those channels at 20..100 times the others, whatever the residual holds. The router (ffn_gate_inp) reads the
