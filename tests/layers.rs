@@ -199,7 +199,8 @@ fn skip_string(b: &[u8], mut i: usize) -> usize {
 }
 
 /// Every module path the code names through `crate::`, `super::` or `self::`, resolved from the
-/// module `at`. Group imports (`use super::{a::X, b::{Y, Z}}`) give each member's first segment.
+/// module `at`, each as far as the code spells it (items included: callers look for the deepest
+/// known module along it). Group imports (`use super::{a::X, b::{Y, Z}}`) give each member.
 fn references(code: &str, at: &ModPath) -> BTreeSet<ModPath> {
     let mut found = BTreeSet::new();
     let bytes = code.as_bytes();
@@ -229,10 +230,8 @@ fn references(code: &str, at: &ModPath) -> BTreeSet<ModPath> {
                     break;
                 }
             }
-            for first in first_segments(rest) {
-                let mut p = base.clone();
-                p.push(first);
-                found.insert(p);
+            for path in paths(rest) {
+                found.insert(base.iter().cloned().chain(path).collect());
             }
         }
     }
@@ -243,34 +242,58 @@ fn parent(p: &ModPath) -> ModPath {
     p[..p.len().saturating_sub(1)].to_vec()
 }
 
-/// The first path segment after a `::`, or each member's of a `{...}` group.
-fn first_segments(rest: &str) -> Vec<String> {
-    let ident = |s: &str| -> String {
-        s.trim_start()
+/// The paths a `use` tail or an inline path names, as segments: `a::b::X` gives `[a, b, X]`, a
+/// group `{a::X, b::{Y, Z}}` each of its members' paths.
+fn paths(rest: &str) -> Vec<Vec<String>> {
+    let mut prefix = Vec::new();
+    let mut s = rest.trim_start();
+    loop {
+        let ident: String = s
             .chars()
             .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-            .collect()
-    };
-    let Some(group) = rest.strip_prefix('{') else {
-        return vec![ident(rest)];
-    };
-    let body = &group[..matching_brace(rest) - 2];
+            .collect();
+        if ident.is_empty() {
+            break;
+        }
+        s = &s[ident.len()..];
+        prefix.push(ident);
+        match s.strip_prefix("::") {
+            Some(r) => s = r.trim_start(),
+            None => return vec![prefix],
+        }
+    }
+    if !s.starts_with('{') {
+        return if prefix.is_empty() {
+            Vec::new()
+        } else {
+            vec![prefix]
+        };
+    }
+    let body = &s[1..matching_brace(s) - 1];
     let mut out = Vec::new();
-    let mut depth = 0;
-    let mut item_start = 0;
+    let (mut depth, mut item_start) = (0, 0);
+    let item = |text: &str, out: &mut Vec<Vec<String>>| {
+        for tail in paths(text) {
+            if tail.first().is_some_and(|t| t == "self") {
+                out.push(prefix.clone());
+            } else {
+                out.push(prefix.iter().cloned().chain(tail).collect());
+            }
+        }
+    };
     for (i, c) in body.char_indices() {
         match c {
             '{' => depth += 1,
             '}' => depth -= 1,
             ',' if depth == 0 => {
-                out.push(ident(&body[item_start..i]));
+                item(&body[item_start..i], &mut out);
                 item_start = i + 1;
             }
             _ => {}
         }
     }
-    out.push(ident(&body[item_start..]));
-    out.retain(|s| !s.is_empty() && s != "self");
+    item(&body[item_start..], &mut out);
+    out.retain(|p| !p.is_empty());
     out
 }
 
@@ -409,10 +432,11 @@ fn the_reader_sees_group_imports_and_relative_paths() {
     let code = "use super::{call::{A, B}, plan::Plan};\nuse crate::npu::Device;\nfn f() { super::super::isa::x(); }";
     let refs = references(code, &at);
     let want: BTreeSet<ModPath> = [
-        vec!["moe", "call"],
-        vec!["moe", "plan"],
-        vec!["npu"],
-        vec!["isa"],
+        vec!["moe", "call", "A"],
+        vec!["moe", "call", "B"],
+        vec!["moe", "plan", "Plan"],
+        vec!["npu", "Device"],
+        vec!["isa", "x"],
     ]
     .iter()
     .map(|p| p.iter().map(|s| s.to_string()).collect())
@@ -426,4 +450,20 @@ fn the_reader_sees_group_imports_and_relative_paths() {
         .map(|(x, y)| (x.to_string(), y.to_string()))
         .collect();
     assert!(circle(&e).is_some());
+    // A path through the parent into a sibling is an edge between the two siblings.
+    let mods = [
+        Module {
+            path: vec!["npu".into(), "emu".into()],
+            source: "use crate::npu::{self, error::Error};".into(),
+        },
+        Module {
+            path: vec!["npu".into(), "error".into()],
+            source: "fn f() { super::emu::g(); }".into(),
+        },
+    ];
+    let edges = sibling_edges(&mods);
+    assert!(
+        circle(&edges[&vec!["npu".to_string()]]).is_some(),
+        "{edges:?}"
+    );
 }
