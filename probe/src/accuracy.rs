@@ -29,7 +29,8 @@
 //! costs: outlier channels split, segment GEMMs, and the rotated inflate's time against the
 //! direct one (measured, 1 thread).
 
-use super::bench::{print_json, time, Json, Options};
+use super::bench::{print_json, time, Json};
+use super::options::Options;
 use super::research::hadamard::Rotation;
 use super::research::rotated::{inflate_expert_rotated, quantize_row_rotated};
 use ork_moe::gemm::Shape;

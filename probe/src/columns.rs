@@ -5,8 +5,9 @@
 //! the ratios hold on a busy machine. Default: the real-scale down projection (K=768, N=2048) and
 //! 55 distinct columns spread at random over K, as the real-scale runs see (docs/PERFORMANCE.md).
 
-use super::bench::{print_json, time, Json, Options};
+use super::bench::{print_json, time, Json};
 use super::inflate::median;
+use super::options::Options;
 use ork_moe::inflate::{
     dequantize_columns_in, from_plain, inflate_expert_in_with, ExpertWeights, InflateError, Layout,
 };

@@ -4,7 +4,8 @@
 //! check of up and gate, and the checks of gate/up and down, all declined below `ORK_MIN_ROWS`.
 //! The context is the environment's, as inside llama.cpp.
 
-use super::bench::{print_json, Json, Options};
+use super::bench::{print_json, Json};
+use super::options::Options;
 use ork_moe::ffi::{
     ork_ctx, ork_ctx_free, ork_ctx_new, ork_last_error, ork_mul_mat_id_check,
     ork_mul_mat_id_pair_check, ork_supports_type, ork_tensor, ORK_NOT_HANDLED,

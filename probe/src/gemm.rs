@@ -6,7 +6,8 @@
 //! time per GEMM; on the emulator the table adds the cost model's RK3588 time, which is
 //! modelled, not measured (the JSON carries measured fields only).
 
-use super::bench::{print_json, time, Json, Options};
+use super::bench::{print_json, time, Json};
+use super::options::Options;
 use ork_moe::gemm::{self, Shape};
 use ork_moe::isa::Isa;
 use ork_moe::layout::Tiles;

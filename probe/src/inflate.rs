@@ -2,7 +2,8 @@
 //! and weight type: the direct inflate, the legacy via-f32 path, and memcpy of the same output
 //! size as the ceiling. GB/s count output bytes (native B int8).
 
-use super::bench::{print_json, time, Json, Options};
+use super::bench::{print_json, time, Json};
+use super::options::Options;
 use super::research::via_f32::inflate_expert_via_f32;
 use ork_moe::inflate::{inflate_expert_with, ExpertWeights};
 use ork_moe::isa::Isa;

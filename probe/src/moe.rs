@@ -8,7 +8,8 @@
 //! uniform in [-1, 1]. Stage times are summed over the call's threads; with one thread they add up
 //! to the total (minus the call's fixed overhead).
 
-use super::bench::{print_json, Json, Options};
+use super::bench::{print_json, Json};
+use super::options::Options;
 use ork_moe::moe::desc::{TensorDesc, GGML_TYPE_I32};
 use ork_moe::moe::{Config, Engine, Inputs, Stages};
 use ork_moe::quant::GgmlType;

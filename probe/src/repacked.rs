@@ -3,8 +3,9 @@
 //! round after round, so the ratio holds on a busy machine. Also times the untangling alone
 //! (`to_plain_with` of the whole expert).
 
-use super::bench::{print_json, time, Json, Options};
+use super::bench::{print_json, time, Json};
 use super::inflate::median;
+use super::options::Options;
 use ork_moe::inflate::{
     from_plain, inflate_expert_in_with, inflate_expert_with, to_plain_with, ExpertWeights,
     InflateError, Layout,

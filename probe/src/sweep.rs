@@ -5,8 +5,9 @@
 //! reference on the inflated weights. On the emulator each row also carries the cost model's
 //! RK3588 time, which is modelled, never measured.
 
-use super::bench::{print_json, role, time, Json, Options, Timing};
+use super::bench::{print_json, role, time, Json, Timing};
 use super::gemm::{devices, measure_operands, Repeats, Row as GemmRow};
+use super::options::Options;
 use super::research::via_f32::inflate_expert_via_f32;
 use super::svg::{self, Panel, Series};
 use ork_moe::inflate::{inflate_expert_with, ExpertWeights};

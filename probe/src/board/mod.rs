@@ -13,7 +13,7 @@ mod cpu;
 mod npu;
 mod system;
 
-use super::bench::Options;
+use super::options::Options;
 use ork_moe::moe::Config;
 use ork_moe::npu::BackendKind;
 use ork_probe::timeline::{profile, Params, ProfileInfo, SPECS};

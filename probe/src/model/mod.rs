@@ -12,160 +12,24 @@
 //! layers, repeated in turn (`modelled_layers_from` in the JSON says so).
 
 mod chart;
+mod options;
 mod routing;
 mod weights;
 
+pub use options::Options;
 use ork_moe::moe::cache::Policy;
 use ork_moe::moe::desc::{TensorDesc, DENSE_IDS, GGML_TYPE_I32};
 use ork_moe::moe::{Config, Engine, Inputs, Stages, Stats};
-use ork_moe::npu::BackendChoice;
 use ork_moe::quant::GgmlType;
 use ork_moe::testutil::Rng;
 use ork_probe::timeline::{
     self, CallWork, ContextCache, CpuRates, EngineModel, ExpertCall, ModelShape, Proj, Settings,
     Stage, Timeline, UbatchModel, UbatchWork,
 };
-use routing::Routing;
 use serde_json::{Map, Value};
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::AtomicU32;
 use std::time::Instant;
-
-pub const USAGE: &str = "\
-ork-probe model [options]: the MUL_MAT_ID calls of whole forward passes through the engine, and
-the dense matmuls it takes (ORK_DENSE=0: none), and the modelled RK3588 timeline of the same work
-(the engine without and with its prefetch threads, and pipelined variants)
-  --config C,...       qwen3-30b-a3b (default), qwen1.5-moe-a2.7b
-  --types T,...        expert weight types (default q4_0,q4_K; a K that is not whole blocks of
-                       the type uses q5_0, as llama-quantize does)
-  --ubatch U,...       tokens per ubatch (default 512,2048); one ubatch is a prompt of U tokens
-  --layers N           layers run here (default 4); the model repeats them to the full depth
-  --ubatches N         ubatches run per case (default 2); the JSON reports the last
-  --routing R          uniform (default), zipf:S, or trace:FILE (see model/routing.rs)
-  --cache-mb MB        the engine's expert cache (default: the library's, 1024, or ORK_CACHE_MB)
-  --profile FILE       board profile JSON (parameters by name) instead of the defaults
-  --param NAME=VALUE   override one board model parameter (repeatable)
-  --threads N, --backend B, --json, --svg FILE   as for the other subcommands
-";
-
-struct Options {
-    configs: Vec<ModelShape>,
-    types: Vec<GgmlType>,
-    ubatch: Vec<usize>,
-    layers: usize,
-    ubatches: usize,
-    routing: Routing,
-    cache_mb: Option<u64>,
-    settings: Settings,
-    threads: Option<usize>,
-    backend: Option<BackendChoice>,
-    json: bool,
-    svg: Option<PathBuf>,
-}
-
-fn positive(s: &str) -> Result<usize, String> {
-    s.parse::<usize>()
-        .ok()
-        .filter(|&v| v > 0)
-        .ok_or_else(|| format!("{s:?} is not a positive whole number"))
-}
-
-impl Options {
-    fn parse(args: &[String]) -> Result<Options, String> {
-        let mut o = Options {
-            configs: vec![ModelShape::QWEN3_30B_A3B],
-            types: vec![GgmlType::Q4_0, GgmlType::Q4_K],
-            ubatch: vec![512, 2048],
-            layers: 4,
-            ubatches: 2,
-            routing: Routing::Uniform,
-            cache_mb: None,
-            settings: Settings::default(),
-            threads: None,
-            backend: None,
-            json: false,
-            svg: None,
-        };
-        let mut overrides = Vec::new();
-        let mut it = args.iter();
-        while let Some(arg) = it.next() {
-            let (flag, inline) = match arg.split_once('=') {
-                Some((f, v)) if f.starts_with("--") => (f, Some(v.to_string())),
-                _ => (arg.as_str(), None),
-            };
-            let mut value = || {
-                inline
-                    .clone()
-                    .or_else(|| it.next().cloned())
-                    .ok_or_else(|| format!("{flag} needs a value"))
-            };
-            let list = |v: String| -> Vec<String> {
-                v.split(',')
-                    .filter(|p| !p.is_empty())
-                    .map(|p| p.trim().to_string())
-                    .collect()
-            };
-            match flag {
-                "--json" => o.json = true,
-                "--svg" => o.svg = Some(PathBuf::from(value()?)),
-                "--config" => {
-                    o.configs = list(value()?)
-                        .iter()
-                        .map(|c| {
-                            ModelShape::named(c).ok_or_else(|| {
-                                format!("unknown --config {c:?}: qwen3-30b-a3b, qwen1.5-moe-a2.7b")
-                            })
-                        })
-                        .collect::<Result<_, _>>()?
-                }
-                "--types" => {
-                    o.types = list(value()?)
-                        .iter()
-                        .map(|t| {
-                            GgmlType::from_name(t)
-                                .filter(|t| GgmlType::QUANTIZED.contains(t))
-                                .ok_or_else(|| format!("unknown weight type {t:?}"))
-                        })
-                        .collect::<Result<_, _>>()?
-                }
-                "--ubatch" => {
-                    o.ubatch = list(value()?)
-                        .iter()
-                        .map(|u| positive(u))
-                        .collect::<Result<_, _>>()?
-                }
-                "--layers" => o.layers = positive(&value()?)?,
-                "--ubatches" => o.ubatches = positive(&value()?)?,
-                "--routing" => o.routing = Routing::parse(&value()?)?,
-                "--cache-mb" => {
-                    let v = value()?;
-                    o.cache_mb = Some(v.parse().map_err(|_| format!("--cache-mb {v:?}"))?)
-                }
-                "--profile" => {
-                    let path = value()?;
-                    let text =
-                        std::fs::read_to_string(&path).map_err(|e| format!("{path}: {e}"))?;
-                    o.settings = timeline::profile::read(&text, &path)?;
-                }
-                "--param" => overrides.push(value()?),
-                "--threads" => o.threads = Some(positive(&value()?)?),
-                "--backend" => {
-                    let v = value()?;
-                    o.backend = Some(BackendChoice::parse(&v).ok_or_else(|| {
-                        format!("--backend {v:?}: expected auto, emu, rknn or cpu")
-                    })?);
-                }
-                other => return Err(format!("unknown option {other:?}\n\n{USAGE}")),
-            }
-        }
-        // Overrides apply on top of a profile, whatever the order they were given in.
-        for a in overrides {
-            o.settings.apply_override(&a)?;
-        }
-        Ok(o)
-    }
-}
 
 /// Bytes of one layer's dense matmuls inflated to int8.
 fn dense_weight_bytes_per_layer(shape: &ModelShape) -> u64 {
@@ -340,6 +204,7 @@ impl Runner<'_> {
 
 fn run_case(
     o: &Options,
+    settings: &Settings,
     shape: ModelShape,
     ty: GgmlType,
     tokens: usize,
@@ -388,7 +253,7 @@ fn run_case(
     let dst: Vec<AtomicU32> = (0..(h.max(ff) * nu).max(dense_n) * tokens)
         .map(|_| AtomicU32::new(0))
         .collect();
-    let params = &o.settings.params;
+    let params = &settings.params;
     let rates = CpuRates::from_reference(params);
     let dense = rates.dense_layer(&shape, tokens, params, !matmuls.is_empty());
     let mut contexts: Vec<ContextCache> = (0..ENGINES).map(|_| ContextCache::default()).collect();
@@ -609,8 +474,8 @@ fn stage_us(t: &Timeline, s: Stage) -> f64 {
     t.stage_us[i]
 }
 
-pub fn run(args: &[String]) -> Result<ExitCode, String> {
-    let o = Options::parse(args)?;
+pub fn run(o: Options) -> Result<ExitCode, String> {
+    let settings = o.settings()?;
     let mut cfg = ork_moe::config::from_env()?;
     if let Some(mb) = o.cache_mb {
         cfg.cache_bytes = mb << 20;
@@ -622,7 +487,7 @@ pub fn run(args: &[String]) -> Result<ExitCode, String> {
         cfg.device.backend = b;
     }
     ork_moe::ffi::log_install(cfg.log_level);
-    if let Some(info) = &o.settings.profile {
+    if let Some(info) = &settings.profile {
         // `ork-probe board` off a board (emulator, stand-in runtime) measures this machine.
         if info.backend != "rknn" || info.runtime_version.contains("stand-in") {
             eprintln!(
@@ -651,15 +516,15 @@ pub fn run(args: &[String]) -> Result<ExitCode, String> {
     for &shape in &o.configs {
         for &ty in &o.types {
             for &tokens in &o.ubatch {
-                cases.push(run_case(&o, shape, ty, tokens, &cfg)?);
+                cases.push(run_case(&o, &settings, shape, ty, tokens, &cfg)?);
             }
         }
     }
     eprintln!("model: done in {:.1} s", started.elapsed().as_secs_f64());
     if o.json {
-        print_json(&o, &cfg, &cases);
+        print_json(&o, &settings, &cfg, &cases);
     } else {
-        print_tables(&o, &cfg, &cases);
+        print_tables(&o, &settings, &cfg, &cases);
     }
     if let Some(path) = &o.svg {
         std::fs::write(path, svg(&cases)).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -669,8 +534,8 @@ pub fn run(args: &[String]) -> Result<ExitCode, String> {
 }
 
 /// The published CPU-only figure this case compares against, and where it comes from.
-fn reference(case: &Case, o: &Options) -> (f64, String) {
-    let p = &o.settings.params;
+fn reference(case: &Case, settings: &Settings) -> (f64, String) {
+    let p = &settings.params;
     if case.shape == ModelShape::QWEN3_30B_A3B {
         let src = timeline::SPECS
             .iter()
@@ -689,7 +554,7 @@ fn reference(case: &Case, o: &Options) -> (f64, String) {
     }
 }
 
-fn print_tables(o: &Options, cfg: &Config, cases: &[Case]) {
+fn print_tables(o: &Options, settings: &Settings, cfg: &Config, cases: &[Case]) {
     let threads = cfg.device.host.threads;
     println!(
         "ork-probe model: routing {}, cache {} MiB, {} layer(s) run here per ubatch ({} thread(s) of \
@@ -756,7 +621,7 @@ fn print_tables(o: &Options, cfg: &Config, cases: &[Case]) {
         "fused", "ref", "best×"
     );
     for c in cases {
-        let (ref_tokps, _) = reference(c, o);
+        let (ref_tokps, _) = reference(c, settings);
         for u in &c.ubatches {
             let [t, p, f, pf] = [&u.models[0], &u.models[1], &u.models[2], &u.models[3]];
             let best = u
@@ -842,11 +707,11 @@ fn print_tables(o: &Options, cfg: &Config, cases: &[Case]) {
     }
     println!();
     println!("board model parameters (value, unit, source):");
-    for line in o.settings.describe() {
+    for line in settings.describe() {
         println!("  {line}");
     }
     for c in cases {
-        let (tokps, src) = reference(c, o);
+        let (tokps, src) = reference(c, settings);
         println!(
             "reference for {}: {:.1} tok/s CPU-only ({src}); modelled CPU-only for a {}-token prompt: {:.1} tok/s",
             c.shape.name, tokps, c.tokens, c.cpu_only_tokps
@@ -858,11 +723,11 @@ fn num(x: f64) -> Value {
     Value::from(x)
 }
 
-fn print_json(o: &Options, cfg: &Config, cases: &[Case]) {
+fn print_json(o: &Options, settings: &Settings, cfg: &Config, cases: &[Case]) {
     let params: Map<String, Value> = timeline::SPECS
         .iter()
         .map(|s| {
-            let v = o.settings.params.get(s.name).expect("a parameter");
+            let v = settings.params.get(s.name).expect("a parameter");
             (s.name.to_string(), num(v))
         })
         .collect();
@@ -873,7 +738,7 @@ fn print_json(o: &Options, cfg: &Config, cases: &[Case]) {
         let m = &u.measured;
         let scale = c.shape.layers as f64 / o.layers as f64;
         let t = &u.models[0];
-        let (ref_tokps, ref_src) = reference(c, o);
+        let (ref_tokps, ref_src) = reference(c, settings);
         // Full model: the hits the modelled calls have (see `run_case`); every other lookup a miss.
         let (hits, lookups) = (u.full_hits as f64, u.full_lookups as f64);
         let misses = lookups - hits;
@@ -986,7 +851,7 @@ fn print_json(o: &Options, cfg: &Config, cases: &[Case]) {
             }
         }
         fields.push(("board_params".into(), Value::Object(params.clone())));
-        if let Some(info) = &o.settings.profile {
+        if let Some(info) = &settings.profile {
             fields.push(("board_profile".into(), Value::from(info.path.clone())));
         }
         rows.push(Value::Object(fields.into_iter().collect()).to_string());
@@ -1056,30 +921,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn options_parse_and_reject() {
-        let args = |s: &str| s.split_whitespace().map(String::from).collect::<Vec<_>>();
-        let o = Options::parse(&args(
-            "--config qwen1.5-moe-a2.7b --types q4_K --ubatch 512 --layers 2 --routing zipf:1.1 \
-             --cache-mb 256 --param shared_dram_gbps=25",
-        ))
-        .unwrap();
-        assert_eq!(o.configs, vec![ModelShape::QWEN15_MOE_A27B]);
-        assert_eq!(
-            (o.layers, o.ubatch.clone(), o.cache_mb),
-            (2, vec![512], Some(256))
-        );
-        assert_eq!(o.settings.params.shared_dram_gbps, 25.0);
-        assert_eq!(o.routing, Routing::Zipf(1.1));
-        for bad in [
-            "--config gpt",
-            "--layers 0",
-            "--routing skewed",
-            "--param nope=1",
-            "--frobnicate",
-            "--ubatch",
-        ] {
-            assert!(Options::parse(&args(bad)).is_err(), "{bad}");
-        }
+    fn a_k_of_partial_blocks_takes_q5_0() {
         assert_eq!(type_for(GgmlType::Q4_K, 1408), GgmlType::Q5_0);
         assert_eq!(type_for(GgmlType::Q4_0, 1408), GgmlType::Q4_0);
     }
