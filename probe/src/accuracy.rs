@@ -29,7 +29,8 @@
 //! costs: outlier channels split, segment GEMMs, and the rotated inflate's time against the
 //! direct one (measured, 1 thread).
 
-use super::bench::{print_json, time, Json};
+use super::bench::time;
+use super::json::{self, fixed, sci};
 use super::options::Options;
 use super::research::hadamard::Rotation;
 use super::research::rotated::{inflate_expert_rotated, quantize_row_rotated};
@@ -43,6 +44,7 @@ use ork_moe::moe::Config;
 use ork_moe::quant::vec_dot::{vec_dot, VecDotType};
 use ork_moe::quant::{dequantize_row, GgmlType};
 use ork_moe::testutil::Rng;
+use serde_json::json;
 use std::collections::HashMap;
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
@@ -128,31 +130,25 @@ pub fn run(opts: &Options) -> Result<ExitCode, String> {
         results.push(measure(case)?);
     }
     if opts.json {
-        let mut json = Vec::new();
+        let mut rows = Vec::new();
         for r in &results {
             for (path, nmse) in PATHS.iter().zip(&r.nmse) {
-                json.push(vec![
-                    ("case", Json::Str(&r.case)),
-                    ("k", Json::Int(r.k as i64)),
-                    ("n", Json::Int(r.n as i64)),
-                    ("type", Json::Str(r.ty.name())),
-                    ("path", Json::Str(path)),
-                    ("nmse", Json::Sci(*nmse)),
-                    ("vs_ggml", Json::Num(nmse / r.nmse[0])),
-                    ("default", Json::Bool(*path == default_path())),
-                    ("rows", Json::Int(r.rows as i64)),
-                    (
-                        "q4_own_nmse",
-                        r.q4_own.map_or(Json::Sci(f64::NAN), Json::Sci),
-                    ),
-                    (
-                        "of_q4_own",
-                        Json::Num(r.q4_own.map_or(f64::NAN, |q| nmse / q)),
-                    ),
-                ]);
+                rows.push(json!({
+                    "case": r.case,
+                    "k": r.k,
+                    "n": r.n,
+                    "type": r.ty.name(),
+                    "path": path,
+                    "nmse": sci(*nmse),
+                    "vs_ggml": fixed(nmse / r.nmse[0]),
+                    "default": *path == default_path(),
+                    "rows": r.rows,
+                    "q4_own_nmse": r.q4_own.map(sci),
+                    "of_q4_own": fixed(r.q4_own.map_or(f64::NAN, |q| nmse / q)),
+                }));
             }
         }
-        print_json(&json);
+        json::print_rows(rows);
         return Ok(ExitCode::SUCCESS);
     }
     println!("NMSE against the f64 reference (dequantized weights × f32 activations); in brackets: × ggml's");

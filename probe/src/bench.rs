@@ -1,4 +1,4 @@
-//! The A3B expert shapes, and the timing and output helpers the measuring subcommands share.
+//! The A3B expert shapes, and the timing the measuring subcommands share.
 
 use std::time::Instant;
 
@@ -51,39 +51,4 @@ impl Timing {
             max: seconds[seconds.len() - 1],
         }
     }
-}
-
-/// Formats one JSON value for the `--json` outputs (no external JSON crate needed for flat rows).
-pub enum Json<'a> {
-    Str(&'a str),
-    Num(f64),
-    /// A number printed in scientific notation (small errors).
-    Sci(f64),
-    Int(i64),
-    Bool(bool),
-}
-
-/// Prints `rows` (each a list of `(field, value)`) as one JSON array of objects.
-pub fn print_json(rows: &[Vec<(&str, Json)>]) {
-    let mut out = String::from("[");
-    for (i, row) in rows.iter().enumerate() {
-        out.push_str(if i == 0 { "\n  {" } else { ",\n  {" });
-        for (j, (k, v)) in row.iter().enumerate() {
-            if j > 0 {
-                out.push_str(", ");
-            }
-            out.push_str(&format!("\"{k}\": "));
-            match v {
-                Json::Str(s) => out.push_str(&format!("{s:?}")),
-                Json::Num(x) if x.is_finite() => out.push_str(&format!("{x:.4}")),
-                Json::Sci(x) if x.is_finite() => out.push_str(&format!("{x:.4e}")),
-                Json::Num(_) | Json::Sci(_) => out.push_str("null"),
-                Json::Int(x) => out.push_str(&x.to_string()),
-                Json::Bool(b) => out.push_str(&b.to_string()),
-            }
-        }
-        out.push('}');
-    }
-    out.push_str("\n]");
-    println!("{out}");
 }

@@ -13,6 +13,7 @@ mod columns;
 mod decline;
 mod gemm;
 mod inflate;
+mod json;
 mod model;
 mod moe;
 mod options;

@@ -854,9 +854,9 @@ fn print_json(o: &Options, settings: &Settings, cfg: &Config, cases: &[Case]) {
         if let Some(info) = &settings.profile {
             fields.push(("board_profile".into(), Value::from(info.path.clone())));
         }
-        rows.push(Value::Object(fields.into_iter().collect()).to_string());
+        rows.push(Value::Object(fields.into_iter().collect()));
     }
-    println!("[\n{}\n]", rows.join(",\n"));
+    crate::json::print_rows(rows);
 }
 
 /// Per layer of the last ubatch of each case: the engine's expert part stacked by stage (serial)
