@@ -1,0 +1,321 @@
+//! `ork-probe model`'s output: the tables, or one JSON row per case.
+
+use super::modelled::{engines, reference};
+use super::{ms, Case, Setup};
+use ork_probe::timeline::{self, Stage, Timeline};
+use serde_json::{Map, Value};
+
+pub fn print_tables(s: &Setup, cases: &[Case]) {
+    let (o, settings, cfg) = (&s.o, &s.settings, &s.cfg);
+    let threads = cfg.device.host.threads;
+    println!(
+        "ork-probe model: routing {}, cache {} MiB, {} layer(s) run here per ubatch ({} thread(s) of \
+         this machine, backend {}); the RK3588 figures are MODELLED for all layers of the model",
+        o.routing.name(),
+        cfg.cache_bytes >> 20,
+        o.layers,
+        threads,
+        cases.first().map_or("-", |c| c.backend)
+    );
+    for c in cases.iter().take(1) {
+        println!(
+            "dense matmuls in the library (ORK_DENSE): {} per ubatch of {} ({} per layer: the \
+             attention projections, and a shared expert's where the model has one{})",
+            c.dense_calls,
+            c.shape.name,
+            c.dense_calls / c.shape.layers,
+            if c.dense_calls == 0 { ", off" } else { "" }
+        );
+    }
+    println!();
+    println!("measured here, per ubatch, the layers run here (quant includes the gather into native A; ms):");
+    println!(
+        "{:<18} {:<5} {:>5} {:>2} {:>7} {:>8} {:>8} {:>8} {:>8} {:>8} {:>6} {:>6} {:>6} {:>7} {:>7} {:>5} {:>10}",
+        "config", "type", "ub", "#", "route", "quant", "inflate", "gemm", "scatter", "wall", "hits",
+        "misses", "evict", "GB infl", "submits", "bufs", "tok/s(all)"
+    );
+    for c in cases {
+        for u in &c.ubatches {
+            let m = &u.measured;
+            let s = m.stages;
+            let scale = c.shape.layers as f64 / o.layers as f64;
+            println!(
+                "{:<18} {:<5} {:>5} {:>2} {:>7.1} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>6} {:>6} {:>6} {:>7.2} {:>7} {:>5} {:>10.1}",
+                c.shape.name,
+                c.ty.name(),
+                c.tokens,
+                u.index,
+                s.route as f64 / 1e6,
+                s.quant as f64 / 1e6,
+                s.inflate as f64 / 1e6,
+                s.gemm as f64 / 1e6,
+                s.scatter as f64 / 1e6,
+                ms(m.wall_us),
+                m.hits,
+                m.misses,
+                m.evictions,
+                m.bytes_inflated as f64 / 1e9,
+                m.submits,
+                m.buffers,
+                c.tokens as f64 * 1e6 / (m.wall_us * scale),
+            );
+        }
+    }
+    println!();
+    println!(
+        "modelled RK3588, whole model, per ubatch (expert part: serial / as scheduled / bound and \
+         what sets it; ms):"
+    );
+    println!(
+        "{:<18} {:<5} {:>5} {:>2} | {:>8} {:>8} {:>8} {:<4} | {:>8} {:>8} {:<4} | {:>8} {:>8} {:<4} | {:>8} {:>8} {:<4} | {:>6} {:>4} | {:>7} {:>7} {:>7} {:>7} {:>7} {:>6}",
+        "config", "type", "ub", "#", "engine", "sched", "bound", "", "prefetch", "bound", "",
+        "piped", "bound", "", "fused", "bound", "", "runs", "ctx", "engine", "prefch", "piped",
+        "fused", "ref", "best×"
+    );
+    for c in cases {
+        let (ref_tokps, _) = reference(c, &settings.params);
+        for u in &c.ubatches {
+            let [t, p, f, pf] = [&u.models[0], &u.models[1], &u.models[2], &u.models[3]];
+            let best = u
+                .models
+                .iter()
+                .map(|m| m.prefill_tokps(c.tokens))
+                .fold(0.0, f64::max);
+            println!(
+                "{:<18} {:<5} {:>5} {:>2} | {:>8.0} {:>8.0} {:>8.0} {:<4} | {:>8.0} {:>8.0} {:<4} | {:>8.0} {:>8.0} {:<4} | {:>8.0} {:>8.0} {:<4} | {:>6} {:>4} | {:>7.1} {:>7.1} {:>7.1} {:>7.1} {:>7.1} {:>5.2}×",
+                c.shape.name,
+                c.ty.name(),
+                c.tokens,
+                u.index,
+                ms(t.experts.serial_us),
+                ms(t.experts.scheduled_us),
+                ms(t.experts.bound.us()),
+                t.experts.bound.limit(),
+                ms(pf.experts.scheduled_us),
+                ms(pf.experts.bound.us()),
+                pf.experts.bound.limit(),
+                ms(p.experts.scheduled_us),
+                ms(p.experts.bound.us()),
+                p.experts.bound.limit(),
+                ms(f.experts.scheduled_us),
+                ms(f.experts.bound.us()),
+                f.experts.bound.limit(),
+                t.experts.runs,
+                t.experts.contexts_created,
+                t.prefill_tokps(c.tokens),
+                pf.prefill_tokps(c.tokens),
+                p.prefill_tokps(c.tokens),
+                f.prefill_tokps(c.tokens),
+                ref_tokps,
+                best / ref_tokps,
+            );
+        }
+    }
+    println!();
+    println!("modelled RK3588, last ubatch: serial time per stage of the expert part (ms), and the whole ubatch");
+    let names: Vec<&str> = Stage::REPORTED[..Stage::REPORTED.len() - 1]
+        .iter()
+        .map(|s| s.name())
+        .collect();
+    println!(
+        "{:<18} {:<5} {:>5} {:<16} {} {:>9} {:>8} {:>9} {:>8}",
+        "config",
+        "type",
+        "ub",
+        "engine",
+        names
+            .iter()
+            .map(|n| format!(
+                "{:>11}",
+                n.replace("buffer_", "buf_").replace("context_", "ctx_")
+            ))
+            .collect::<String>(),
+        "GB dram",
+        "dense",
+        "ubatch",
+        "amdahl"
+    );
+    for c in cases {
+        let last = c.ubatches.last().expect("at least one ubatch");
+        for (e, m) in engines().iter().zip(&last.models) {
+            let x = &m.experts;
+            let cols: String = Stage::REPORTED[..Stage::REPORTED.len() - 1]
+                .iter()
+                .map(|&s| format!("{:>11.0}", ms(stage_us(x, s))))
+                .collect();
+            println!(
+                "{:<18} {:<5} {:>5} {:<16} {} {:>9.1} {:>8.0} {:>9.0} {:>7.1}",
+                c.shape.name,
+                c.ty.name(),
+                c.tokens,
+                e.name,
+                cols,
+                x.dram_bytes as f64 / 1e9,
+                ms(c.dense_us),
+                ms(m.whole.scheduled_us),
+                c.tokens as f64 * 1e6 / c.dense_us,
+            );
+        }
+    }
+    println!();
+    println!("board model parameters (value, unit, source):");
+    for line in settings.describe() {
+        println!("  {line}");
+    }
+    for c in cases {
+        let (tokps, src) = reference(c, &settings.params);
+        println!(
+            "reference for {}: {:.1} tok/s CPU-only ({src}); modelled CPU-only for a {}-token prompt: {:.1} tok/s",
+            c.shape.name, tokps, c.tokens, c.cpu_only_tokps
+        );
+    }
+}
+
+fn stage_us(t: &Timeline, s: Stage) -> f64 {
+    let i = Stage::REPORTED
+        .iter()
+        .position(|&x| x == s)
+        .expect("reported");
+    t.stage_us[i]
+}
+
+fn num(x: f64) -> Value {
+    Value::from(x)
+}
+
+pub fn print_json(s: &Setup, cases: &[Case]) {
+    let (o, settings, cfg) = (&s.o, &s.settings, &s.cfg);
+    let params: Map<String, Value> = timeline::SPECS
+        .iter()
+        .map(|s| {
+            let v = settings.params.get(s.name).expect("a parameter");
+            (s.name.to_string(), num(v))
+        })
+        .collect();
+    let mut rows = Vec::new();
+    for c in cases {
+        let u = c.ubatches.last().expect("at least one ubatch");
+        let first = c.ubatches.first().expect("at least one ubatch");
+        let m = &u.measured;
+        let scale = c.shape.layers as f64 / o.layers as f64;
+        let t = &u.models[0];
+        let (ref_tokps, ref_src) = reference(c, &settings.params);
+        // Full model: the hits the modelled calls have (see `run_case`); every other lookup a miss.
+        let (hits, lookups) = (u.full_hits as f64, u.full_lookups as f64);
+        let misses = lookups - hits;
+        let per_miss = m.bytes_inflated as f64 / m.misses.max(1) as f64;
+        let mut fields: Vec<(String, Value)> = vec![
+            ("config".into(), Value::from(c.shape.name)),
+            ("layers".into(), num(c.shape.layers as f64)),
+            ("measured_layers".into(), num(o.layers as f64)),
+            (
+                "modelled_layers_from".into(),
+                Value::from(format!(
+                    "the {} layer(s) measured here, repeated to {} (measured counts scaled by {:.1})",
+                    o.layers, c.shape.layers, scale
+                )),
+            ),
+            ("type".into(), Value::from(c.ty.name())),
+            ("ubatch".into(), num(c.tokens as f64)),
+            ("ubatch_index".into(), num(u.index as f64)),
+            ("routing".into(), Value::from(o.routing.name())),
+            ("backend_here".into(), Value::from(c.backend)),
+            ("cache_mb".into(), num((cfg.cache_bytes >> 20) as f64)),
+            ("hit_rate".into(), num(hits / lookups.max(1.0))),
+            ("cache_hits".into(), num(hits)),
+            ("cache_misses".into(), num(misses)),
+            ("bytes_inflated".into(), num(misses * per_miss)),
+            (
+                "measured_hit_rate".into(),
+                num(m.hits as f64 / (m.hits + m.misses).max(1) as f64),
+            ),
+            ("measured_cache_evictions".into(), num(m.evictions as f64)),
+            ("measured_bytes_inflated".into(), num(m.bytes_inflated as f64)),
+            ("measured_buffers_created".into(), num(m.buffers as f64)),
+            ("submits".into(), num(m.submits as f64 * scale)),
+            ("dense_calls".into(), num(c.dense_calls as f64)),
+            ("npu_runs".into(), num(t.experts.runs as f64)),
+            ("contexts_created".into(), num(t.experts.contexts_created as f64)),
+            (
+                "contexts_created_first_ubatch".into(),
+                num(first.models[0].experts.contexts_created as f64),
+            ),
+            ("measured_route_us".into(), num(m.stages.route as f64 / 1e3)),
+            (
+                "measured_quant_gather_us".into(),
+                num(m.stages.quant as f64 / 1e3),
+            ),
+            ("measured_inflate_us".into(), num(m.stages.inflate as f64 / 1e3)),
+            ("measured_gemm_us".into(), num(m.stages.gemm as f64 / 1e3)),
+            ("measured_scatter_us".into(), num(m.stages.scatter as f64 / 1e3)),
+            ("measured_wall_us".into(), num(m.wall_us)),
+            (
+                "measured_expert_tokps".into(),
+                num(c.tokens as f64 * 1e6 / (m.wall_us * scale)),
+            ),
+            ("modelled_serial_us".into(), num(t.experts.serial_us)),
+            ("modelled_scheduled_us".into(), num(t.experts.scheduled_us)),
+            ("modelled_bound_us".into(), num(t.experts.bound.us())),
+            (
+                "modelled_bound_limit".into(),
+                Value::from(t.experts.bound.limit()),
+            ),
+            (
+                "modelled_critical_path_us".into(),
+                num(t.experts.bound.critical_path_us),
+            ),
+            ("modelled_dram_bytes".into(), num(t.experts.dram_bytes as f64)),
+            ("modelled_dense_us".into(), num(c.dense_us)),
+            ("modelled_ubatch_us".into(), num(t.whole.scheduled_us)),
+            ("modelled_prefill_tokps".into(), num(t.prefill_tokps(c.tokens))),
+            (
+                "amdahl_ceiling_tokps".into(),
+                num(c.tokens as f64 * 1e6 / c.dense_us),
+            ),
+            ("cpu_only_reference_tokps".into(), num(ref_tokps)),
+            ("cpu_only_reference_source".into(), Value::from(ref_src)),
+            ("cpu_only_modelled_tokps".into(), num(c.cpu_only_tokps)),
+        ];
+        for (name, i) in [("pipelined", 1), ("fused", 2), ("prefetch", 3)] {
+            let x = &u.models[i];
+            fields.extend([
+                (format!("{name}_serial_us"), num(x.experts.serial_us)),
+                (format!("{name}_scheduled_us"), num(x.experts.scheduled_us)),
+                (format!("{name}_bound_us"), num(x.experts.bound.us())),
+                (
+                    format!("{name}_bound_limit"),
+                    Value::from(x.experts.bound.limit()),
+                ),
+                (format!("{name}_ubatch_us"), num(x.whole.scheduled_us)),
+                (
+                    format!("{name}_prefill_tokps"),
+                    num(x.prefill_tokps(c.tokens)),
+                ),
+                (format!("{name}_npu_runs"), num(x.experts.runs as f64)),
+                (
+                    format!("{name}_contexts_created_first_ubatch"),
+                    num(first.models[i].experts.contexts_created as f64),
+                ),
+                // The whole ubatch's: a prefetcher gets ahead during the dense part.
+                (
+                    format!("{name}_peak_resident_mib"),
+                    num(x.whole.peak_resident_bytes as f64 / (1u64 << 20) as f64),
+                ),
+            ]);
+        }
+        for (i, s) in Stage::REPORTED.iter().enumerate() {
+            if *s != Stage::Dense {
+                fields.push((
+                    format!("modelled_{}_serial_us", s.name()),
+                    num(t.experts.stage_us[i]),
+                ));
+            }
+        }
+        fields.push(("board_params".into(), Value::Object(params.clone())));
+        if let Some(info) = &settings.profile {
+            fields.push(("board_profile".into(), Value::from(info.path.clone())));
+        }
+        rows.push(Value::Object(fields.into_iter().collect()));
+    }
+    crate::json::print_rows(rows);
+}
