@@ -10,7 +10,7 @@ use super::gemm::{devices, measure_operands, Repeats, Row as GemmRow};
 use super::json::{self, fixed};
 use super::options::Options;
 use super::research::via_f32::inflate_expert_via_f32;
-use super::svg::{self, Panel, Series};
+use super::svg::lines::{self, Panel, Series};
 use ork_moe::inflate::{inflate_expert_with, ExpertWeights};
 use ork_moe::moe::Config;
 use ork_moe::quant::GgmlType;
@@ -99,7 +99,7 @@ pub fn run(opts: &Options, cfg: &Config) -> Result<ExitCode, String> {
         );
         std::fs::write(
             path,
-            svg::render(&title, "rows per expert (M)", "µs", &panels(&rows), 4),
+            lines::render(&title, "rows per expert (M)", "µs", &panels(&rows), 4),
         )
         .map_err(|e| format!("{}: {e}", path.display()))?;
         eprintln!("wrote {}", path.display());
