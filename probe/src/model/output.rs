@@ -5,8 +5,22 @@ use super::{ms, Case, Setup};
 use ork_probe::timeline::{self, Stage, Timeline};
 use serde_json::{Map, Value};
 
+/// The tables: what the engine did here, the modelled RK3588 time per ubatch, the last ubatch's
+/// stages, and the board model's parameters.
 pub fn print_tables(s: &Setup, cases: &[Case]) {
-    let (o, settings, cfg) = (&s.o, &s.settings, &s.cfg);
+    print_header(s, cases);
+    println!();
+    print_measured(s, cases);
+    println!();
+    print_modelled(s, cases);
+    println!();
+    print_stages(cases);
+    println!();
+    print_parameters(s, cases);
+}
+
+fn print_header(s: &Setup, cases: &[Case]) {
+    let (o, cfg) = (&s.o, &s.cfg);
     let threads = cfg.device.host.threads;
     println!(
         "ork-probe model: routing {}, cache {} MiB, {} layer(s) run here per ubatch ({} thread(s) of \
@@ -27,7 +41,10 @@ pub fn print_tables(s: &Setup, cases: &[Case]) {
             if c.dense_calls == 0 { ", off" } else { "" }
         );
     }
-    println!();
+}
+
+fn print_measured(s: &Setup, cases: &[Case]) {
+    let o = &s.o;
     println!("measured here, per ubatch, the layers run here (quant includes the gather into native A; ms):");
     println!(
         "{:<18} {:<5} {:>5} {:>2} {:>7} {:>8} {:>8} {:>8} {:>8} {:>8} {:>6} {:>6} {:>6} {:>7} {:>7} {:>5} {:>10}",
@@ -61,7 +78,10 @@ pub fn print_tables(s: &Setup, cases: &[Case]) {
             );
         }
     }
-    println!();
+}
+
+fn print_modelled(s: &Setup, cases: &[Case]) {
+    let settings = &s.settings;
     println!(
         "modelled RK3588, whole model, per ubatch (expert part: serial / as scheduled / bound and \
          what sets it; ms):"
@@ -111,7 +131,9 @@ pub fn print_tables(s: &Setup, cases: &[Case]) {
             );
         }
     }
-    println!();
+}
+
+fn print_stages(cases: &[Case]) {
     println!("modelled RK3588, last ubatch: serial time per stage of the expert part (ms), and the whole ubatch");
     let names: Vec<&str> = Stage::REPORTED[..Stage::REPORTED.len() - 1]
         .iter()
@@ -157,7 +179,10 @@ pub fn print_tables(s: &Setup, cases: &[Case]) {
             );
         }
     }
-    println!();
+}
+
+fn print_parameters(s: &Setup, cases: &[Case]) {
+    let settings = &s.settings;
     println!("board model parameters (value, unit, source):");
     for line in settings.describe() {
         println!("  {line}");
