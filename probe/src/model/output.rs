@@ -2,8 +2,9 @@
 
 use super::modelled::{engines, reference};
 use super::{ms, Case, Setup};
-use ork_probe::timeline::{self, Stage, Timeline};
-use serde_json::{Map, Value};
+use crate::json;
+use ork_probe::timeline::{self, Stage, Timeline, UbatchModel};
+use serde_json::{json, Map, Value};
 
 /// The tables: what the engine did here, the modelled RK3588 time per ubatch, the last ubatch's
 /// stages, and the board model's parameters.
@@ -204,143 +205,150 @@ fn stage_us(t: &Timeline, s: Stage) -> f64 {
     t.stage_us[i]
 }
 
-fn num(x: f64) -> Value {
-    Value::from(x)
-}
-
+/// One JSON row per case: its last ubatch, measured here and modelled, and the board model's
+/// parameters. Counts are written as floats, as every number of the row.
 pub fn print_json(s: &Setup, cases: &[Case]) {
-    let (o, settings, cfg) = (&s.o, &s.settings, &s.cfg);
     let params: Map<String, Value> = timeline::SPECS
         .iter()
-        .map(|s| {
-            let v = settings.params.get(s.name).expect("a parameter");
-            (s.name.to_string(), num(v))
+        .map(|spec| {
+            let v = s.settings.params.get(spec.name).expect("a parameter");
+            (spec.name.to_string(), json!(v))
         })
         .collect();
-    let mut rows = Vec::new();
-    for c in cases {
-        let u = c.ubatches.last().expect("at least one ubatch");
-        let first = c.ubatches.first().expect("at least one ubatch");
-        let m = &u.measured;
-        let scale = c.shape.layers as f64 / o.layers as f64;
-        let t = &u.models[0];
-        let (ref_tokps, ref_src) = reference(c, &settings.params);
-        // Full model: the hits the modelled calls have (see `run_case`); every other lookup a miss.
-        let (hits, lookups) = (u.full_hits as f64, u.full_lookups as f64);
-        let misses = lookups - hits;
-        let per_miss = m.bytes_inflated as f64 / m.misses.max(1) as f64;
-        let mut fields: Vec<(String, Value)> = vec![
-            ("config".into(), Value::from(c.shape.name)),
-            ("layers".into(), num(c.shape.layers as f64)),
-            ("measured_layers".into(), num(o.layers as f64)),
-            (
-                "modelled_layers_from".into(),
-                Value::from(format!(
-                    "the {} layer(s) measured here, repeated to {} (measured counts scaled by {:.1})",
-                    o.layers, c.shape.layers, scale
-                )),
-            ),
-            ("type".into(), Value::from(c.ty.name())),
-            ("ubatch".into(), num(c.tokens as f64)),
-            ("ubatch_index".into(), num(u.index as f64)),
-            ("routing".into(), Value::from(o.routing.name())),
-            ("backend_here".into(), Value::from(c.backend)),
-            ("cache_mb".into(), num((cfg.cache_bytes >> 20) as f64)),
-            ("hit_rate".into(), num(hits / lookups.max(1.0))),
-            ("cache_hits".into(), num(hits)),
-            ("cache_misses".into(), num(misses)),
-            ("bytes_inflated".into(), num(misses * per_miss)),
-            (
-                "measured_hit_rate".into(),
-                num(m.hits as f64 / (m.hits + m.misses).max(1) as f64),
-            ),
-            ("measured_cache_evictions".into(), num(m.evictions as f64)),
-            ("measured_bytes_inflated".into(), num(m.bytes_inflated as f64)),
-            ("measured_buffers_created".into(), num(m.buffers as f64)),
-            ("submits".into(), num(m.submits as f64 * scale)),
-            ("dense_calls".into(), num(c.dense_calls as f64)),
-            ("npu_runs".into(), num(t.experts.runs as f64)),
-            ("contexts_created".into(), num(t.experts.contexts_created as f64)),
-            (
-                "contexts_created_first_ubatch".into(),
-                num(first.models[0].experts.contexts_created as f64),
-            ),
-            ("measured_route_us".into(), num(m.stages.route as f64 / 1e3)),
-            (
-                "measured_quant_gather_us".into(),
-                num(m.stages.quant as f64 / 1e3),
-            ),
-            ("measured_inflate_us".into(), num(m.stages.inflate as f64 / 1e3)),
-            ("measured_gemm_us".into(), num(m.stages.gemm as f64 / 1e3)),
-            ("measured_scatter_us".into(), num(m.stages.scatter as f64 / 1e3)),
-            ("measured_wall_us".into(), num(m.wall_us)),
-            (
-                "measured_expert_tokps".into(),
-                num(c.tokens as f64 * 1e6 / (m.wall_us * scale)),
-            ),
-            ("modelled_serial_us".into(), num(t.experts.serial_us)),
-            ("modelled_scheduled_us".into(), num(t.experts.scheduled_us)),
-            ("modelled_bound_us".into(), num(t.experts.bound.us())),
-            (
-                "modelled_bound_limit".into(),
-                Value::from(t.experts.bound.limit()),
-            ),
-            (
-                "modelled_critical_path_us".into(),
-                num(t.experts.bound.critical_path_us),
-            ),
-            ("modelled_dram_bytes".into(), num(t.experts.dram_bytes as f64)),
-            ("modelled_dense_us".into(), num(c.dense_us)),
-            ("modelled_ubatch_us".into(), num(t.whole.scheduled_us)),
-            ("modelled_prefill_tokps".into(), num(t.prefill_tokps(c.tokens))),
-            (
-                "amdahl_ceiling_tokps".into(),
-                num(c.tokens as f64 * 1e6 / c.dense_us),
-            ),
-            ("cpu_only_reference_tokps".into(), num(ref_tokps)),
-            ("cpu_only_reference_source".into(), Value::from(ref_src)),
-            ("cpu_only_modelled_tokps".into(), num(c.cpu_only_tokps)),
-        ];
-        for (name, i) in [("pipelined", 1), ("fused", 2), ("prefetch", 3)] {
-            let x = &u.models[i];
-            fields.extend([
-                (format!("{name}_serial_us"), num(x.experts.serial_us)),
-                (format!("{name}_scheduled_us"), num(x.experts.scheduled_us)),
-                (format!("{name}_bound_us"), num(x.experts.bound.us())),
-                (
-                    format!("{name}_bound_limit"),
-                    Value::from(x.experts.bound.limit()),
-                ),
-                (format!("{name}_ubatch_us"), num(x.whole.scheduled_us)),
-                (
-                    format!("{name}_prefill_tokps"),
-                    num(x.prefill_tokps(c.tokens)),
-                ),
-                (format!("{name}_npu_runs"), num(x.experts.runs as f64)),
-                (
-                    format!("{name}_contexts_created_first_ubatch"),
-                    num(first.models[i].experts.contexts_created as f64),
-                ),
-                // The whole ubatch's: a prefetcher gets ahead during the dense part.
-                (
-                    format!("{name}_peak_resident_mib"),
-                    num(x.whole.peak_resident_bytes as f64 / (1u64 << 20) as f64),
-                ),
-            ]);
-        }
-        for (i, s) in Stage::REPORTED.iter().enumerate() {
-            if *s != Stage::Dense {
-                fields.push((
-                    format!("modelled_{}_serial_us", s.name()),
-                    num(t.experts.stage_us[i]),
-                ));
-            }
-        }
-        fields.push(("board_params".into(), Value::Object(params.clone())));
-        if let Some(info) = &settings.profile {
-            fields.push(("board_profile".into(), Value::from(info.path.clone())));
-        }
-        rows.push(Value::Object(fields.into_iter().collect()));
+    json::print_rows(cases.iter().map(|c| row(s, c, &params)).collect());
+}
+
+fn row(s: &Setup, c: &Case, params: &Map<String, Value>) -> Value {
+    let (o, cfg) = (&s.o, &s.cfg);
+    let u = c.ubatches.last().expect("at least one ubatch");
+    let first = c.ubatches.first().expect("at least one ubatch");
+    let m = &u.measured;
+    let scale = c.shape.layers as f64 / o.layers as f64;
+    let t = &u.models[0];
+    let (ref_tokps, ref_src) = reference(c, &s.settings.params);
+    // Full model: the hits the modelled calls have (`Board::ubatch`); every other lookup a miss.
+    let (hits, lookups) = (u.full_hits as f64, u.full_lookups as f64);
+    let misses = lookups - hits;
+    let per_miss = m.bytes_inflated as f64 / m.misses.max(1) as f64;
+    let us_of_ns = |ns: u64| ns as f64 / 1e3;
+    let mut fields: Map<String, Value> = [
+        ("config", json!(c.shape.name)),
+        ("layers", json!(c.shape.layers as f64)),
+        ("measured_layers", json!(o.layers as f64)),
+        (
+            "modelled_layers_from",
+            json!(format!(
+                "the {} layer(s) measured here, repeated to {} (measured counts scaled by {:.1})",
+                o.layers, c.shape.layers, scale
+            )),
+        ),
+        ("type", json!(c.ty.name())),
+        ("ubatch", json!(c.tokens as f64)),
+        ("ubatch_index", json!(u.index as f64)),
+        ("routing", json!(o.routing.name())),
+        ("backend_here", json!(c.backend)),
+        ("cache_mb", json!((cfg.cache_bytes >> 20) as f64)),
+        ("hit_rate", json!(hits / lookups.max(1.0))),
+        ("cache_hits", json!(hits)),
+        ("cache_misses", json!(misses)),
+        ("bytes_inflated", json!(misses * per_miss)),
+        (
+            "measured_hit_rate",
+            json!(m.hits as f64 / (m.hits + m.misses).max(1) as f64),
+        ),
+        ("measured_cache_evictions", json!(m.evictions as f64)),
+        ("measured_bytes_inflated", json!(m.bytes_inflated as f64)),
+        ("measured_buffers_created", json!(m.buffers as f64)),
+        ("submits", json!(m.submits as f64 * scale)),
+        ("dense_calls", json!(c.dense_calls as f64)),
+        ("npu_runs", json!(t.experts.runs as f64)),
+        ("contexts_created", json!(t.experts.contexts_created as f64)),
+        (
+            "contexts_created_first_ubatch",
+            json!(first.models[0].experts.contexts_created as f64),
+        ),
+        ("measured_route_us", json!(us_of_ns(m.stages.route))),
+        ("measured_quant_gather_us", json!(us_of_ns(m.stages.quant))),
+        ("measured_inflate_us", json!(us_of_ns(m.stages.inflate))),
+        ("measured_gemm_us", json!(us_of_ns(m.stages.gemm))),
+        ("measured_scatter_us", json!(us_of_ns(m.stages.scatter))),
+        ("measured_wall_us", json!(m.wall_us)),
+        (
+            "measured_expert_tokps",
+            json!(c.tokens as f64 * 1e6 / (m.wall_us * scale)),
+        ),
+        ("modelled_serial_us", json!(t.experts.serial_us)),
+        ("modelled_scheduled_us", json!(t.experts.scheduled_us)),
+        ("modelled_bound_us", json!(t.experts.bound.us())),
+        ("modelled_bound_limit", json!(t.experts.bound.limit())),
+        (
+            "modelled_critical_path_us",
+            json!(t.experts.bound.critical_path_us),
+        ),
+        ("modelled_dram_bytes", json!(t.experts.dram_bytes as f64)),
+        ("modelled_dense_us", json!(c.dense_us)),
+        ("modelled_ubatch_us", json!(t.whole.scheduled_us)),
+        ("modelled_prefill_tokps", json!(t.prefill_tokps(c.tokens))),
+        (
+            "amdahl_ceiling_tokps",
+            json!(c.tokens as f64 * 1e6 / c.dense_us),
+        ),
+        ("cpu_only_reference_tokps", json!(ref_tokps)),
+        ("cpu_only_reference_source", json!(ref_src)),
+        ("cpu_only_modelled_tokps", json!(c.cpu_only_tokps)),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    for (name, i) in [("pipelined", 1), ("fused", 2), ("prefetch", 3)] {
+        fields.extend(variant_fields(
+            name,
+            &u.models[i],
+            &first.models[i],
+            c.tokens,
+        ));
     }
-    crate::json::print_rows(rows);
+    for (i, stage) in Stage::REPORTED.iter().enumerate() {
+        if *stage != Stage::Dense {
+            let name = format!("modelled_{}_serial_us", stage.name());
+            fields.insert(name, json!(t.experts.stage_us[i]));
+        }
+    }
+    fields.insert("board_params".into(), Value::Object(params.clone()));
+    if let Some(info) = &s.settings.profile {
+        fields.insert("board_profile".into(), json!(info.path));
+    }
+    Value::Object(fields)
+}
+
+/// The fields of an engine model other than the engine's own, named after it: `last` its last
+/// ubatch, `first` its first.
+fn variant_fields(
+    name: &str,
+    last: &UbatchModel,
+    first: &UbatchModel,
+    tokens: usize,
+) -> Vec<(String, Value)> {
+    let x = &last.experts;
+    vec![
+        (format!("{name}_serial_us"), json!(x.serial_us)),
+        (format!("{name}_scheduled_us"), json!(x.scheduled_us)),
+        (format!("{name}_bound_us"), json!(x.bound.us())),
+        (format!("{name}_bound_limit"), json!(x.bound.limit())),
+        (format!("{name}_ubatch_us"), json!(last.whole.scheduled_us)),
+        (
+            format!("{name}_prefill_tokps"),
+            json!(last.prefill_tokps(tokens)),
+        ),
+        (format!("{name}_npu_runs"), json!(x.runs as f64)),
+        (
+            format!("{name}_contexts_created_first_ubatch"),
+            json!(first.experts.contexts_created as f64),
+        ),
+        // The whole ubatch's: a prefetcher gets ahead during the dense part.
+        (
+            format!("{name}_peak_resident_mib"),
+            json!(last.whole.peak_resident_bytes as f64 / (1u64 << 20) as f64),
+        ),
+    ]
 }
