@@ -225,8 +225,8 @@ impl Chart {
 
     /// The legend, and the document's end.
     pub fn finish(mut self) -> String {
-        for i in 0..self.names.len() {
-            let (name, mark, (x, y)) = self.names[i].clone();
+        let names = std::mem::take(&mut self.names);
+        for (i, (name, mark, (x, y))) in names.into_iter().enumerate() {
             let color = PALETTE[i % PALETTE.len()];
             let _ = match mark {
                 Mark::Line { dashed } => writeln!(
