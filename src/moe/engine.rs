@@ -37,7 +37,7 @@ impl Engine {
     /// e.g. an emulator with injected faults.
     pub fn with_device(config: Config, device: Device) -> Result<Engine, Error> {
         let tiles = device_tiles(&device)?;
-        let placement = Placement::of(&config, crate::cpus::idle_slow_cores)?;
+        let placement = Placement::of(&config, crate::cpus::idle_slow_cores, crate::cpus::online)?;
         // Without prefetch threads nothing is ever staged: a budget of 0 says so to the staging
         // area, which then skips its lock on every miss.
         let staged = if placement.threads > 0 {
