@@ -145,19 +145,92 @@ fn check_pair_format(p0: &Problem, p1: &Problem) -> Result<(), Error> {
 }
 
 /// Each dst apart from the other dst and the other projection's weights (validation checked it
-/// against its own inputs).
+/// against its own inputs): `InvalidArgument` for a byte they share, declined when their extents
+/// interleave and sharing is not ruled out cheaply (as validation does for one projection).
 fn check_pair_apart(
     [(w0, dst0, p0), (w1, dst1, p1)]: [(&TensorDesc, &TensorDesc, &Problem); 2],
 ) -> Result<(), Error> {
-    let range = |d: &TensorDesc, len: usize| (d.addr, d.addr.saturating_add(len));
-    let (d0, d1) = (range(dst0, p0.dst_extent), range(dst1, p1.dst_extent));
-    let (a0, a1) = (range(w0, p0.w_extent), range(w1, p1.w_extent));
-    let meet = |x: (usize, usize), y: (usize, usize)| x.0 < y.1 && y.0 < x.1;
-    if meet(d0, d1) || meet(d0, a1) || meet(d1, a0) {
-        return Err(Error::new(
-            ErrorKind::InvalidArgument,
-            "pair: a dst overlaps the other dst or the other projection's weights",
-        ));
+    let (d0, d1) = (p0.dst_span(dst0.addr), p1.dst_span(dst1.addr));
+    let (a0, a1) = (p0.weight_span(w0.addr), p1.weight_span(w1.addr));
+    let weights = "the other projection's weights";
+    for (dst, other, what) in [
+        (&d0, &d1, "the other dst"),
+        (&d0, &a1, weights),
+        (&d1, &a0, weights),
+    ] {
+        match dst.shares_bytes(other) {
+            Some(false) => {}
+            Some(true) => {
+                return Err(Error::new(
+                    ErrorKind::InvalidArgument,
+                    format!("pair: a dst overlaps {what}"),
+                ))
+            }
+            None => {
+                return Err(Error::new(
+                    ErrorKind::NotHandled,
+                    format!("pair: a dst and {what} interleave in memory: left to the caller"),
+                ))
+            }
+        }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::moe::desc::GGML_TYPE_I32;
+
+    fn t(ty: i32, ne: [i64; 3], nb: [usize; 3], addr: usize) -> TensorDesc<'static> {
+        TensorDesc {
+            ty,
+            ne: [ne[0], ne[1], ne[2], 1],
+            nb: [nb[0], nb[1], nb[2], nb[2] * ne[2] as usize],
+            addr,
+            name: None,
+        }
+    }
+
+    /// A pair of 2 experts of 4 rows of 32 Q8_0 weights, 2 slots of 3 tokens, dst rows `nb1`
+    /// apart at `dst0` and `dst1`; the weights at 0x10000 and 0x20000.
+    fn pair(dst0: usize, dst1: usize, nb1: usize) -> Result<Plan, Error> {
+        let config = Config {
+            min_rows: 0,
+            ..Config::default()
+        };
+        let w = |addr| t(8, [32, 4, 2], [34, 34, 136], addr);
+        let b = t(0, [32, 1, 3], [4, 128, 128], 0x30000);
+        let ids = t(GGML_TYPE_I32, [2, 3, 1], [4, 8, 24], 0x40000);
+        let dst = |addr| t(0, [4, 2, 3], [4, nb1, 2 * nb1], addr);
+        Plan::pair(
+            &config,
+            &w(0x10000),
+            &w(0x20000),
+            &b,
+            &ids,
+            &dst(dst0),
+            &dst(dst1),
+        )
+    }
+
+    #[test]
+    fn a_pair_refuses_a_shared_byte_and_declines_interleaved_rows() {
+        assert!(pair(0x50000, 0x60000, 16).is_ok());
+        // One dst for both: shared.
+        let e = pair(0x50000, 0x50000, 16).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::InvalidArgument, "{e}");
+        assert!(e.message().contains("overlaps the other dst"), "{e}");
+        // Rows of 16 bytes 32 apart, the other dst's rows in the gaps: no byte shared.
+        let e = pair(0x50000, 0x50010, 32).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::NotHandled, "{e}");
+        assert!(e.message().contains("interleave"), "{e}");
+        // A dst on the other projection's weights.
+        let e = pair(0x50000, 0x10000, 16).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::InvalidArgument, "{e}");
+        assert!(
+            e.message().contains("the other projection's weights"),
+            "{e}"
+        );
+    }
 }
