@@ -107,6 +107,7 @@ impl Plan {
         problem: Problem,
         pair: Option<Problem>,
     ) -> Result<Plan, Error> {
+        check_indexable(config, &problem)?;
         let small = problem.rows_per_expert() < config.min_rows as usize;
         if small && config.small_batch == SmallBatch::Decline {
             return Err(Error::below_min_rows(
@@ -119,6 +120,23 @@ impl Plan {
             pair,
             on_cpu: small,
         })
+    }
+}
+
+/// The engine indexes a call's rows, and their outlier channels, in 32 bits (routed rows, the
+/// outlier lists of a share and of an expert): a call beyond that, billions of rows that no host
+/// has memory for, is left to the caller.
+fn check_indexable(config: &Config, p: &Problem) -> Result<(), Error> {
+    let per_row = config.outliers.map_or(1, |r| r.max_channels.clamp(1, p.k));
+    match p.rows().checked_mul(per_row) {
+        Some(entries) if entries <= u32::MAX as usize => Ok(()),
+        _ => Err(Error::new(
+            ErrorKind::NotHandled,
+            format!(
+                "{} rows with up to {per_row} outlier channels each exceed the 2^32 entries a                  call indexes: left to the caller",
+                p.rows()
+            ),
+        )),
     }
 }
 
@@ -181,6 +199,7 @@ fn check_pair_apart(
 mod tests {
     use super::*;
     use crate::moe::desc::GGML_TYPE_I32;
+    use crate::moe::outliers::Rule;
 
     fn t(ty: i32, ne: [i64; 3], nb: [usize; 3], addr: usize) -> TensorDesc<'static> {
         TensorDesc {
@@ -212,6 +231,33 @@ mod tests {
             &dst(dst0),
             &dst(dst1),
         )
+    }
+
+    #[test]
+    fn a_call_of_more_rows_than_32_bits_index_is_declined() {
+        // 2^31 tokens of 2 slots, on address ranges far apart (metadata only).
+        let tokens = 1i64 << 31;
+        let w = t(8, [32, 1, 4], [34, 34, 34], 1 << 40);
+        let b = t(0, [32, 1, tokens], [4, 128, 128], 1 << 41);
+        let ids = t(GGML_TYPE_I32, [2, tokens, 1], [4, 8, 0], 1 << 42);
+        let dst = t(0, [1, 2, tokens], [4, 4, 8], 1 << 43);
+        let config = |outliers| Config {
+            min_rows: 0,
+            outliers,
+            ..Config::default()
+        };
+        let e = Plan::single(&config(Some(Rule::DEFAULT)), &w, &b, &ids, &dst).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::NotHandled, "{e}");
+        assert!(e.message().contains("exceed the 2^32 entries"), "{e}");
+        // Without the outlier lists, 2^32 rows is one too many; 2^32 - 2 fit.
+        assert!(Plan::single(&config(None), &w, &b, &ids, &dst).is_err());
+        let fewer = |t: TensorDesc<'static>, i: usize| {
+            let mut t = t;
+            t.ne[i] = tokens - 1;
+            t
+        };
+        let (b, ids, dst) = (fewer(b, 2), fewer(ids, 1), fewer(dst, 2));
+        assert!(Plan::single(&config(None), &w, &b, &ids, &dst).is_ok());
     }
 
     #[test]
