@@ -140,7 +140,8 @@ impl<'a> Board<'a> {
 
     /// Modelled CPU-only prefill of the case.
     pub fn cpu_only_tokps(&self) -> f64 {
-        self.rates.cpu_only_tokps(&self.shape, self.tokens)
+        self.rates
+            .cpu_only_tokps(&self.shape, self.tokens, self.params)
     }
 
     /// The dense part of a ubatch, all layers.

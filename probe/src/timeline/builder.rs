@@ -161,6 +161,7 @@ impl Builder<'_> {
     /// before it (which it waits for when ops run in sequence). Returns its end.
     fn call(&mut self, c: &CallWork, input: u32, previous: u32) -> u32 {
         let plan = self.phase1(c, input, previous);
+        let first_task = self.g.tasks.len();
         let mut scatters = Vec::new();
         let mut help_until = None;
         for x in &c.experts {
@@ -168,6 +169,13 @@ impl Builder<'_> {
             scatters.extend(item.scatters);
             help_until = item.help_until.or(help_until);
         }
+        let runs = self.g.tasks[first_task..]
+            .iter()
+            .filter(|t| matches!(t.work, Work::Run { .. }))
+            .count() as u64;
+        // The submitter threads' CPU time, beside the runs they submit.
+        let submit = Work::Submit { runs };
+        scatters.push(self.g.push(submit, Unit::AnyCpu, &[plan.route], c.layer));
         if plan.prefetched {
             self.unused_prefetches(&plan);
         }

@@ -67,6 +67,7 @@ pub fn model_ubatch(
     cache_bytes: u64,
     contexts: &mut ContextCache,
 ) -> Result<UbatchModel, String> {
+    let params = &params.at_dmc();
     let mut alone = contexts.clone();
     let g = build(ub, engine, params, cache_bytes, &mut alone, false);
     let experts = timeline(&g, params)?;

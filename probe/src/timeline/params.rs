@@ -174,7 +174,48 @@ params! {
          4-layer Qwen3-30B-A3B-shaped model): 74 % Q4_0, 67 % Q4_K_M (docs/BOARD-MODEL.md)";
     dense_weight_bytes: "bytes/weight" = 0.5625;
         "assumption: the dense part's weights at Q4_K (4.5 bits), read once per ubatch";
+    norm_gelems_big_core: "Gelem/s" = 0.5;
+        "assumption: RMSNorm (the attention and FFN norms, Qwen3's q and k norms), f32 elements \
+         per second on one A76: two streaming passes, half elementwise_gelems_big_core";
+    rope_gelems_big_core: "Gelem/s" = 0.25;
+        "assumption: RoPE on q and k, elements per second on one A76 (a sine and cosine per \
+         pair, computed per row in ggml_rope_f32)";
+    softmax_gelems_big_core: "Gelem/s" = 0.4;
+        "assumption: the attention softmax (scale, mask, exp, sum), score elements per second on \
+         one A76 (ggml_vec_soft_max_f32, vectorised expf)";
+    kv_copy_gelems_big_core: "Gelem/s" = 0.5;
+        "assumption: K and V written to the f16 KV cache (f32 to f16, V transposed), elements \
+         per second on one A76";
+    router_gmacs_big_core: "GMAC/s" = 5.0;
+        "assumption: the F32 router matmul (llama-quantize keeps ffn_gate_inp in F32) on one \
+         A76: 2 NEON FMA pipes of 4 lanes at 2.35 GHz is 18.8 GMAC/s peak, ggml's f32 path \
+         reaches about a quarter of it";
+    topk_us_per_token: "us" = 1.0;
+        "assumption: the router's softmax over the experts, argsort, top-k and weight \
+         normalisation, per token and layer on one A76";
+    submit_cpu_us: "us" = 10.0;
+        "assumption: CPU time of one rknn_matmul_run on its submitter thread (the submit ioctl \
+         and the wake-up at its end); the rest of run_us_floor is the NPU's";
+    leftover_cpu_factor: "x" = 1.0;
+        "scale of the CPU leftover stages (norms, RoPE, softmax, KV copies, router and top-k, \
+         submitter CPU time): 1 prices them at the rates above; the range takes 1.5 and 0.67";
+    pi5_pp512_tokps: "tok/s" = 10.91;
+        "Raspberry Pi 5 (4x A76, 2.4 GHz), Qwen3-30B-A3B Q3_K_S, 4 threads, llama-bench pp512 \
+         (geerlingguy/ai-benchmarks#47): calibrates the attention's cost per MAC";
+    pi5_pp4096_tokps: "tok/s" = 8.62;
+        "the same board and model at pp4096 (same source): 21 % slower per token than pp512";
+    pi5_clock_scale: "x" = 0.978;
+        "the RK3588's A76 clock over the Pi 5's: 2348 MHz (sbc-bench 41BH, ROCK 5B) / 2400 MHz; \
+         scales the Pi 5 figures to an RK3588 reference (memory differences ignored)";
+    dmc_mhz: "MHz" = 2112.0;
+        "memory-controller (DMC) frequency: 2112 MHz is the top of the RK3588 DMC table and \
+         what the bandwidth figures were taken at; assumption: shared_dram_gbps, dram_gbps and \
+         the memcpy rates scale with it (528 MHz when the DMC governor is missing, \
+         airockchip/rknn-llm#532)";
 }
+
+/// The DMC frequency the bandwidth parameters' figures were measured at.
+pub const DMC_MHZ_OF_RATES: f64 = 2112.0;
 
 /// The position of parameter `name` in [`SPECS`].
 pub fn index(name: &str) -> Option<usize> {
@@ -205,6 +246,19 @@ impl Params {
         }
         *slot = value;
         Ok(())
+    }
+
+    /// The parameters at `dmc_mhz`: the bandwidths, taken at [`DMC_MHZ_OF_RATES`], scaled by
+    /// the memory controller's frequency.
+    pub fn at_dmc(&self) -> Params {
+        let scale = self.dmc_mhz / DMC_MHZ_OF_RATES;
+        Params {
+            shared_dram_gbps: self.shared_dram_gbps * scale,
+            dram_gbps: self.dram_gbps * scale,
+            memcpy_gbps_big_core: self.memcpy_gbps_big_core * scale,
+            memcpy_gbps_little_core: self.memcpy_gbps_little_core * scale,
+            ..self.clone()
+        }
     }
 
     /// The NPU part, as the emulator's cost model.

@@ -73,6 +73,10 @@ pub fn price(w: &Work, core: Core, p: &Params) -> (f64, u64) {
         Work::Scatter { c_bytes, dst_bytes } => {
             (at(dst_bytes, p.scatter_gbps_big_core), c_bytes + dst_bytes)
         }
+        Work::Submit { runs } => (
+            runs as f64 * p.submit_cpu_us * p.leftover_cpu_factor / speed,
+            0,
+        ),
         Work::Elementwise { elems } => (
             elems as f64 / (p.elementwise_gelems_big_core * 1e3 * speed),
             8 * elems,

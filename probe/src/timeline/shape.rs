@@ -109,47 +109,129 @@ impl ModelShape {
     /// Multiply-accumulates of the dense part per token and layer, the attention over `ctx`
     /// earlier positions included.
     pub fn dense_macs_per_token_layer(&self, ctx: f64) -> f64 {
-        self.dense_weights_per_layer() as f64 + 2.0 * (self.heads * self.head_dim) as f64 * ctx
+        self.dense_weights_per_layer() as f64 + self.attention_macs_per_token_layer(ctx)
+    }
+
+    /// Multiply-accumulates of the attention core (QK^T and the weighted sum of V) per token and
+    /// layer over `ctx` earlier positions.
+    pub fn attention_macs_per_token_layer(&self, ctx: f64) -> f64 {
+        2.0 * (self.heads * self.head_dim) as f64 * ctx
+    }
+
+    /// Multiply-accumulates of the router per token and layer.
+    pub fn router_macs_per_token_layer(&self) -> f64 {
+        (self.hidden * self.n_expert) as f64
     }
 
     /// Multiply-accumulates of the routed experts per token and layer.
     pub fn expert_macs_per_token_layer(&self) -> f64 {
         (self.n_used * 3 * self.hidden * self.expert_ff) as f64
     }
+
+    /// CPU time of the leftover stages per token and layer on one big core (µs), attending over
+    /// `ctx` positions: the norms, RoPE, the softmax, the KV-cache copies, the router and its
+    /// top-k, each at its own rate and scaled by `leftover_cpu_factor`. They stay on the CPU
+    /// whatever the library takes.
+    pub fn leftover_us_per_token_layer(&self, ctx: f64, p: &Params) -> f64 {
+        let per_gelem = |elems: f64, gelems: f64| elems / (gelems * 1e3);
+        let qk = ((self.heads + self.kv_heads) * self.head_dim) as f64;
+        let norms = (2 * self.hidden) as f64 + qk;
+        let kv = (2 * self.kv_heads * self.head_dim) as f64;
+        let us = per_gelem(norms, p.norm_gelems_big_core)
+            + per_gelem(qk, p.rope_gelems_big_core)
+            + per_gelem(self.heads as f64 * ctx, p.softmax_gelems_big_core)
+            + per_gelem(kv, p.kv_copy_gelems_big_core)
+            + per_gelem(self.router_macs_per_token_layer(), p.router_gmacs_big_core)
+            + p.topk_us_per_token;
+        us * p.leftover_cpu_factor
+    }
 }
 
-/// CPU rates of the two parts of a prefill, derived from a published CPU-only figure: its time
-/// per token split by `mul_mat_id_share`, each part divided by the reference model's MACs.
+/// CPU rates of a prefill, derived from a published CPU-only figure: its time per token split
+/// by `mul_mat_id_share` into the routed experts and the rest; the rest, less the leftover
+/// stages priced at their own rates, over the projections' MACs and the attention's at
+/// `attention_factor` times their cost.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct CpuRates {
-    /// µs per dense MAC (one token, the big cores together).
+    /// µs per projection MAC (one token, the big cores together).
     pub dense_us_per_mac: f64,
     /// µs per routed-expert MAC on the CPU (the CPU-only run's MUL_MAT_ID).
     pub expert_us_per_mac: f64,
+    /// An attention MAC's cost over a projection MAC's, calibrated so that the CPU-only model
+    /// slows from a 512- to a 4096-token prompt as the Raspberry Pi 5 measured.
+    pub attention_factor: f64,
 }
 
 impl CpuRates {
     /// From the reference figure, taken for [`ModelShape::QWEN3_30B_A3B`] at the reference's
-    /// prompt length (attention over half of it on average).
+    /// prompt length (attention over half of it on average), the attention factor calibrated on
+    /// `pi5_pp512_tokps` and `pi5_pp4096_tokps`.
     pub fn from_reference(p: &Params) -> CpuRates {
+        let shape = ModelShape::QWEN3_30B_A3B;
+        let target = p.pi5_pp512_tokps / p.pi5_pp4096_tokps;
+        let slowdown = |f: f64| {
+            let r = CpuRates::with_attention_factor(p, f);
+            r.cpu_only_tokps(&shape, 512, p) / r.cpu_only_tokps(&shape, 4096, p)
+        };
+        let (mut lo, mut hi) = (0.0, 64.0);
+        if slowdown(lo) >= target {
+            hi = lo;
+        }
+        for _ in 0..64 {
+            let mid = (lo + hi) / 2.0;
+            if slowdown(mid) < target {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        CpuRates::with_attention_factor(p, hi)
+    }
+
+    /// The rates with an attention MAC at `attention_factor` projection MACs.
+    pub fn with_attention_factor(p: &Params, attention_factor: f64) -> CpuRates {
         let r = ModelShape::QWEN3_30B_A3B;
         let token_us = 1e6 / p.cpu_only_reference_tokps;
         let layers = r.layers as f64;
-        let dense = r.dense_macs_per_token_layer(p.reference_context / 2.0) * layers;
+        let ctx = p.reference_context / 2.0;
+        let leftover = r.leftover_us_per_token_layer(ctx, p) / p.big_cores * layers;
+        let macs = (r.dense_matmul_macs_per_token_layer()
+            + attention_factor * r.attention_macs_per_token_layer(ctx))
+            * layers;
         let expert = r.expert_macs_per_token_layer() * layers;
         CpuRates {
-            dense_us_per_mac: token_us * (1.0 - p.mul_mat_id_share) / dense,
+            dense_us_per_mac: (token_us * (1.0 - p.mul_mat_id_share) - leftover).max(0.0) / macs,
             expert_us_per_mac: token_us * p.mul_mat_id_share / expert,
+            attention_factor,
         }
+    }
+
+    /// Wall time of one layer's CPU part per token but the routed experts (µs), attending over
+    /// `ctx` positions; with `matmuls_offloaded` without the projections.
+    fn dense_us_per_token_layer(
+        &self,
+        shape: &ModelShape,
+        ctx: f64,
+        p: &Params,
+        matmuls_offloaded: bool,
+    ) -> f64 {
+        let projections = if matmuls_offloaded {
+            0.0
+        } else {
+            shape.dense_matmul_macs_per_token_layer()
+        };
+        (projections + self.attention_factor * shape.attention_macs_per_token_layer(ctx))
+            * self.dense_us_per_mac
+            + shape.leftover_us_per_token_layer(ctx, p) / p.big_cores
     }
 
     /// CPU-only prefill tok/s of `shape` for a prompt of `tokens` (attention over half of it on
     /// average), at these rates.
-    pub fn cpu_only_tokps(&self, shape: &ModelShape, tokens: usize) -> f64 {
+    pub fn cpu_only_tokps(&self, shape: &ModelShape, tokens: usize, p: &Params) -> f64 {
         let layers = shape.layers as f64;
-        let dense = shape.dense_macs_per_token_layer(tokens as f64 / 2.0) * layers;
-        let expert = shape.expert_macs_per_token_layer() * layers;
-        1e6 / (dense * self.dense_us_per_mac + expert * self.expert_us_per_mac)
+        let dense = self.dense_us_per_token_layer(shape, tokens as f64 / 2.0, p, false);
+        let expert = shape.expert_macs_per_token_layer() * self.expert_us_per_mac;
+        1e6 / ((dense + expert) * layers)
     }
 
     /// The dense part of one layer for a prompt ubatch of `tokens` starting at position 0, on
@@ -170,9 +252,9 @@ impl CpuRates {
         } else {
             0.0
         };
-        let total_us = (shape.dense_macs_per_token_layer(tokens as f64 / 2.0) - offloaded)
-            * tokens as f64
-            * self.dense_us_per_mac;
+        let total_us =
+            self.dense_us_per_token_layer(shape, tokens as f64 / 2.0, p, matmuls_offloaded)
+                * tokens as f64;
         DenseWork {
             // SiLU·mul and the combine are part of the measured dense time: taken out of it
             // here so that they can sit between the calls.
@@ -198,10 +280,32 @@ mod tests {
     fn the_reference_model_reproduces_the_reference_figure() {
         let p = Params::default();
         let r = CpuRates::from_reference(&p);
-        let at_ref = r.cpu_only_tokps(&ModelShape::QWEN3_30B_A3B, p.reference_context as usize);
+        let s = ModelShape::QWEN3_30B_A3B;
+        let at_ref = r.cpu_only_tokps(&s, p.reference_context as usize, &p);
         assert!((at_ref - p.cpu_only_reference_tokps).abs() < 1e-9);
         // Longer prompts attend over more positions: slower per token.
-        assert!(r.cpu_only_tokps(&ModelShape::QWEN3_30B_A3B, 2048) < at_ref);
+        assert!(r.cpu_only_tokps(&s, 2048, &p) < at_ref);
+    }
+
+    #[test]
+    fn the_attention_factor_reproduces_the_pi5_slowdown() {
+        let p = Params::default();
+        let r = CpuRates::from_reference(&p);
+        let s = ModelShape::QWEN3_30B_A3B;
+        let slowdown = r.cpu_only_tokps(&s, 512, &p) / r.cpu_only_tokps(&s, 4096, &p);
+        assert!(
+            (slowdown - 10.91 / 8.62).abs() < 1e-6,
+            "{slowdown} at factor {}",
+            r.attention_factor
+        );
+        // At the projections' rate the model slows less than the Pi 5 did.
+        let flat = CpuRates::with_attention_factor(&p, 1.0);
+        assert!(flat.cpu_only_tokps(&s, 512, &p) / flat.cpu_only_tokps(&s, 4096, &p) < slowdown);
+        assert!(
+            (1.0..4.0).contains(&r.attention_factor),
+            "{}",
+            r.attention_factor
+        );
     }
 
     #[test]
@@ -226,8 +330,30 @@ mod tests {
         assert!((per_token - expected).abs() < 1e-6 * expected);
     }
 
+    /// The leftover stages of Qwen3-30B-A3B by hand, per token and layer on one A76 at the
+    /// default rates, attending over 1024 positions: norms 2·2048 + 36·128 = 8704 elements at
+    /// 0.5 Gelem/s, RoPE 4608 at 0.25, softmax 32·1024 at 0.4, KV copies 1024 at 0.5, router
+    /// 2048·128 MACs at 5 GMAC/s, top-k 1 µs.
+    const LEFTOVER_AT_1024_US: f64 = 8704.0 / 500.0
+        + 4608.0 / 250.0
+        + 32768.0 / 400.0
+        + 1024.0 / 500.0
+        + 262144.0 / 5000.0
+        + 1.0;
+
     #[test]
-    fn offloaded_matmuls_leave_the_attention_core_and_the_router() {
+    fn leftover_stages_are_priced_at_their_rates() {
+        let p = Params::default();
+        let s = ModelShape::QWEN3_30B_A3B;
+        let us = s.leftover_us_per_token_layer(1024.0, &p);
+        assert!((us - LEFTOVER_AT_1024_US).abs() < 1e-9, "{us}");
+        let mut doubled = p.clone();
+        doubled.set("leftover_cpu_factor", 2.0).unwrap();
+        assert!((s.leftover_us_per_token_layer(1024.0, &doubled) - 2.0 * us).abs() < 1e-9);
+    }
+
+    #[test]
+    fn offloaded_matmuls_leave_the_attention_core_and_the_leftover_stages() {
         let p = Params::default();
         let r = CpuRates::from_reference(&p);
         let s = ModelShape::QWEN3_30B_A3B;
@@ -237,14 +363,18 @@ mod tests {
             r.dense_layer(&s, 2048, &p, false),
             r.dense_layer(&s, 2048, &p, true),
         );
-        let left = 2048.0 * 128.0 + 2.0 * 4096.0 * 1024.0;
         let priced =
             |d: &DenseWork| d.before_us + r.elementwise_us(d.act_elems + d.combine_elems, &p);
-        let expected = left / s.dense_macs_per_token_layer(1024.0);
+        // 2048 tokens attend over 1024 positions on average: the attention's MACs at the
+        // calibrated factor, and the leftover stages on the 4 A76s, per token.
+        let attention = r.attention_factor * 2.0 * 4096.0 * 1024.0 * r.dense_us_per_mac;
+        let expected = 2048.0 * (attention + LEFTOVER_AT_1024_US / 4.0);
         assert!(
-            (priced(&cpu) / priced(&all) - expected).abs() < 1e-9,
+            (priced(&cpu) - expected).abs() < 1e-6 * expected,
             "{expected}"
         );
+        let projections = 2048.0 * 18_874_368.0 * r.dense_us_per_mac;
+        assert!((priced(&all) - priced(&cpu) - projections).abs() < 1e-6 * projections);
         assert_eq!(cpu.bytes, (2048.0 * 128.0 * p.dense_weight_bytes) as u64);
         // A shared expert is a dense matmul too.
         assert_eq!(ModelShape::QWEN15_MOE_A27B.dense_matmuls().len(), 7);

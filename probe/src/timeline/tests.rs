@@ -348,3 +348,59 @@ fn contexts_are_created_once_per_shape_and_core() {
     assert_eq!(timeline(&g, &p).unwrap().contexts_created, 0);
     assert_eq!(ctx.created, 4);
 }
+
+#[test]
+fn submitters_cost_cpu_time_per_run() {
+    let mut p = Params::default();
+    let s = ModelShape::QWEN3_30B_A3B;
+    let ub = even(&s, 2, 64, &p);
+    let submit_us = |p: &Params| {
+        let mut ctx = ContextCache::default();
+        let g = build(
+            &ub,
+            &EngineModel::with_prefetch(),
+            p,
+            1 << 30,
+            &mut ctx,
+            false,
+        );
+        let t = timeline(&g, p).unwrap();
+        let at = Stage::REPORTED
+            .iter()
+            .position(|&x| x == Stage::Submit)
+            .unwrap();
+        (t.stage_us[at], t.runs, t.scheduled_us)
+    };
+    let (us, runs, scheduled) = submit_us(&p);
+    assert!(runs > 0);
+    assert!(
+        (us - runs as f64 * 10.0).abs() < 1e-6,
+        "{us} for {runs} runs"
+    );
+    p.set("submit_cpu_us", 1000.0).unwrap();
+    let (us, _, slower) = submit_us(&p);
+    assert!((us - runs as f64 * 1000.0).abs() < 1e-6);
+    assert!(slower > scheduled, "{slower} vs {scheduled}");
+}
+
+#[test]
+fn a_slower_memory_controller_slows_the_dram_bound_ubatch() {
+    let p = Params::default();
+    let s = ModelShape::QWEN3_30B_A3B;
+    let ub = even(&s, 4, 512, &p);
+    let tokps = |p: &Params| {
+        let mut ctx = ContextCache::default();
+        model_ubatch(&ub, &EngineModel::with_prefetch(), p, 1 << 30, &mut ctx)
+            .unwrap()
+            .prefill_tokps(512)
+    };
+    let mut parked = p.clone();
+    parked.set("dmc_mhz", 528.0).unwrap();
+    assert_eq!(parked.at_dmc().shared_dram_gbps, p.shared_dram_gbps / 4.0);
+    assert_eq!(
+        parked.at_dmc().memcpy_gbps_big_core,
+        p.memcpy_gbps_big_core / 4.0
+    );
+    let (fast, slow) = (tokps(&p), tokps(&parked));
+    assert!(slow < 0.6 * fast, "{slow} vs {fast}");
+}

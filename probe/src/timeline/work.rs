@@ -19,13 +19,14 @@ pub enum Stage {
     Npu,
     Outliers,
     Scatter,
+    Submit,
     Dense,
     Join,
 }
 
 impl Stage {
     /// Every stage but `Join` (which takes no time), in report order.
-    pub const REPORTED: [Stage; 12] = [
+    pub const REPORTED: [Stage; 13] = [
         Stage::Route,
         Stage::Quant,
         Stage::Gather,
@@ -37,6 +38,7 @@ impl Stage {
         Stage::Npu,
         Stage::Outliers,
         Stage::Scatter,
+        Stage::Submit,
         Stage::Dense,
     ];
 
@@ -53,6 +55,7 @@ impl Stage {
             Stage::Npu => "npu",
             Stage::Outliers => "outliers",
             Stage::Scatter => "scatter",
+            Stage::Submit => "submit",
             Stage::Dense => "dense",
             Stage::Join => "join",
         }
@@ -134,6 +137,10 @@ pub enum Work {
         c_bytes: u64,
         dst_bytes: u64,
     },
+    /// The submitter threads' CPU time for `runs` of one call's `rknn_matmul_run`s.
+    Submit {
+        runs: u64,
+    },
     /// A ggml element-wise op (SiLU·mul, the expert combine) share.
     Elementwise {
         elems: u64,
@@ -160,6 +167,7 @@ impl Work {
             Work::Run { .. } => Stage::Npu,
             Work::Outliers { .. } => Stage::Outliers,
             Work::Scatter { .. } => Stage::Scatter,
+            Work::Submit { .. } => Stage::Submit,
             Work::Elementwise { .. } | Work::Dense { .. } => Stage::Dense,
         }
     }
