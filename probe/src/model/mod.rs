@@ -17,6 +17,8 @@ mod chart;
 mod modelled;
 mod options;
 mod output;
+mod public;
+mod range;
 mod routing;
 mod weights;
 
@@ -58,6 +60,8 @@ struct Case {
     dense_us: f64,
     /// Dense matmuls the library takes per ubatch, all layers (0 with `ORK_DENSE=0`).
     dense_calls: usize,
+    /// The last ubatch's prefill under the range's parameter sets.
+    range: range::Range,
 }
 
 pub fn run(o: Options) -> Result<ExitCode, String> {
@@ -131,8 +135,12 @@ fn run_case(s: &Setup, shape: ModelShape, ty: GgmlType, tokens: usize) -> Result
     let mut layers = Layers::new(shape, ty, tokens, s.o.layers, &s.cfg)?;
     let mut board = Board::new(shape, tokens, &s.settings.params, &s.cfg);
     let mut ubatches = Vec::new();
+    let mut range = None;
     for u in 0..s.o.ubatches {
         let (measured, calls) = layers.run(u, &s.o.routing)?;
+        if u + 1 == s.o.ubatches {
+            range = Some(range::model(&board, &calls, s.o.layers, &s.settings)?);
+        }
         let modelled = board.ubatch(&calls, s.o.layers)?;
         let models = modelled.models;
         eprintln!(
@@ -165,6 +173,7 @@ fn run_case(s: &Setup, shape: ModelShape, ty: GgmlType, tokens: usize) -> Result
         cpu_only_tokps: board.cpu_only_tokps(),
         dense_us: board.dense_us(),
         dense_calls: layers.dense_per_layer() * shape.layers,
+        range: range.expect("at least one ubatch"),
     })
 }
 

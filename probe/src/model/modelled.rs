@@ -28,6 +28,9 @@ pub fn full_weight_bytes(shape: &ModelShape, dense: bool) -> u64 {
 
 pub const ENGINES: usize = 4;
 
+/// The index of the engine with its prefetch threads in [`engines`].
+pub const PREFETCH: usize = 3;
+
 /// Indexed as `UbatchResult::models`: the engine, pipelined, fused, the engine with its prefetch
 /// threads.
 pub fn engines() -> [EngineModel; ENGINES] {
@@ -102,6 +105,29 @@ impl<'a> Board<'a> {
             hits,
             lookups,
         })
+    }
+
+    /// The prefill tok/s of the engine with its prefetch threads on one ubatch of `calls` under
+    /// `params` instead of the case's, from the contexts the case holds now (call it before
+    /// [`Board::ubatch`] of the same calls).
+    pub fn prefill_tokps_under(
+        &self,
+        calls: &[CallWork],
+        run_layers: usize,
+        params: &Params,
+    ) -> Result<f64, String> {
+        let rates = CpuRates::from_reference(params);
+        let dense = rates.dense_layer(&self.shape, self.tokens, params, self.dense_matmuls);
+        let work = UbatchWork {
+            tokens: self.tokens,
+            calls: self.whole_model(calls, run_layers),
+            dense: vec![dense; self.shape.layers],
+        };
+        let mut contexts = self.contexts[PREFETCH].clone();
+        let engine = EngineModel::with_prefetch();
+        let whole =
+            timeline::model_whole_ubatch(&work, &engine, params, self.cache_bytes, &mut contexts)?;
+        Ok(self.tokens as f64 * 1e6 / whole.scheduled_us)
     }
 
     /// The calls of the layers run here, standing for all of the model's, in turn. Their hits

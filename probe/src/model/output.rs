@@ -1,7 +1,7 @@
 //! `ork-probe model`'s output: the tables, or one JSON row per case.
 
 use super::modelled::{engines, reference};
-use super::{ms, Case, Setup};
+use super::{ms, public, range, Case, Setup};
 use crate::json;
 use ork_probe::timeline::{self, Stage, Timeline, UbatchModel};
 use serde_json::{json, Map, Value};
@@ -17,7 +17,96 @@ pub fn print_tables(s: &Setup, cases: &[Case]) {
     println!();
     print_stages(cases);
     println!();
+    print_range(s, cases);
+    println!();
+    print_public(s);
+    println!();
     print_parameters(s, cases);
+}
+
+/// The two CPU-only references: the RK3588's, and the Pi 5's pp512 scaled by clock.
+fn references(s: &Setup, c: &Case) -> [(f64, &'static str); 2] {
+    let p = &s.settings.params;
+    [
+        (reference(c, p).0, "rk3588"),
+        (p.pi5_pp512_tokps * p.pi5_clock_scale, "pi5_scaled"),
+    ]
+}
+
+fn print_range(s: &Setup, cases: &[Case]) {
+    println!(
+        "modelled range, engine+prefetch, last ubatch (prefill tok/s; speed-up over the RK3588 \
+         CPU-only reference and over the Pi 5's pp512 x {} clock):",
+        s.settings.params.pi5_clock_scale
+    );
+    let fixed: Vec<&str> = range::VARIED
+        .iter()
+        .filter(|v| !range::varies(&s.settings, v.name))
+        .map(|v| v.name)
+        .collect();
+    for v in &range::VARIED {
+        let [low, mid, high] = v.values;
+        println!("  {:<22} low {low:<6} mid {mid:<6} high {high}", v.name);
+    }
+    if !fixed.is_empty() {
+        println!(
+            "  kept at the profile's or the command line's value: {}",
+            fixed.join(", ")
+        );
+    }
+    println!(
+        "{:<18} {:<5} {:>5} | {:>7} {:>7} {:>7} | {:>6} {:>6} {:>6} | {:>6} {:>6} {:>6} | low end bounded by",
+        "config", "type", "ub", "low", "mid", "high", "×ref", "", "", "×pi5", "", ""
+    );
+    for c in cases {
+        let [low, mid, high] = c.range.tokps;
+        let [(rk, _), (pi, _)] = references(s, c);
+        println!(
+            "{:<18} {:<5} {:>5} | {low:>7.1} {mid:>7.1} {high:>7.1} | {:>5.2}× {:>5.2}× {:>5.2}× | {:>5.2}× {:>5.2}× {:>5.2}× | {}",
+            c.shape.name,
+            c.ty.name(),
+            c.tokens,
+            low / rk,
+            mid / rk,
+            high / rk,
+            low / pi,
+            mid / pi,
+            high / pi,
+            c.range.bounded_by().unwrap_or("-"),
+        );
+    }
+    println!("sensitivity of the mid case, one parameter at a time (prefill tok/s):");
+    for c in cases {
+        let cols: Vec<String> = c
+            .range
+            .sensitivity
+            .iter()
+            .map(|x| format!("{}={} {:.1}", x.parameter, x.value, x.tokps))
+            .collect();
+        println!(
+            "{:<18} {:<5} {:>5} | mid {:.1} | {}",
+            c.shape.name,
+            c.ty.name(),
+            c.tokens,
+            c.range.tokps[range::MID],
+            cols.join(", ")
+        );
+    }
+}
+
+fn print_public(s: &Setup) {
+    println!("model vs public measurement (modelled at the range's low / mid / high sets):");
+    println!(
+        "{:<52} {:>9} {:>9} {:>9} {:>9} {:<5}  source",
+        "figure", "measured", "low", "mid", "high", "unit"
+    );
+    for c in public::comparisons(&s.settings) {
+        let [low, mid, high] = c.modelled;
+        println!(
+            "{:<52} {:>9.2} {low:>9.2} {mid:>9.2} {high:>9.2} {:<5}  {}",
+            c.figure, c.measured, c.unit, c.source
+        );
+    }
 }
 
 fn print_header(s: &Setup, cases: &[Case]) {
@@ -314,6 +403,7 @@ fn row(s: &Setup, c: &Case, params: &Map<String, Value>) -> Value {
             fields.insert(name, json!(t.experts.stage_us[i]));
         }
     }
+    fields.extend(range_fields(s, c));
     fields.insert("board_params".into(), Value::Object(params.clone()));
     if let Some(info) = &s.settings.profile {
         fields.insert("board_profile".into(), json!(info.path));
@@ -351,4 +441,46 @@ fn variant_fields(
             json!(last.whole.peak_resident_bytes as f64 / (1u64 << 20) as f64),
         ),
     ]
+}
+
+/// The range of the engine with its prefetch threads, its sensitivity, and the speed-ups over
+/// both references.
+fn range_fields(s: &Setup, c: &Case) -> Vec<(String, Value)> {
+    let r = &c.range;
+    let mut fields = vec![("range_engine".to_string(), json!("engine+prefetch"))];
+    for (set, name) in ["low", "mid", "high"].iter().enumerate() {
+        fields.push((
+            format!("modelled_prefill_tokps_{name}"),
+            json!(r.tokps[set]),
+        ));
+        for (tokps, reference) in references(s, c) {
+            fields.push((
+                format!("speedup_vs_{reference}_{name}"),
+                json!(r.tokps[set] / tokps),
+            ));
+        }
+    }
+    let sets: Map<String, Value> = range::VARIED
+        .iter()
+        .map(|v| {
+            let kept = !range::varies(&s.settings, v.name);
+            let values = if kept { json!(null) } else { json!(v.values) };
+            (v.name.to_string(), values)
+        })
+        .collect();
+    let sensitivity: Vec<Value> = r
+        .sensitivity
+        .iter()
+        .map(|x| json!({"parameter": x.parameter, "value": x.value, "tokps": x.tokps}))
+        .collect();
+    fields.extend([
+        ("range_parameters".to_string(), Value::Object(sets)),
+        ("range_bounded_by".to_string(), json!(r.bounded_by())),
+        ("sensitivity".to_string(), Value::Array(sensitivity)),
+        (
+            "pi5_scaled_reference_tokps".to_string(),
+            json!(references(s, c)[1].0),
+        ),
+    ]);
+    fields
 }

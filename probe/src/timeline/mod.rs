@@ -67,13 +67,25 @@ pub fn model_ubatch(
     cache_bytes: u64,
     contexts: &mut ContextCache,
 ) -> Result<UbatchModel, String> {
-    let params = &params.at_dmc();
     let mut alone = contexts.clone();
-    let g = build(ub, engine, params, cache_bytes, &mut alone, false);
-    let experts = timeline(&g, params)?;
-    let g = build(ub, engine, params, cache_bytes, contexts, true);
-    let whole = timeline(&g, params)?;
+    let at_dmc = params.at_dmc();
+    let g = build(ub, engine, &at_dmc, cache_bytes, &mut alone, false);
+    let experts = timeline(&g, &at_dmc)?;
+    let whole = model_whole_ubatch(ub, engine, params, cache_bytes, contexts)?;
     Ok(UbatchModel { experts, whole })
+}
+
+/// The whole ubatch `ub` under `engine`, as [`model_ubatch`] models it.
+pub fn model_whole_ubatch(
+    ub: &UbatchWork,
+    engine: &EngineModel,
+    params: &Params,
+    cache_bytes: u64,
+    contexts: &mut ContextCache,
+) -> Result<Timeline, String> {
+    let params = &params.at_dmc();
+    let g = build(ub, engine, params, cache_bytes, contexts, true);
+    timeline(&g, params)
 }
 
 #[cfg(test)]
