@@ -48,6 +48,9 @@ pub struct Options {
     /// Fewer rows per expert and repeats (board: seconds, for CI)
     #[arg(long)]
     pub quick: bool,
+    /// (board) Also a five-minute run on the NPU's cores recording temperatures and throughput
+    #[arg(long)]
+    pub sustained: bool,
     /// (inflate) Only run the direct inflate N times per shape and type, untimed: a workload for
     /// instruction counters (callgrind, qemu) (columns: the column decode N times per type and
     /// layout; repacked: the inflate from each layout N times)

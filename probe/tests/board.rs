@@ -139,6 +139,32 @@ fn check_profile(v: &Value, text: &str, backend: &str) {
             "{role} row"
         );
     }
+    // The quantities that decide the modelled prefill.
+    let together = v
+        .get("dram_gbps_cpu_npu_concurrent")
+        .expect("dram_gbps_cpu_npu_concurrent");
+    assert!(num(together, "npu") > 0.0 && num(together, "cpu") >= 0.0);
+    assert!((num(together, "total") - num(together, "cpu") - num(together, "npu")).abs() < 1e-9);
+    let runs = rows(v, "run_us_vs_m");
+    for (m, k, n) in [(16.0, 2048.0, 768.0), (32.0, 768.0, 2048.0)] {
+        assert!(
+            runs.iter().any(|r| num(r, "m") == m
+                && num(r, "k") == k
+                && num(r, "n") == n
+                && num(r, "cores") == 1.0
+                && num(r, "us") > 0.0),
+            "run_us_vs_m {m}x{k}x{n}"
+        );
+    }
+    let syncs = rows(v, "sync_us_vs_bytes");
+    assert!(syncs.len() >= 2);
+    assert!(syncs
+        .iter()
+        .all(|r| num(r, "us") >= 0.0 && r.get("core_type").and_then(Value::as_str).is_some()));
+    assert!(v.get("dmc_governor").and_then(Value::as_str).is_some());
+    assert!(v.get("kernel_version").and_then(Value::as_str).is_some());
+    assert!(v.get("rknpu_driver_version").is_some());
+    assert_eq!(rows(v, "thermal").len(), 0, "no --sustained: no samples");
     let loaded = profile::read(text, "profile.json").expect("the model loads it");
     assert_eq!(loaded.params.run_us_floor, num(v, "run_us_floor"));
 }
@@ -251,16 +277,35 @@ fn on_the_emulator_its_profile_models_like_the_same_parameters_given_directly() 
         .flat_map(|s| ["--param".into(), format!("{}={}", s.name, num(&v, s.name))])
         .collect();
     let given = model(&params);
+    // The range varies what the profile kept from the model and never what was measured or
+    // given on the command line, so it differs between the two: compared apart.
+    let range = |k: &str| {
+        k.starts_with("range_")
+            || k == "sensitivity"
+            || k.ends_with("_low")
+            || k.ends_with("_mid")
+            || k.ends_with("_high")
+    };
     let modelled = |fields: &[(String, Value)]| -> Vec<(String, Value)> {
         fields
             .iter()
-            .filter(|(k, _)| !k.starts_with("measured_") && k != "board_profile")
+            .filter(|(k, _)| !k.starts_with("measured_") && k != "board_profile" && !range(k))
             .cloned()
             .collect()
     };
     let (a, b) = (modelled(&profiled), modelled(&given));
     assert!(a.iter().any(|(k, _)| k == "modelled_prefill_tokps"));
     assert_eq!(a, b);
+    let varied = |fields: &[(String, Value)], name: &str| {
+        let (_, sets) = fields
+            .iter()
+            .find(|(k, _)| k == "range_parameters")
+            .unwrap();
+        !sets[name].is_null()
+    };
+    // core_tops was measured, leftover_cpu_factor kept from the model.
+    assert!(!varied(&profiled, "core_tops") && varied(&profiled, "leftover_cpu_factor"));
+    assert!(!varied(&given, "core_tops") && !varied(&given, "leftover_cpu_factor"));
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

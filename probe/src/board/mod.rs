@@ -10,6 +10,7 @@
 //! profile says so (`npu_figures`).
 
 mod cpu;
+mod deciding;
 mod npu;
 mod system;
 
@@ -161,6 +162,7 @@ struct Report {
     host: Vec<(String, String)>,
     cores: Vec<usize>,
     inflate: Vec<cpu::InflateRow>,
+    deciding: deciding::Deciding,
     seconds: f64,
     quick: bool,
     emu_profile: Option<PathBuf>,
@@ -218,6 +220,8 @@ pub fn run(opts: &Options, cfg: &Config) -> Result<ExitCode, String> {
     let inflate = cpu::inflate(isa, &cpus, effort, &mut f)?;
     cpu::memory(&cpus, effort, &mut f)?;
     cpu::stages(cfg, &cpus, effort, &mut f)?;
+    let memory = system::memory();
+    let deciding = deciding::measure(&dev, &cores, &cpus, &memory, effort, opts.sustained, &mut f)?;
     match cpus.little() {
         Some(_) => {
             let big = cpus.big().cpus.len();
@@ -250,16 +254,18 @@ pub fn run(opts: &Options, cfg: &Config) -> Result<ExitCode, String> {
         runtime,
         driver: system::driver(),
         cpus,
-        memory: system::memory(),
+        memory,
         host: system::host(),
         cores,
         inflate,
+        deciding,
         seconds: started.elapsed().as_secs_f64(),
         quick: effort.quick,
         emu_profile: cfg.device.emu.profile.clone(),
     };
-    let all_exact =
-        f.checks.iter().all(|c| c.bit_exact) && report.inflate.iter().all(|r| r.bit_exact);
+    let all_exact = f.checks.iter().all(|c| c.bit_exact)
+        && report.inflate.iter().all(|r| r.bit_exact)
+        && report.deciding.exact;
     let params = f.params_so_far();
     let info = ProfileInfo {
         path: String::new(),
@@ -361,30 +367,35 @@ fn extras(r: &Report, f: &Findings) -> Map<String, Value> {
         .iter()
         .map(|(n, why)| (n.to_string(), why.as_str().into()))
         .collect();
-    [
-        ("npu_figures", json!(r.npu_figures())),
-        ("quick", json!(r.quick)),
-        ("seconds", json!(r.seconds)),
-        ("driver_version", json!(r.driver.version)),
-        ("driver_source", json!(r.driver.source)),
-        ("device_nodes", json!(r.driver.nodes)),
-        ("npu_cores", json!(floats(&r.cores))),
-        ("cpu_clusters", json!(clusters)),
-        ("memory", json!(pairs(&r.memory))),
-        ("host", json!(pairs(&r.host))),
-        (
-            "emu_cost_profile",
-            json!(r.emu_profile.as_ref().map(|p| p.display().to_string())),
-        ),
-        ("how_measured", json!(how)),
-        ("not_measured", json!(why)),
-        ("timings", json!(f.timings)),
-        ("inflate", json!(inflate)),
-        ("shapes", json!(checks)),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v))
-    .collect()
+    let kernel = r.host.iter().find(|(k, _)| k == "kernel").map(|(_, v)| v);
+    r.deciding
+        .fields()
+        .into_iter()
+        .chain([
+            ("kernel_version", json!(kernel)),
+            ("rknpu_driver_version", json!(r.driver.version)),
+            ("npu_figures", json!(r.npu_figures())),
+            ("quick", json!(r.quick)),
+            ("seconds", json!(r.seconds)),
+            ("driver_version", json!(r.driver.version)),
+            ("driver_source", json!(r.driver.source)),
+            ("device_nodes", json!(r.driver.nodes)),
+            ("npu_cores", json!(floats(&r.cores))),
+            ("cpu_clusters", json!(clusters)),
+            ("memory", json!(pairs(&r.memory))),
+            ("host", json!(pairs(&r.host))),
+            (
+                "emu_cost_profile",
+                json!(r.emu_profile.as_ref().map(|p| p.display().to_string())),
+            ),
+            ("how_measured", json!(how)),
+            ("not_measured", json!(why)),
+            ("timings", json!(f.timings)),
+            ("inflate", json!(inflate)),
+            ("shapes", json!(checks)),
+        ])
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
 }
 
 fn print_report(
@@ -496,6 +507,8 @@ fn print_report(
             x.little_gbps.map_or("-".into(), |v| format!("{v:.2}"))
         );
     }
+    println!();
+    r.deciding.print();
     println!();
     println!(
         "board model parameters (measured: replaces the model's value; kept: the model's value{})",

@@ -28,17 +28,17 @@ fn err(e: ork_moe::npu::Error) -> String {
     e.to_string()
 }
 
-fn us(t: &Timing) -> f64 {
+pub(super) fn us(t: &Timing) -> f64 {
     t.median * 1e6
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+pub(super) fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
 }
 
 /// One GEMM on the device with random operands and its reference result.
-struct Gemm {
+pub(super) struct Gemm {
     m: usize,
     kp: usize,
     np: usize,
@@ -49,7 +49,13 @@ struct Gemm {
 }
 
 impl Gemm {
-    fn new(dev: &Device, m: usize, k: usize, n: usize, seed: u64) -> Result<Gemm, String> {
+    pub(super) fn new(
+        dev: &Device,
+        m: usize,
+        k: usize,
+        n: usize,
+        seed: u64,
+    ) -> Result<Gemm, String> {
         let t = dev.tiles();
         let (kp, np) = (t.pad(k), t.pad(n));
         let mut rng = Rng::new(seed);
@@ -71,12 +77,16 @@ impl Gemm {
         })
     }
 
-    fn macs(&self) -> f64 {
+    pub(super) fn macs(&self) -> f64 {
         (self.m * self.kp * self.np) as f64
     }
 
     /// One `run_i8` over `cores` (`None`: the device's core mask); C is left unsynced.
-    fn submit(&mut self, dev: &Device, cores: Option<CoreMask>) -> Result<Report, String> {
+    pub(super) fn submit(
+        &mut self,
+        dev: &Device,
+        cores: Option<CoreMask>,
+    ) -> Result<Report, String> {
         let mm = MatMul {
             m: self.m,
             k: self.kp,
@@ -97,14 +107,14 @@ impl Gemm {
     }
 
     /// Whether the last submit's C equals the reference.
-    fn exact(&mut self) -> Result<bool, String> {
+    pub(super) fn exact(&mut self) -> Result<bool, String> {
         self.c.sync_from_device().map_err(err)?;
         Ok(self.c.as_slice() == &self.expected[..])
     }
 
     /// `reps.warmup` submits, then `reps.timed` timed ones; every result is checked (outside the
     /// timing). The first submit's report is returned.
-    fn timed(
+    pub(super) fn timed(
         &mut self,
         dev: &Device,
         cores: Option<CoreMask>,
@@ -125,7 +135,7 @@ impl Gemm {
         Ok((Timing::of(t), first.expect("at least one run"), exact))
     }
 
-    fn check(&self, role: &str, primitive: String, t: &Timing, exact: bool) -> Check {
+    pub(super) fn check(&self, role: &str, primitive: String, t: &Timing, exact: bool) -> Check {
         Check {
             role: role.to_string(),
             k: self.kp,
@@ -143,7 +153,7 @@ impl Gemm {
     }
 }
 
-fn on_core(c: usize) -> CoreMask {
+pub(super) fn on_core(c: usize) -> CoreMask {
     CoreMask(1 << c)
 }
 
@@ -312,7 +322,7 @@ fn buffer_create(dev: &Device, effort: Effort, f: &mut Findings) -> Result<(), S
 }
 
 /// `sync_to_device` of a buffer the CPU just wrote, median over repeats.
-fn sync_time(dev: &Device, bytes: usize, reps: usize) -> Result<f64, String> {
+pub(super) fn sync_time(dev: &Device, bytes: usize, reps: usize) -> Result<f64, String> {
     let mut b = dev.alloc::<i8>(bytes, flags::CPU_FILLED, 0).map_err(err)?;
     let mut t = Vec::new();
     for r in 0..reps + 1 {

@@ -127,12 +127,12 @@ pub fn comparisons(settings: &Settings) -> Vec<Comparison> {
     }
     rows.extend([
         Comparison {
-            figure: "CPU-only Qwen3.6-35B-A3B pp64, RK3588 (tok/s)",
+            figure: "CPU-only reference, RK3588 (tok/s)",
             unit: "tok/s",
             measured: q.cpu_only_reference_tokps,
-            modelled: each(&|p| cpu_only(p, 64)),
-            source: "oRKLLM/ork-driver MOE_LAYER_BLOCK_WIP.md; reproduced by construction \
-                     (cpu_only_reference_tokps)",
+            modelled: each(&|p| cpu_only(p, p.reference_context as usize)),
+            source: "cpu_only_reference_tokps at reference_context (default: Qwen3.6-35B-A3B \
+                     pp64, oRKLLM/ork-driver MOE_LAYER_BLOCK_WIP.md); reproduced by construction",
         },
         Comparison {
             figure: "CPU-only pp512 / pp4096, Pi 5 Qwen3-30B-A3B Q3_K_S",
