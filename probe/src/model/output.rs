@@ -3,7 +3,7 @@
 use super::modelled::{engines, reference};
 use super::{ms, public, range, Case, Setup};
 use crate::json;
-use ork_probe::timeline::{self, Stage, Timeline, UbatchModel};
+use ork_probe::timeline::{self, CpuRates, Stage, Timeline, UbatchModel};
 use serde_json::{json, Map, Value};
 
 /// The tables: what the engine did here, the modelled RK3588 time per ubatch, the last ubatch's
@@ -95,7 +95,11 @@ fn print_range(s: &Setup, cases: &[Case]) {
 }
 
 fn print_public(s: &Setup) {
-    println!("model vs public measurement (modelled at the range's low / mid / high sets):");
+    println!(
+        "model vs public measurement (modelled at the range's low / mid / high sets; an \
+         attention MAC costs {:.2} projection MACs, calibrated on the Pi 5's slowdown):",
+        CpuRates::from_reference(&s.settings.params).attention_factor
+    );
     println!(
         "{:<52} {:>9} {:>9} {:>9} {:>9} {:<5}  source",
         "figure", "measured", "low", "mid", "high", "unit"
@@ -480,6 +484,10 @@ fn range_fields(s: &Setup, c: &Case) -> Vec<(String, Value)> {
         (
             "pi5_scaled_reference_tokps".to_string(),
             json!(references(s, c)[1].0),
+        ),
+        (
+            "attention_factor".to_string(),
+            json!(CpuRates::from_reference(&s.settings.params).attention_factor),
         ),
     ]);
     fields
