@@ -255,7 +255,7 @@ struct TileInflater {
 impl TileInflater {
     fn new(isa: Isa, w: &ExpertWeights, tiles: &Tiles) -> TileInflater {
         TileInflater {
-            scan: scan_tile(isa, w.ty),
+            scan: scan_tile(isa),
             kernel: tile_kernel(isa, w.ty, tiles.b_n),
             params: TileParams::new(w.ty, w.k, tiles.b_n),
             b_n: tiles.b_n,
@@ -497,12 +497,9 @@ type TileKernel = fn(&[&[u8]], &TileParams, &mut Tile, usize);
 /// the tile, block) of the first non-finite scale.
 type ScanTile = fn(&mut TileParams, &[&[u8]], &mut [f32]) -> Result<(), (usize, usize)>;
 
-/// The kernel for `ty` on `isa`, for tiles of `b_n` rows ([`GgmlType::SCALAR_ONLY`]: the scalar
-/// one on every path).
+/// The kernel for `ty` on `isa`, for tiles of `b_n` rows (the scalar one for types without a
+/// kernel of the path's own).
 fn tile_kernel(isa: Isa, ty: GgmlType, b_n: usize) -> TileKernel {
-    if GgmlType::SCALAR_ONLY.contains(&ty) {
-        return scalar::tile_kernel(ty);
-    }
     #[cfg(target_arch = "x86_64")]
     if let Some(k) = x86::tile_kernel(isa, ty, b_n) {
         return k;
@@ -515,12 +512,8 @@ fn tile_kernel(isa: Isa, ty: GgmlType, b_n: usize) -> TileKernel {
     scalar::tile_kernel(ty)
 }
 
-/// The tile scan built for `isa` (the same code, vectorized for the path's instruction set;
-/// [`GgmlType::SCALAR_ONLY`]: the scalar one).
-fn scan_tile(isa: Isa, ty: GgmlType) -> ScanTile {
-    if GgmlType::SCALAR_ONLY.contains(&ty) {
-        return scalar::scan_tile;
-    }
+/// The tile scan built for `isa` (the same code, vectorized for the path's instruction set).
+fn scan_tile(isa: Isa) -> ScanTile {
     #[cfg(target_arch = "x86_64")]
     if let Some(s) = x86::scan_tile(isa) {
         return s;

@@ -4,7 +4,7 @@
 //! halves), `cvtps2dq` rounding to nearest-even like `rne_i32`, `maxps` with the operands in
 //! `larger`'s order.
 
-use super::super::params::{PlainOps, ScanOps};
+use super::super::params::{PlainOps, ScanOps, SetOps};
 use super::load16;
 use std::arch::x86_64::*;
 
@@ -63,6 +63,8 @@ macro_rules! avx2_steps {
     };
 }
 
+impl SetOps for OpsAvx2 {}
+
 impl ScanOps for OpsAvx2 {
     #[inline(always)]
     fn halves<const BB: usize, const AT: usize>(self, row: &[u8], out: &mut [u16]) -> u16 {
@@ -84,6 +86,8 @@ impl ScanOps for OpsAvx2 {
 
     avx2_steps!();
 }
+
+impl SetOps for OpsAvx512 {}
 
 impl ScanOps for OpsAvx512 {
     #[inline(always)]
