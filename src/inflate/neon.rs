@@ -39,6 +39,9 @@ pub(super) fn tile_kernel(isa: Isa, ty: GgmlType) -> Option<TileKernel> {
         GgmlType::Q8_0 => neon!(q8_0),
         GgmlType::Q4_K => neon!(q4_k),
         GgmlType::Q6_K => neon!(q6_k),
+        GgmlType::IQ4_NL => neon!(iq4_nl),
+        GgmlType::IQ4_XS => neon!(iq4_xs),
+        GgmlType::MXFP4 => neon!(mxfp4),
         _ => return None,
     })
 }
@@ -103,11 +106,51 @@ fn nibbles(q: uint8x16_t, lut: int8x16_t, out: &mut [i8; RUN]) {
     store_run(out, lo, vqtbl1q_s8(lut, vshrq_n_u8(q, 4)));
 }
 
+/// The nibble-table types of one block per run (Q4_0, IQ4_NL, MXFP4): `BB`-byte blocks, the
+/// 16 quant bytes at `qs`, weight `i` the low (`i < 16`) or high nibble of byte `i % 16`
+/// through the run's table `sat8((c[q]·m + 2¹⁴) >> 15)` of the scaled codes `c`.
+#[inline]
+#[target_feature(enable = "neon")]
+fn nibble_rescale<const BB: usize, const GB: usize>(
+    rows: &[&[u8]],
+    params: &TileParams,
+    tile: &mut Tile,
+    runs: usize,
+    c: &[i16; 16],
+    qs: usize,
+) {
+    let (c0, c1) = code_halves(c);
+    for_each_block::<1, BB, GB, _>(rows, params.m(), tile, runs, |[blk], [m], [out]| {
+        nibbles(load16(&blk[qs..]), rescale_table(c0, c1, m), out);
+    });
+}
+
 #[target_feature(enable = "neon")]
 fn q4_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
-    let (c0, c1) = code_halves(&scaled_codes(GgmlType::Q4_0));
-    for_each_block::<1, 18, 72, _>(rows, params.m(), tile, runs, |[blk], [m], [out]| {
-        nibbles(load16(&blk[2..]), rescale_table(c0, c1, m), out);
+    let c = scaled_codes(GgmlType::Q4_0);
+    nibble_rescale::<18, 72>(rows, params, tile, runs, &c, 2);
+}
+
+#[target_feature(enable = "neon")]
+fn iq4_nl(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
+    let c = scaled_codes(GgmlType::IQ4_NL);
+    nibble_rescale::<18, 72>(rows, params, tile, runs, &c, 2);
+}
+
+#[target_feature(enable = "neon")]
+fn mxfp4(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
+    let c = scaled_codes(GgmlType::MXFP4);
+    nibble_rescale::<17, 68>(rows, params, tile, runs, &c, 1);
+}
+
+/// IQ4_XS: a super-block is 8 runs, run `g`'s quant bytes at `8 + 16·g`, as Q4_0's.
+#[target_feature(enable = "neon")]
+fn iq4_xs(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
+    let (c0, c1) = code_halves(&scaled_codes(GgmlType::IQ4_XS));
+    for_each_block_group::<8, 1, 136, _>(rows, params.m(), tile, 0..runs, |_, [blk], [m], out| {
+        for (g, [out]) in out.into_iter().enumerate() {
+            nibbles(load16(&blk[8 + 16 * g..]), rescale_table(c0, c1, m[g]), out);
+        }
     });
 }
 

@@ -10,6 +10,7 @@ mod sets;
 pub(super) use sets::SetOps;
 
 use super::tile::RowMajor;
+use crate::quant::grids::{KVALUES_IQ4NL, KVALUES_MXFP4};
 use crate::quant::{GgmlType, K_SCALE_SIZE, QK_K};
 use sets::Sets;
 
@@ -80,9 +81,16 @@ pub(super) fn code_scale(ty: GgmlType) -> i32 {
     }
 }
 
-/// `code_scale·c(q)` for the `N` codes of a Q4_0 (16) or Q5_0 (32) block.
+/// `code_scale·c(q)` for the `N` codes of a Q4_0 (16) or Q5_0 (32) block, or the 16 of the
+/// rescale types whose 4-bit codes index a table (IQ4_NL, IQ4_XS, MXFP4).
+#[inline]
 pub(super) fn scaled_codes<const N: usize>(ty: GgmlType) -> [i16; N] {
-    std::array::from_fn(|q| ((q as i32 - zero_point(ty)) * code_scale(ty)) as i16)
+    let code = |q: usize| match ty {
+        GgmlType::IQ4_NL | GgmlType::IQ4_XS => KVALUES_IQ4NL[q] as i32,
+        GgmlType::MXFP4 => KVALUES_MXFP4[q] as i32,
+        _ => q as i32 - zero_point(ty),
+    };
+    std::array::from_fn(|q| (code(q) * code_scale(ty)) as i16)
 }
 
 /// `fl(unit / E_n)` scales the rescale types' multipliers.

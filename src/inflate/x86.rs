@@ -17,6 +17,7 @@ use std::arch::x86_64::*;
 mod avx2;
 mod avx512;
 mod scan;
+mod sets;
 
 /// [`super::prefetch`]: every cache line of `bytes`, into all levels.
 #[inline]
@@ -60,6 +61,15 @@ pub(super) fn tile_kernel(isa: Isa, ty: GgmlType, b_n: usize) -> Option<TileKern
         (Isa::Avx512, GgmlType::Q6_K) if pairs => {
             |r, p, t, n| unsafe_call!(avx512::q6_k(r, p, t, n))
         }
+        (Isa::Avx512, GgmlType::IQ4_NL) if pairs => {
+            |r, p, t, n| unsafe_call!(avx512::iq4_nl(r, p, t, n))
+        }
+        (Isa::Avx512, GgmlType::IQ4_XS) if pairs => {
+            |r, p, t, n| unsafe_call!(avx512::iq4_xs(r, p, t, n))
+        }
+        (Isa::Avx512, GgmlType::MXFP4) if pairs => {
+            |r, p, t, n| unsafe_call!(avx512::mxfp4(r, p, t, n))
+        }
         (Isa::Ssse3, GgmlType::Q4_0) => |r, p, t, n| unsafe_call!(ssse3::q4_0(r, p, t, n)),
         (Isa::Ssse3, GgmlType::Q4_1) => |r, p, t, n| unsafe_call!(ssse3::q4_1(r, p, t, n)),
         (Isa::Ssse3, GgmlType::Q5_0) => |r, p, t, n| unsafe_call!(ssse3::q5_0(r, p, t, n)),
@@ -84,6 +94,15 @@ pub(super) fn tile_kernel(isa: Isa, ty: GgmlType, b_n: usize) -> Option<TileKern
         }
         (Isa::Avx2 | Isa::Avx512, GgmlType::Q6_K) => {
             |r, p, t, n| unsafe_call!(avx2::q6_k(r, p, t, n))
+        }
+        (Isa::Avx2 | Isa::Avx512, GgmlType::IQ4_NL) => {
+            |r, p, t, n| unsafe_call!(avx2::iq4_nl(r, p, t, n))
+        }
+        (Isa::Avx2 | Isa::Avx512, GgmlType::IQ4_XS) => {
+            |r, p, t, n| unsafe_call!(avx2::iq4_xs(r, p, t, n))
+        }
+        (Isa::Avx2 | Isa::Avx512, GgmlType::MXFP4) => {
+            |r, p, t, n| unsafe_call!(avx2::mxfp4(r, p, t, n))
         }
         _ => return None,
     };

@@ -54,13 +54,13 @@ impl Sets {
 
     /// Per set of a tile row: multipliers (`m`), `[a_j, b_j]` pairs (`fg`) and the scan's
     /// binary32 `e_j`; per block of 32 weights: fp16 fields (`h0`: IQ4_NL's `d`, whose
-    /// multipliers come from the halves as Q8_0's do).
+    /// multipliers come from the halves as Q8_0's do; MXFP4's exponents).
     pub fn items(self, ty: GgmlType) -> (usize, usize, usize, usize) {
         match self.method {
             Method::Table { .. } => (0, self.per_run, 0, 0),
             Method::Rescale { .. } if ty == GgmlType::IQ4_NL => (1, 0, 0, 1),
             Method::Rescale { .. } => (self.per_run, 0, self.per_run, 0),
-            Method::PowerOfTwo => (1, 0, 0, 0),
+            Method::PowerOfTwo => (1, 0, 0, 1),
         }
     }
 }
@@ -85,7 +85,7 @@ pub(super) fn prepare(
     p.scaled = true;
     let sc = &mut p.scratch;
     if let Method::PowerOfTwo = sets.method {
-        return power_of_two_rows(rows, &mut p.m, p.stride, scales);
+        return power_of_two_rows(ops, rows, &mut p.m, &mut sc.h0, p.stride, scales);
     }
     fields(ops, ty, rows, p.stride, &mut p.fg, sc);
     // Padding channels: zero parameters.
@@ -190,25 +190,25 @@ fn fields(
 }
 
 /// MXFP4, row by row: `m_j = rne(2^(14 + x_j - x_max))` into `m`, `s_n = 2^(x_max - 128)/8`
-/// (exact) into `scales`; padding rows get zero multipliers.
+/// (exact) into `scales`; padding rows get zero multipliers. `fields`: scratch for a row's
+/// exponents.
+#[inline(always)]
 fn power_of_two_rows(
+    ops: impl ScanOps,
     rows: &[&[u8]],
     m: &mut [i16],
+    fields: &mut [u16],
     stride: usize,
     scales: &mut [f32],
 ) -> Result<(), (usize, usize)> {
     let mut params = m.chunks_exact_mut(stride);
+    let x = &mut fields[..stride];
     for (j, ((row, m), scale)) in rows.iter().zip(&mut params).zip(scales).enumerate() {
-        let blocks = row.as_chunks::<{ BlockMxfp4::BYTES }>().0;
-        let x_max = blocks.iter().map(|b| b[0]).max().unwrap_or(0);
+        let x_max = ops.mxfp4_exponents(row, x);
         if x_max == 0xff {
-            return Err((j, blocks.iter().position(|b| b[0] == 0xff).expect("found")));
+            return Err((j, x.iter().position(|&x| x == 0xff).expect("found")));
         }
-        for (m, b) in m.iter_mut().zip(blocks) {
-            let below = x_max - b[0];
-            // 2^-1 rounds to 0 (ties to even), and so does anything smaller.
-            *m = if below <= 14 { 1 << (14 - below) } else { 0 };
-        }
+        ops.mxfp4_multipliers(x, x_max, m);
         *scale = e8m0_to_f32_half(x_max) * 0.125;
     }
     for m in params {
@@ -223,6 +223,27 @@ fn power_of_two_rows(
 /// binary32 bits of the largest value its sets can take (`M_n`, `E_n`); where a field is NaN
 /// or infinite, what it writes and that value are unspecified.
 pub(in crate::inflate) trait SetOps: Copy {
+    /// MXFP4: each block's E8M0 scale `x_j` into `x`; returns the largest, `x_max`.
+    #[inline(always)]
+    fn mxfp4_exponents(self, row: &[u8], x: &mut [u16]) -> u8 {
+        let mut x_max = 0;
+        for (x, blk) in x.iter_mut().zip(row.as_chunks::<{ BlockMxfp4::BYTES }>().0) {
+            *x = blk[0] as u16;
+            x_max = x_max.max(blk[0]);
+        }
+        x_max
+    }
+
+    /// MXFP4: `m_j = rne(2^(14 + x_j - x_max))` of the exponents `x` (none above `x_max`).
+    #[inline(always)]
+    fn mxfp4_multipliers(self, x: &[u16], x_max: u8, m: &mut [i16]) {
+        for (m, &x) in m.iter_mut().zip(x) {
+            let below = x_max as u32 - x as u32;
+            // 2^-1 rounds to 0 (ties to even), and so does anything smaller.
+            *m = if below <= 14 { 1 << (14 - below) } else { 0 };
+        }
+    }
+
     /// Q5_1: `ab[j] = [d, m]` of every block.
     #[inline(always)]
     fn q5_1_values(self, row: &[u8], ab: &mut [[f32; 2]]) -> (u16, u32) {
@@ -330,6 +351,7 @@ pub(in crate::inflate) trait SetOps: Copy {
 }
 
 /// The codebook types' `e_j` of every set of `row` (see [`SetOps`]).
+#[inline(always)]
 fn codebook_values(ty: GgmlType, row: &[u8], e: &mut [f32]) -> (u16, u32) {
     let per_block = e.len() / (row.len() / ty.block_bytes());
     let (mut largest, mut e_max) = (0, 0);
@@ -354,6 +376,7 @@ fn codebook_values(ty: GgmlType, row: &[u8], e: &mut [f32]) -> (u16, u32) {
 /// `e_j` of the sets of one block of a codebook type with super-block scale `d`, in weight
 /// order: the factor ggml multiplies the set's integer codes by (IQ1: `dl/8`, for the codes
 /// `8·(grid ± 1/8)`), computed as ggml computes it.
+#[inline(always)]
 fn codebook_sets(ty: GgmlType, d: f32, blk: &[u8], e: &mut [f32]) {
     match ty {
         GgmlType::IQ2_XXS => {

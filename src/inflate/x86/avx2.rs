@@ -129,39 +129,86 @@ fn pair_multipliers(m: &[i16]) -> __m256i {
     _mm256_shuffle_epi8(_mm256_set1_epi32(pair), halves)
 }
 
+/// The nibble-table types (Q4_0, IQ4_NL, MXFP4, IQ4_XS): a group of `G` runs is `GB` bytes of
+/// the row, run `g`'s 16 quant bytes at `QS + g·RS` of them (single-run blocks: `RS` the block's
+/// bytes; IQ4_XS: a super-block of 8 runs), weight `i` the low (`i < 16`) or high nibble of
+/// byte `i % 16` through the run's table `sat8((c[q]·m + 2¹⁴) >> 15)` of the scaled codes `c`.
+#[inline]
 #[target_feature(enable = "avx2,f16c")]
-pub(super) fn q4_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
-    let c: [i16; 16] = scaled_codes(GgmlType::Q4_0);
+fn nibble_rescale<const G: usize, const GB: usize, const QS: usize, const RS: usize>(
+    rows: &[&[u8]],
+    params: &TileParams,
+    tile: &mut Tile,
+    runs: usize,
+    c: &[i16; 16],
+) {
+    const { assert!(G.is_multiple_of(2) && QS + (G - 1) * RS + 16 <= GB) };
     // SAFETY: each load reads 8 of `c`'s 16 i16 (16 bytes, in bounds); unaligned.
     let [c_lo, c_hi] = [0, 8]
         .map(|at| unsafe { _mm256_broadcastsi128_si256(_mm_loadu_si128(c[at..].as_ptr().cast())) });
     let low = _mm256_set1_epi8(15);
-    // Runs r, r + 1 (blocks `b0`, `b1`, multipliers `m`): one table pair (lane 0 run r's
+    // Runs r, r + 1 (quant bytes `q0`, `q1`, multipliers `m`): one table pair (lane 0 run r's
     // table, lane 1 run r + 1's) from one pair of multiplies and one pack; it looks up both
     // runs' quant bytes at once, their low nibbles (weights 0..16) in one vector, high nibbles
     // (16..32) in another, and two lane permutes put each run together.
-    let pair =
-        |b0: &[u8; 18], b1: &[u8; 18], m: &[i16], even: &mut [i8; RUN], odd: &mut [i8; RUN]| {
-            let m = pair_multipliers(m);
-            let t = _mm256_packs_epi16(_mm256_mulhrs_epi16(c_lo, m), _mm256_mulhrs_epi16(c_hi, m));
-            let q = _mm256_set_m128i(load16(&b1[2..]), load16(&b0[2..]));
-            let first = _mm256_shuffle_epi8(t, _mm256_and_si256(q, low));
-            let second = _mm256_shuffle_epi8(t, _mm256_and_si256(_mm256_srli_epi16::<4>(q), low));
-            store32(even, _mm256_permute2x128_si256::<0x20>(first, second));
-            store32(odd, _mm256_permute2x128_si256::<0x31>(first, second));
-        };
+    let pair = |q0: &[u8], q1: &[u8], m: &[i16], even: &mut [i8; RUN], odd: &mut [i8; RUN]| {
+        let m = pair_multipliers(m);
+        let t = _mm256_packs_epi16(_mm256_mulhrs_epi16(c_lo, m), _mm256_mulhrs_epi16(c_hi, m));
+        let q = _mm256_set_m128i(load16(q1), load16(q0));
+        let first = _mm256_shuffle_epi8(t, _mm256_and_si256(q, low));
+        let second = _mm256_shuffle_epi8(t, _mm256_and_si256(_mm256_srli_epi16::<4>(q), low));
+        store32(even, _mm256_permute2x128_si256::<0x20>(first, second));
+        store32(odd, _mm256_permute2x128_si256::<0x31>(first, second));
+    };
     let m = params.m();
-    let full = runs / GROUP * GROUP;
-    for_each_block_group::<GROUP, 1, 72, _>(rows, m, tile, 0..full, |_, [blk], [m], out| {
-        let blk = blk.as_chunks::<18>().0;
-        let [[o0], [o1], [o2], [o3]] = out;
-        pair(&blk[0], &blk[1], &m[..2], o0, o1);
-        pair(&blk[2], &blk[3], &m[2..], o2, o3);
+    let full = runs / G * G;
+    for_each_block_group::<G, 1, GB, _>(rows, m, tile, 0..full, |_, [blk], [m], out| {
+        let mut out = out.into_iter();
+        for p in (0..G).step_by(2) {
+            let (Some([even]), Some([odd])) = (out.next(), out.next()) else {
+                unreachable!("G runs")
+            };
+            let at = QS + p * RS;
+            pair(&blk[at..], &blk[at + RS..], &m[p..p + 2], even, odd);
+        }
     });
-    for_each_block_group::<1, 1, 18, _>(rows, m, tile, full..runs, |_, [blk], [[m]], [[out]]| {
-        let lut = _mm256_broadcastsi128_si256(rescale_table(&c, *m));
-        store32(out, _mm256_shuffle_epi8(lut, nibbles(load16(&blk[2..]))));
-    });
+    // The last `runs % G`, one at a time (only formats of one block per run have them).
+    if full < runs {
+        for_each_block_group::<1, 1, RS, _>(
+            rows,
+            m,
+            tile,
+            full..runs,
+            |_, [blk], [[m]], [[out]]| {
+                let lut = _mm256_broadcastsi128_si256(rescale_table(c, *m));
+                store32(out, _mm256_shuffle_epi8(lut, nibbles(load16(&blk[QS..]))));
+            },
+        );
+    }
+}
+
+#[target_feature(enable = "avx2,f16c")]
+pub(super) fn q4_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
+    let c = scaled_codes(GgmlType::Q4_0);
+    nibble_rescale::<GROUP, 72, 2, 18>(rows, params, tile, runs, &c);
+}
+
+#[target_feature(enable = "avx2,f16c")]
+pub(super) fn iq4_nl(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
+    let c = scaled_codes(GgmlType::IQ4_NL);
+    nibble_rescale::<GROUP, 72, 2, 18>(rows, params, tile, runs, &c);
+}
+
+#[target_feature(enable = "avx2,f16c")]
+pub(super) fn mxfp4(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
+    let c = scaled_codes(GgmlType::MXFP4);
+    nibble_rescale::<GROUP, 68, 1, 17>(rows, params, tile, runs, &c);
+}
+
+#[target_feature(enable = "avx2,f16c")]
+pub(super) fn iq4_xs(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
+    let c = scaled_codes(GgmlType::IQ4_XS);
+    nibble_rescale::<8, 136, 8, 16>(rows, params, tile, runs, &c);
 }
 
 #[target_feature(enable = "avx2,f16c")]

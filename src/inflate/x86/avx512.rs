@@ -70,17 +70,27 @@ fn lane_pairs(m: &[i16; 2]) -> __m512i {
 }
 
 /// The multipliers of a group of runs of two rows, `a` (row `a`'s, `N` 16-bit items) then `b`,
-/// in one vector.
+/// in one vector: `N` = 4: `[a, b]` in every 128-bit lane; 8: `[a, a, b, b]`; 16: `[a, b]` in
+/// each 256-bit half.
 #[inline]
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
 fn group_multipliers<const N: usize>(a: &[i16; N], b: &[i16; N]) -> __m512i {
-    const { assert!(N == 4 || N == 16) };
-    // SAFETY: `a` and `b` are `2·N` readable bytes each (8 or 32); unaligned loads.
+    const { assert!(N == 4 || N == 8 || N == 16) };
+    // SAFETY: `a` and `b` are `2·N` readable bytes each (8, 16 or 32); unaligned loads.
     unsafe {
         if N == 4 {
             let v = _mm_loadl_epi64(a.as_ptr().cast());
             let v = _mm_castpd_si128(_mm_loadh_pd(_mm_castsi128_pd(v), b.as_ptr().cast()));
             _mm512_broadcast_i32x4(v)
+        } else if N == 8 {
+            let (a, b) = (
+                _mm_loadu_si128(a.as_ptr().cast()),
+                _mm_loadu_si128(b.as_ptr().cast()),
+            );
+            _mm512_inserti64x4::<1>(
+                _mm512_castsi256_si512(_mm256_broadcastsi128_si256(a)),
+                _mm256_broadcastsi128_si256(b),
+            )
         } else {
             _mm512_inserti64x4::<1>(
                 _mm512_castsi256_si512(_mm256_loadu_si256(a.as_ptr().cast())),
@@ -90,52 +100,87 @@ fn group_multipliers<const N: usize>(a: &[i16; N], b: &[i16; N]) -> __m512i {
     }
 }
 
-/// For the formats of one `BB`-byte block per run and one multiplier (Q4_0, Q5_0, Q8_0):
-/// `step([a, b], m, out)` for run `r` of every pair of tile rows (`a`, `b`: their block `r`;
-/// `m`: `[m_a, m_a, m_b, m_b]`, each multiplier in all eight 16-bit lanes of two 128-bit lanes).
-/// Runs go [`GROUP`] at a time, the group's eight multipliers loaded together and spread by one
-/// `pshufb` per run; the last `runs % GROUP` one at a time.
+/// The `pshufb` patterns that spread run `g`'s multipliers of [`group_multipliers`]`::<G>` (`G`
+/// = 4 or 8) to `[m_a, m_a, m_b, m_b]`, each in all eight 16-bit lanes of its 128-bit lane.
 #[inline]
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
-fn for_each_block_pair<const BB: usize, const GB: usize>(
-    rows: &[&[u8]],
-    params: &TileParams,
-    tile: &mut Tile,
-    runs: usize,
-    mut step: impl FnMut([&[u8; BB]; ROWS], __m512i, &mut [[i8; RUN]; ROWS]),
-) {
-    const { assert!(GB == GROUP * BB) };
-    let full = runs / GROUP * GROUP;
-    // Run g: bytes 2g, 2g + 1 (row a's multiplier) in lanes 0, 1; 8 + 2g, 9 + 2g in lanes 2, 3.
-    let spread: [__m512i; GROUP] = std::array::from_fn(|g| {
+fn group_spread<const G: usize>() -> [__m512i; G] {
+    const { assert!(G == 4 || G == 8) };
+    std::array::from_fn(|g| {
         let pair = |at: i32| at | (at + 1) << 8;
-        let (a, b) = (pair(2 * g as i32), pair(8 + 2 * g as i32));
+        // G = 4: row a's at bytes 2g, 2g + 1 of every lane, b's at 8 + 2g; G = 8: each lane
+        // holds one row's eight.
+        let (a, b) = if G == 4 {
+            (pair(2 * g as i32), pair(8 + 2 * g as i32))
+        } else {
+            (pair(2 * g as i32), pair(2 * g as i32))
+        };
         let (a, b) = (a | a << 16, b | b << 16);
         #[rustfmt::skip]
         let v = _mm512_set_epi32(b, b, b, b, b, b, b, b, a, a, a, a, a, a, a, a);
         v
-    });
+    })
+}
+
+/// Run `g`'s `RS` bytes of a group's `GB`: bytes `FIRST + g·RS..`.
+#[inline(always)]
+fn run_bytes<const GB: usize, const RS: usize, const FIRST: usize>(
+    blk: &[u8; GB],
+    g: usize,
+) -> &[u8; RS] {
+    blk[FIRST + g * RS..FIRST + (g + 1) * RS]
+        .try_into()
+        .expect("RS bytes")
+}
+
+/// For the formats of one multiplier per run: `step([a, b], m, out)` for run `r` of every
+/// pair of tile rows (`a`, `b`: their `RS` bytes of run `r`, at `FIRST + g·RS` of the group's
+/// `GB`, `g = r % G`; `m`: `[m_a, m_a, m_b, m_b]`, each multiplier in all eight 16-bit lanes of
+/// two 128-bit lanes). Runs go `G` (4 or 8) at a time, the group's multipliers loaded together
+/// and spread by one `pshufb` per run; the last `runs % G` (formats of one block per run only)
+/// one at a time.
+#[inline]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
+fn for_each_block_pair<const G: usize, const GB: usize, const RS: usize, const FIRST: usize>(
+    rows: &[&[u8]],
+    params: &TileParams,
+    tile: &mut Tile,
+    runs: usize,
+    mut step: impl FnMut([&[u8; RS]; ROWS], __m512i, &mut [[i8; RUN]; ROWS]),
+) {
+    const { assert!(FIRST + G * RS <= GB) };
+    let full = runs / G * G;
+    let spread = group_spread::<G>();
     let m = params.m();
-    for_each_block_group::<GROUP, ROWS, GB, _>(
-        rows,
-        m,
-        tile,
-        0..full,
-        |_, [a, b], [ma, mb], out| {
-            let v = group_multipliers(ma, mb);
-            let (a, b) = (a.as_chunks::<BB>().0, b.as_chunks::<BB>().0);
-            for (g, out) in out.into_iter().enumerate() {
-                step([&a[g], &b[g]], _mm512_shuffle_epi8(v, spread[g]), out);
-            }
-        },
-    );
-    for_each_block_group::<1, ROWS, BB, _>(
-        rows,
-        m,
-        tile,
-        full..runs,
-        |_, [a, b], [ma, mb], [out]| step([a, b], lane_pairs(&[ma[0], mb[0]]), out),
-    );
+    for_each_block_group::<G, ROWS, GB, _>(rows, m, tile, 0..full, |_, [a, b], [ma, mb], out| {
+        let v = if G == 4 {
+            group_multipliers::<4>(
+                ma[..4].try_into().expect("4"),
+                mb[..4].try_into().expect("4"),
+            )
+        } else {
+            group_multipliers::<8>(
+                ma[..8].try_into().expect("8"),
+                mb[..8].try_into().expect("8"),
+            )
+        };
+        for (g, out) in out.into_iter().enumerate() {
+            let (a, b) = (
+                run_bytes::<GB, RS, FIRST>(a, g),
+                run_bytes::<GB, RS, FIRST>(b, g),
+            );
+            step([a, b], _mm512_shuffle_epi8(v, spread[g]), out);
+        }
+    });
+    if full < runs {
+        for_each_block_group::<1, ROWS, RS, _>(
+            rows,
+            m,
+            tile,
+            full..runs,
+            |_, [a, b], [ma, mb], [out]| step([a, b], lane_pairs(&[ma[0], mb[0]]), out),
+        );
+    }
 }
 
 /// The four nibble vectors of two 16-byte quant runs `[qa, qb]`: lanes `[qa & 15, qa >> 4, qb &
@@ -178,23 +223,59 @@ fn code_halves(c: &[i16; 16]) -> (__m512i, __m512i) {
     }
 }
 
+/// The nibble-table types (Q4_0, IQ4_NL, MXFP4, IQ4_XS), as [`for_each_block_pair`] lays
+/// their runs out: weight `i` of a run is the low (`i < 16`) or high nibble of byte `i % 16` of
+/// its quant bytes (at `qs` of the run's bytes) through the run's table `sat8((c[q]·m + 2¹⁴) >>
+/// 15)` of the scaled codes `c`.
+#[inline]
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
-pub(super) fn q4_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
-    let (c_lo, c_hi) = code_halves(&scaled_codes(GgmlType::Q4_0));
-    for_each_block_pair::<18, 72>(rows, params, tile, runs, |[a, b], m, out| {
+fn nibble_rescale<const G: usize, const GB: usize, const RS: usize, const FIRST: usize>(
+    rows: &[&[u8]],
+    params: &TileParams,
+    tile: &mut Tile,
+    runs: usize,
+    c: &[i16; 16],
+    qs: usize,
+) {
+    let (c_lo, c_hi) = code_halves(c);
+    for_each_block_pair::<G, GB, RS, FIRST>(rows, params, tile, runs, |[a, b], m, out| {
         // Lane l: the 16-entry table of its row (codes 0..8 from c_lo, 8..16 from c_hi).
         let lut = _mm512_packs_epi16(_mm512_mulhrs_epi16(c_lo, m), _mm512_mulhrs_epi16(c_hi, m));
         store(
             out,
-            _mm512_shuffle_epi8(lut, nibbles(load16x2(&a[2..], &b[2..]))),
+            _mm512_shuffle_epi8(lut, nibbles(load16x2(&a[qs..], &b[qs..]))),
         );
     });
 }
 
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
+pub(super) fn q4_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
+    let c = scaled_codes(GgmlType::Q4_0);
+    nibble_rescale::<GROUP, 72, 18, 0>(rows, params, tile, runs, &c, 2);
+}
+
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
+pub(super) fn iq4_nl(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
+    let c = scaled_codes(GgmlType::IQ4_NL);
+    nibble_rescale::<GROUP, 72, 18, 0>(rows, params, tile, runs, &c, 2);
+}
+
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
+pub(super) fn mxfp4(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
+    let c = scaled_codes(GgmlType::MXFP4);
+    nibble_rescale::<GROUP, 68, 17, 0>(rows, params, tile, runs, &c, 1);
+}
+
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
+pub(super) fn iq4_xs(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
+    let c = scaled_codes(GgmlType::IQ4_XS);
+    nibble_rescale::<8, 136, 16, 8>(rows, params, tile, runs, &c, 0);
+}
+
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
 pub(super) fn q5_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
     let sixteen = _mm512_set1_epi8(16);
-    for_each_block_pair::<22, 88>(rows, params, tile, runs, |[a, b], m, out| {
+    for_each_block_pair::<GROUP, 88, 22, 0>(rows, params, tile, runs, |[a, b], m, out| {
         let qh = |blk: &[u8; 22]| u32::from_le_bytes([blk[2], blk[3], blk[4], blk[5]]) as u64;
         // Byte i of the vector is weight i % 32 of its row: bit i of the pair's qh.
         let fifth: __mmask64 = qh(a) | qh(b) << 32;
