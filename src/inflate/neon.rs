@@ -39,6 +39,7 @@ pub(super) fn tile_kernel(isa: Isa, ty: GgmlType) -> Option<TileKernel> {
         GgmlType::Q8_0 => neon!(q8_0),
         GgmlType::Q4_K => neon!(q4_k),
         GgmlType::Q6_K => neon!(q6_k),
+        GgmlType::Q3_K => neon!(q3_k),
         GgmlType::IQ4_NL => neon!(iq4_nl),
         GgmlType::IQ4_XS => neon!(iq4_xs),
         GgmlType::MXFP4 => neon!(mxfp4),
@@ -290,5 +291,35 @@ fn q6_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
         let [[o0], [o1], [o2], [o3], [o4], [o5], [o6], [o7]] = out;
         half(blk, 0, [m[0], m[1], m[2], m[3]], [o0, o1, o2, o3]);
         half(blk, 1, [m[4], m[5], m[6], m[7]], [o4, o5, o6, o7]);
+    });
+}
+
+#[target_feature(enable = "neon")]
+fn q3_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
+    // Table entry i = q2 + 4·hbit (code i - 4), scaled by 32: a run's two sets' 8 entries in
+    // one 16-byte table, the second set's at 8..16.
+    let c: [i16; 8] = [-128, -96, -64, -32, 0, 32, 64, 96];
+    // SAFETY: `c` is 16 readable bytes.
+    let codes = unsafe { vld1q_s16(c.as_ptr()) };
+    let (three, four, eight) = (vdupq_n_u8(3), vdupq_n_u8(4), vdupq_n_u8(8));
+    let m = params.m_pairs();
+    // Run s of a super-block: 2-bit field s % 4 of qs[32·(s / 4)..][..32], bit s of hmask.
+    for_each_block_group::<8, 1, 110, _>(rows, m, tile, 0..runs, |_, [blk], [m], out| {
+        let hmask = [load16(blk), load16(&blk[16..])];
+        let qs = [32, 48, 64, 80].map(|at| load16(&blk[at..]));
+        for (s, [out]) in out.into_iter().enumerate() {
+            let set = |m: i16| vqrdmulhq_s16(codes, vdupq_n_s16(m));
+            let t = vqmovn_high_s16(vqmovn_s16(set(m[s][0])), set(m[s][1]));
+            let (shift, bit) = (vdupq_n_s8(-2 * (s as i8 % 4)), vdupq_n_u8(1 << s));
+            let index = |h: usize| {
+                let q2 = vandq_u8(vshlq_u8(qs[2 * (s / 4) + h], shift), three);
+                vorrq_u8(q2, vandq_u8(vtstq_u8(hmask[h], bit), four))
+            };
+            store_run(
+                out,
+                vqtbl1q_s8(t, index(0)),
+                vqtbl1q_s8(t, vorrq_u8(index(1), eight)),
+            );
+        }
     });
 }

@@ -61,6 +61,9 @@ pub(super) fn tile_kernel(isa: Isa, ty: GgmlType, b_n: usize) -> Option<TileKern
         (Isa::Avx512, GgmlType::Q6_K) if pairs => {
             |r, p, t, n| unsafe_call!(avx512::q6_k(r, p, t, n))
         }
+        (Isa::Avx512, GgmlType::Q3_K) if pairs => {
+            |r, p, t, n| unsafe_call!(avx512::q3_k(r, p, t, n))
+        }
         (Isa::Avx512, GgmlType::IQ4_NL) if pairs => {
             |r, p, t, n| unsafe_call!(avx512::iq4_nl(r, p, t, n))
         }
@@ -94,6 +97,9 @@ pub(super) fn tile_kernel(isa: Isa, ty: GgmlType, b_n: usize) -> Option<TileKern
         }
         (Isa::Avx2 | Isa::Avx512, GgmlType::Q6_K) => {
             |r, p, t, n| unsafe_call!(avx2::q6_k(r, p, t, n))
+        }
+        (Isa::Avx2 | Isa::Avx512, GgmlType::Q3_K) => {
+            |r, p, t, n| unsafe_call!(avx2::q3_k(r, p, t, n))
         }
         (Isa::Avx2 | Isa::Avx512, GgmlType::IQ4_NL) => {
             |r, p, t, n| unsafe_call!(avx2::iq4_nl(r, p, t, n))

@@ -467,3 +467,36 @@ pub(super) fn q6_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
         half(blk, 1, [m[4], m[5], m[6], m[7]], [o4, o5, o6, o7]);
     });
 }
+
+/// `v` with bit `from` of each byte moved to bit `to` (other bits: garbage to mask off; a
+/// 16-bit shift, so bits cross into the neighbouring byte's far end only).
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn move_bit(v: __m256i, from: u32, to: u32) -> __m256i {
+    if from >= to {
+        _mm256_srl_epi16(v, _mm_cvtsi32_si128((from - to) as i32))
+    } else {
+        _mm256_sll_epi16(v, _mm_cvtsi32_si128((to - from) as i32))
+    }
+}
+
+#[target_feature(enable = "avx2,f16c")]
+pub(super) fn q3_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
+    // Table entry i = q2 + 4·hbit (code i - 4), scaled by 32: each set's 8 entries, twice per
+    // 128-bit lane after the pack (lane 0: the run's first set, lane 1: its second).
+    let codes = _mm256_broadcastsi128_si256(_mm_setr_epi16(-128, -96, -64, -32, 0, 32, 64, 96));
+    let (three, four) = (_mm256_set1_epi8(3), _mm256_set1_epi8(4));
+    let m = params.m_pairs();
+    // Run s of a super-block: 2-bit field s % 4 of qs[32·(s / 4)..][..32], bit s of hmask.
+    for_each_block_group::<8, 1, 110, _>(rows, m, tile, 0..runs, |_, [blk], [m], out| {
+        let hmask = load32(blk);
+        let qs = [load32(&blk[32..]), load32(&blk[64..])];
+        for (s, [out]) in out.into_iter().enumerate() {
+            let t = _mm256_mulhrs_epi16(codes, pair_multipliers(&m[s]));
+            let t = _mm256_packs_epi16(t, t);
+            let low = _mm256_and_si256(move_bit(qs[s / 4], 2 * (s as u32 % 4), 0), three);
+            let high = _mm256_and_si256(move_bit(hmask, s as u32, 2), four);
+            store32(out, _mm256_shuffle_epi8(t, _mm256_or_si256(low, high)));
+        }
+    });
+}

@@ -540,34 +540,84 @@ pub(super) fn q6_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
             m[3],
         );
     };
-    // Run t's lanes [a's first half, a's second half, b's first, b's second]: words 2t, 2t + 1
-    // of row a's 16 multipliers, 16 + 2t, 17 + 2t of row b's, each in all eight words of a lane.
-    let spread: [__m512i; 8] = std::array::from_fn(|t| {
-        let w = |l: i16| {
-            [
-                2 * t as i16,
-                2 * t as i16 + 1,
-                16 + 2 * t as i16,
-                17 + 2 * t as i16,
-            ][l as usize]
-        };
-        let (w0, w1, w2, w3) = (w(0), w(1), w(2), w(3));
+    let spread = set_pair_spread();
+    let m = params.m_pairs();
+    for_each_block_group::<8, ROWS, 210, _>(rows, m, tile, 0..runs, |_, [a, b], [ma, mb], out| {
+        let m = set_pair_multipliers(&spread, ma, mb);
+        let [o0, o1, o2, o3, o4, o5, o6, o7] = out;
+        half(a, b, 0, [m[0], m[1], m[2], m[3]], [o0, o1, o2, o3]);
+        half(a, b, 1, [m[4], m[5], m[6], m[7]], [o4, o5, o6, o7]);
+    });
+}
+
+/// The `vpermw` indices of [`set_pair_multipliers`]: run `t`'s lanes `[a's first set, a's
+/// second, b's first, b's second]` take words `2t, 2t + 1` of row a's 16 multipliers and `16 +
+/// 2t, 17 + 2t` of row b's, each in all eight words of a lane.
+#[inline]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
+fn set_pair_spread() -> [__m512i; 8] {
+    std::array::from_fn(|t| {
+        let (w0, w1) = (2 * t as i16, 2 * t as i16 + 1);
+        let (w2, w3) = (16 + w0, 16 + w1);
         #[rustfmt::skip]
         let v = _mm512_set_epi16(
             w3, w3, w3, w3, w3, w3, w3, w3, w2, w2, w2, w2, w2, w2, w2, w2,
             w1, w1, w1, w1, w1, w1, w1, w1, w0, w0, w0, w0, w0, w0, w0, w0,
         );
         v
-    });
+    })
+}
+
+/// For the formats of two sets of 16 per run (Q6_K, Q3_K): the multipliers of a group of 8
+/// runs of two rows (`ma`, `mb`), run `t`'s as `[a's first set, a's second, b's first, b's
+/// second]`, each in all eight 16-bit lanes of a 128-bit lane (`spread`: [`set_pair_spread`]).
+#[inline]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
+fn set_pair_multipliers(
+    spread: &[__m512i; 8],
+    ma: &[[i16; 2]; 8],
+    mb: &[[i16; 2]; 8],
+) -> [__m512i; 8] {
+    let v = group_multipliers::<16>(
+        ma.as_flattened().try_into().expect("16"),
+        mb.as_flattened().try_into().expect("16"),
+    );
+    std::array::from_fn(|t| _mm512_permutexvar_epi16(spread[t], v))
+}
+
+/// `v` with bit `from` of each byte moved to bit `to` (other bits: garbage to mask off; a
+/// 16-bit shift, so bits cross into the neighbouring byte's far end only).
+#[inline]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
+fn move_bit(v: __m512i, from: u32, to: u32) -> __m512i {
+    if from >= to {
+        _mm512_srl_epi16(v, _mm_cvtsi32_si128((from - to) as i32))
+    } else {
+        _mm512_sll_epi16(v, _mm_cvtsi32_si128((to - from) as i32))
+    }
+}
+
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
+pub(super) fn q3_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
+    // Table entry i = q2 + 4·hbit (code i - 4), scaled by 32: each set's 8 entries, twice per
+    // 128-bit lane after the pack.
+    let codes = _mm512_broadcast_i32x4(_mm_setr_epi16(-128, -96, -64, -32, 0, 32, 64, 96));
+    let (three, four) = (_mm512_set1_epi8(3), _mm512_set1_epi8(4));
+    let spread = set_pair_spread();
     let m = params.m_pairs();
-    for_each_block_group::<8, ROWS, 210, _>(rows, m, tile, 0..runs, |_, [a, b], [ma, mb], out| {
-        let v = group_multipliers::<16>(
-            ma.as_flattened().try_into().expect("16"),
-            mb.as_flattened().try_into().expect("16"),
-        );
-        let m: [__m512i; 8] = std::array::from_fn(|t| _mm512_permutexvar_epi16(spread[t], v));
-        let [o0, o1, o2, o3, o4, o5, o6, o7] = out;
-        half(a, b, 0, [m[0], m[1], m[2], m[3]], [o0, o1, o2, o3]);
-        half(a, b, 1, [m[4], m[5], m[6], m[7]], [o4, o5, o6, o7]);
+    // Run s of a super-block: 2-bit field s % 4 of qs[32·(s / 4)..][..32], bit s of hmask.
+    for_each_block_group::<8, ROWS, 110, _>(rows, m, tile, 0..runs, |_, [a, b], [ma, mb], out| {
+        let m = set_pair_multipliers(&spread, ma, mb);
+        let hmask = load32x2(a, b);
+        let qs = [load32x2(&a[32..], &b[32..]), load32x2(&a[64..], &b[64..])];
+        for (s, out) in out.into_iter().enumerate() {
+            let t = _mm512_mulhrs_epi16(codes, m[s]);
+            let t = _mm512_packs_epi16(t, t);
+            let high = _mm512_and_si512(move_bit(hmask, s as u32, 2), four);
+            // (q2 & 3) | high in one `vpternlogd` (0xec: a & c | b).
+            let q2 = move_bit(qs[s / 4], 2 * (s as u32 % 4), 0);
+            let index = _mm512_ternarylogic_epi32::<0xec>(q2, high, three);
+            store(out, _mm512_shuffle_epi8(t, index));
+        }
     });
 }
