@@ -108,40 +108,39 @@ fn nibbles(q: uint8x16_t, lut: int8x16_t, out: &mut [i8; RUN]) {
 }
 
 /// The nibble-table types of one block per run (Q4_0, IQ4_NL, MXFP4): `BB`-byte blocks, the
-/// 16 quant bytes at `qs`, weight `i` the low (`i < 16`) or high nibble of byte `i % 16`
+/// 16 quant bytes at `QS`, weight `i` the low (`i < 16`) or high nibble of byte `i % 16`
 /// through the run's table `sat8((c[q]·m + 2¹⁴) >> 15)` of the scaled codes `c`.
 #[inline]
 #[target_feature(enable = "neon")]
-fn nibble_rescale<const BB: usize, const GB: usize>(
+fn nibble_rescale<const BB: usize, const GB: usize, const QS: usize>(
     rows: &[&[u8]],
     params: &TileParams,
     tile: &mut Tile,
     runs: usize,
     c: &[i16; 16],
-    qs: usize,
 ) {
     let (c0, c1) = code_halves(c);
     for_each_block::<1, BB, GB, _>(rows, params.m(), tile, runs, |[blk], [m], [out]| {
-        nibbles(load16(&blk[qs..]), rescale_table(c0, c1, m), out);
+        nibbles(load16(&blk[QS..]), rescale_table(c0, c1, m), out);
     });
 }
 
 #[target_feature(enable = "neon")]
 fn q4_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
     let c = scaled_codes(GgmlType::Q4_0);
-    nibble_rescale::<18, 72>(rows, params, tile, runs, &c, 2);
+    nibble_rescale::<18, 72, 2>(rows, params, tile, runs, &c);
 }
 
 #[target_feature(enable = "neon")]
 fn iq4_nl(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
     let c = scaled_codes(GgmlType::IQ4_NL);
-    nibble_rescale::<18, 72>(rows, params, tile, runs, &c, 2);
+    nibble_rescale::<18, 72, 2>(rows, params, tile, runs, &c);
 }
 
 #[target_feature(enable = "neon")]
 fn mxfp4(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
     let c = scaled_codes(GgmlType::MXFP4);
-    nibble_rescale::<17, 68>(rows, params, tile, runs, &c, 1);
+    nibble_rescale::<17, 68, 1>(rows, params, tile, runs, &c);
 }
 
 /// IQ4_XS: a super-block is 8 runs, run `g`'s quant bytes at `8 + 16·g`, as Q4_0's.
@@ -306,7 +305,12 @@ fn q3_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
     // Run s of a super-block: 2-bit field s % 4 of qs[32·(s / 4)..][..32], bit s of hmask.
     for_each_block_group::<8, 1, 110, _>(rows, m, tile, 0..runs, |_, [blk], [m], out| {
         let hmask = [load16(blk), load16(&blk[16..])];
-        let qs = [32, 48, 64, 80].map(|at| load16(&blk[at..]));
+        let qs = [
+            load16(&blk[32..]),
+            load16(&blk[48..]),
+            load16(&blk[64..]),
+            load16(&blk[80..]),
+        ];
         for (s, [out]) in out.into_iter().enumerate() {
             let set = |m: i16| vqrdmulhq_s16(codes, vdupq_n_s16(m));
             let t = vqmovn_high_s16(vqmovn_s16(set(m[s][0])), set(m[s][1]));

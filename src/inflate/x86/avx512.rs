@@ -225,17 +225,22 @@ fn code_halves(c: &[i16; 16]) -> (__m512i, __m512i) {
 
 /// The nibble-table types (Q4_0, IQ4_NL, MXFP4, IQ4_XS), as [`for_each_block_pair`] lays
 /// their runs out: weight `i` of a run is the low (`i < 16`) or high nibble of byte `i % 16` of
-/// its quant bytes (at `qs` of the run's bytes) through the run's table `sat8((c[q]·m + 2¹⁴) >>
+/// its quant bytes (at `QS` of the run's bytes) through the run's table `sat8((c[q]·m + 2¹⁴) >>
 /// 15)` of the scaled codes `c`.
 #[inline]
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
-fn nibble_rescale<const G: usize, const GB: usize, const RS: usize, const FIRST: usize>(
+fn nibble_rescale<
+    const G: usize,
+    const GB: usize,
+    const RS: usize,
+    const FIRST: usize,
+    const QS: usize,
+>(
     rows: &[&[u8]],
     params: &TileParams,
     tile: &mut Tile,
     runs: usize,
     c: &[i16; 16],
-    qs: usize,
 ) {
     let (c_lo, c_hi) = code_halves(c);
     for_each_block_pair::<G, GB, RS, FIRST>(rows, params, tile, runs, |[a, b], m, out| {
@@ -243,7 +248,7 @@ fn nibble_rescale<const G: usize, const GB: usize, const RS: usize, const FIRST:
         let lut = _mm512_packs_epi16(_mm512_mulhrs_epi16(c_lo, m), _mm512_mulhrs_epi16(c_hi, m));
         store(
             out,
-            _mm512_shuffle_epi8(lut, nibbles(load16x2(&a[qs..], &b[qs..]))),
+            _mm512_shuffle_epi8(lut, nibbles(load16x2(&a[QS..], &b[QS..]))),
         );
     });
 }
@@ -251,25 +256,25 @@ fn nibble_rescale<const G: usize, const GB: usize, const RS: usize, const FIRST:
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
 pub(super) fn q4_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
     let c = scaled_codes(GgmlType::Q4_0);
-    nibble_rescale::<GROUP, 72, 18, 0>(rows, params, tile, runs, &c, 2);
+    nibble_rescale::<GROUP, 72, 18, 0, 2>(rows, params, tile, runs, &c);
 }
 
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
 pub(super) fn iq4_nl(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
     let c = scaled_codes(GgmlType::IQ4_NL);
-    nibble_rescale::<GROUP, 72, 18, 0>(rows, params, tile, runs, &c, 2);
+    nibble_rescale::<GROUP, 72, 18, 0, 2>(rows, params, tile, runs, &c);
 }
 
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
 pub(super) fn mxfp4(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
     let c = scaled_codes(GgmlType::MXFP4);
-    nibble_rescale::<GROUP, 68, 17, 0>(rows, params, tile, runs, &c, 1);
+    nibble_rescale::<GROUP, 68, 17, 0, 1>(rows, params, tile, runs, &c);
 }
 
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
 pub(super) fn iq4_xs(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
     let c = scaled_codes(GgmlType::IQ4_XS);
-    nibble_rescale::<8, 136, 16, 8>(rows, params, tile, runs, &c, 0);
+    nibble_rescale::<8, 136, 16, 8, 0>(rows, params, tile, runs, &c);
 }
 
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
@@ -618,6 +623,57 @@ pub(super) fn q3_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
             let q2 = move_bit(qs[s / 4], 2 * (s as u32 % 4), 0);
             let index = _mm512_ternarylogic_epi32::<0xec>(q2, high, three);
             store(out, _mm512_shuffle_epi8(t, index));
+        }
+    });
+}
+
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
+pub(super) fn q2_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
+    // Lanes [a's first sets, a's second sets, b's first, b's second] of four runs: row a's
+    // eight `[f, g]` at items 0..16, row b's at 16..32.
+    let f_at = _mm512_setr_epi32(0, 4, 8, 12, 2, 6, 10, 14, 16, 20, 24, 28, 18, 22, 26, 30);
+    let g_at = _mm512_add_epi32(f_at, _mm512_set1_epi32(1));
+    let (three, twelve) = (_mm512_set1_ps(3.0), _mm512_set1_epi8(12));
+    // The tables of four runs of two rows: byte 4q + t of a lane is code q of run t's set,
+    // `sat8(rne(fl(fl(q·f) + g)))` (fl(0·f) + g = g and fl(2·f) = f + f: the same values).
+    let tables = |fa: &[[f32; 2]], fb: &[[f32; 2]]| {
+        let (fa, fb): (&[[f32; 2]; 8], &[[f32; 2]; 8]) = (
+            fa.try_into().expect("8 sets"),
+            fb.try_into().expect("8 sets"),
+        );
+        // SAFETY: `fa` and `fb` are 64 readable bytes each; unaligned loads.
+        let (va, vb) = unsafe {
+            (
+                _mm512_loadu_ps(fa.as_ptr().cast()),
+                _mm512_loadu_ps(fb.as_ptr().cast()),
+            )
+        };
+        let f = _mm512_permutex2var_ps(va, f_at, vb);
+        let g = _mm512_permutex2var_ps(va, g_at, vb);
+        let e0 = _mm512_cvtps_epi32(g);
+        let e1 = _mm512_cvtps_epi32(_mm512_add_ps(f, g));
+        let e2 = _mm512_cvtps_epi32(_mm512_add_ps(_mm512_add_ps(f, f), g));
+        let e3 = _mm512_cvtps_epi32(_mm512_add_ps(_mm512_mul_ps(f, three), g));
+        _mm512_packs_epi16(_mm512_packs_epi32(e0, e1), _mm512_packs_epi32(e2, e3))
+    };
+    // Runs 4h..4h + 4 of a super-block: 2-bit field t of qs[32h..][..32] for run 4h + t.
+    let m = params.fg_pairs();
+    for_each_block_group::<8, ROWS, 84, _>(rows, m, tile, 0..runs, |_, [a, b], [pa, pb], out| {
+        let mut out = out.into_iter();
+        let sets = pa
+            .as_flattened()
+            .chunks_exact(8)
+            .zip(pb.as_flattened().chunks_exact(8));
+        for (h, (fa, fb)) in sets.enumerate() {
+            let t = tables(fa, fb);
+            let q = load32x2(&a[16 + 32 * h..], &b[16 + 32 * h..]);
+            for (run, out) in (0..4).zip(&mut out) {
+                // (code << 2 & 12) | run in one `vpternlogd` (0xec: a & c | b).
+                let code = move_bit(q, 2 * run, 2);
+                let index =
+                    _mm512_ternarylogic_epi32::<0xec>(code, _mm512_set1_epi8(run as i8), twelve);
+                store(out, _mm512_shuffle_epi8(t, index));
+            }
         }
     });
 }
