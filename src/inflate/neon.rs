@@ -39,6 +39,9 @@ pub(super) fn tile_kernel(isa: Isa, ty: GgmlType) -> Option<TileKernel> {
         GgmlType::Q8_0 => neon!(q8_0),
         GgmlType::Q4_K => neon!(q4_k),
         GgmlType::Q6_K => neon!(q6_k),
+        GgmlType::Q5_1 => neon!(q5_1),
+        GgmlType::Q5_K => neon!(q5_k),
+        GgmlType::Q2_K => neon!(q2_k),
         GgmlType::Q3_K => neon!(q3_k),
         GgmlType::IQ4_NL => neon!(iq4_nl),
         GgmlType::IQ4_XS => neon!(iq4_xs),
@@ -324,6 +327,131 @@ fn q3_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
                 vqtbl1q_s8(t, index(0)),
                 vqtbl1q_s8(t, vorrq_u8(index(1), eight)),
             );
+        }
+    });
+}
+
+#[target_feature(enable = "neon")]
+fn q2_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
+    let (three, twelve) = (vdupq_n_f32(3.0), vdupq_n_u8(12));
+    // The table of four sets (their `[f, g]`): byte 4q + t is code q of set t, `sat8(rne(fl(fl(q·f)
+    // + g)))` (fl(0·f) + g = g and fl(2·f) = f + f: the same values).
+    let table = |fg: &[[f32; 2]]| {
+        let fg: &[[f32; 2]; 4] = fg.try_into().expect("4 sets");
+        // SAFETY: `fg` is 32 readable bytes; `ld2` deinterleaves them into the f's and g's.
+        let float32x4x2_t(f, g) = unsafe { vld2q_f32(fg.as_ptr().cast()) };
+        let e0 = vcvtnq_s32_f32(g);
+        let e1 = vcvtnq_s32_f32(vaddq_f32(f, g));
+        let e2 = vcvtnq_s32_f32(vaddq_f32(vaddq_f32(f, f), g));
+        let e3 = vcvtnq_s32_f32(vaddq_f32(vmulq_f32(f, three), g));
+        let low = vqmovn_high_s32(vqmovn_s32(e0), e1);
+        vqmovn_high_s16(vqmovn_s16(low), vqmovn_high_s32(vqmovn_s32(e2), e3))
+    };
+    // Run s of a super-block: sets 2s, 2s + 1 (table s / 2), 2-bit field s % 4 of
+    // qs[32·(s / 4)..][..32].
+    let m = params.fg_pairs();
+    for_each_block_group::<8, 1, 84, _>(rows, m, tile, 0..runs, |_, [blk], [p], out| {
+        let sets = p.as_flattened();
+        let tables = [
+            table(&sets[..4]),
+            table(&sets[4..8]),
+            table(&sets[8..12]),
+            table(&sets[12..]),
+        ];
+        let qs = [
+            load16(&blk[16..]),
+            load16(&blk[32..]),
+            load16(&blk[48..]),
+            load16(&blk[64..]),
+        ];
+        for (s, [out]) in out.into_iter().enumerate() {
+            // The code to bits 2, 3; the set's place in its table to bits 0, 1.
+            let shift = vdupq_n_s8(2 - 2 * (s % 4) as i8);
+            let index = |h: usize| {
+                let code = vandq_u8(vshlq_u8(qs[2 * (s / 4) + h], shift), twelve);
+                vorrq_u8(code, vdupq_n_u8((2 * (s % 2) + h) as u8))
+            };
+            let t = tables[s / 2];
+            store_run(out, vqtbl1q_s8(t, index(0)), vqtbl1q_s8(t, index(1)));
+        }
+    });
+}
+
+/// Binary32 codes 0..32, four per register.
+#[inline]
+#[target_feature(enable = "neon")]
+fn five_bit_codes() -> [float32x4_t; 8] {
+    let c: [f32; 32] = std::array::from_fn(|i| i as f32);
+    // SAFETY: `c` is 32 readable f32.
+    std::array::from_fn(|i| unsafe { vld1q_f32(c[4 * i..].as_ptr()) })
+}
+
+/// The 32-entry table of a run of Q5_1 or Q5_K, `lut[q] = sat8(rne(fl(fl(q·f) + g)))`, as the
+/// two registers of a `tbl`.
+#[inline]
+#[target_feature(enable = "neon")]
+fn five_bit_table(c: &[float32x4_t; 8], [f, g]: [f32; 2]) -> int8x16x2_t {
+    let (vf, vg) = (vdupq_n_f32(f), vdupq_n_f32(g));
+    let step = |c: float32x4_t| vcvtnq_s32_f32(vaddq_f32(vmulq_f32(c, vf), vg));
+    let half = |i: usize| vqmovn_high_s32(vqmovn_s32(step(c[2 * i])), step(c[2 * i + 1]));
+    int8x16x2_t(
+        vqmovn_high_s16(vqmovn_s16(half(0)), half(1)),
+        vqmovn_high_s16(vqmovn_s16(half(2)), half(3)),
+    )
+}
+
+#[target_feature(enable = "neon")]
+fn q5_1(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
+    let c = five_bit_codes();
+    let bit_masks: [u8; 16] = [1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128];
+    // Output byte i of the run's first 16 takes qh byte i / 8, of its second 16 byte 2 + i / 8.
+    let spread: [[u8; 16]; 2] =
+        std::array::from_fn(|h| std::array::from_fn(|i| (2 * h + i / 8) as u8));
+    // SAFETY: `bit_masks` and `spread` are 16 readable bytes each.
+    let (bits, spread) = unsafe {
+        (
+            vld1q_u8(bit_masks.as_ptr()),
+            [vld1q_u8(spread[0].as_ptr()), vld1q_u8(spread[1].as_ptr())],
+        )
+    };
+    let (low, sixteen) = (vdupq_n_u8(15), vdupq_n_u8(16));
+    for_each_block::<1, 24, 96, _>(rows, params.fg(), tile, runs, |[blk], [fg], [out]| {
+        let t = five_bit_table(&c, fg);
+        let qh = vreinterpretq_u8_u32(vdupq_n_u32(u32::from_le_bytes([
+            blk[4], blk[5], blk[6], blk[7],
+        ])));
+        let q = load16(&blk[8..]);
+        // The fifth bit of each code: bit i of qh, as 16.
+        let fifth = |h: usize, nibbles: uint8x16_t| {
+            let set = vandq_u8(vtstq_u8(vqtbl1q_u8(qh, spread[h]), bits), sixteen);
+            vqtbl2q_s8(t, vorrq_u8(nibbles, set))
+        };
+        store_run(out, fifth(0, vandq_u8(q, low)), fifth(1, vshrq_n_u8(q, 4)));
+    });
+}
+
+#[target_feature(enable = "neon")]
+fn q5_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
+    let c = five_bit_codes();
+    let (low, sixteen) = (vdupq_n_u8(15), vdupq_n_u8(16));
+    // Run s of a super-block: nibble s % 2 of qs[32·(s / 2)..][..32], bit s of qh.
+    for_each_block_group::<8, 1, 176, _>(rows, params.fg(), tile, 0..runs, |_, [blk], [p], out| {
+        let qh = [load16(&blk[16..]), load16(&blk[32..])];
+        for (s, [out]) in out.into_iter().enumerate() {
+            let t = five_bit_table(&c, p[s]);
+            let at = 48 + 32 * (s / 2);
+            let bit = vdupq_n_u8(1 << s);
+            let code = |h: usize| {
+                let q = load16(&blk[at + 16 * h..]);
+                let nibbles = if s % 2 == 0 {
+                    vandq_u8(q, low)
+                } else {
+                    vshrq_n_u8(q, 4)
+                };
+                let fifth = vandq_u8(vtstq_u8(qh[h], bit), sixteen);
+                vqtbl2q_s8(t, vorrq_u8(nibbles, fifth))
+            };
+            store_run(out, code(0), code(1));
         }
     });
 }

@@ -61,6 +61,12 @@ pub(super) fn tile_kernel(isa: Isa, ty: GgmlType, b_n: usize) -> Option<TileKern
         (Isa::Avx512, GgmlType::Q6_K) if pairs => {
             |r, p, t, n| unsafe_call!(avx512::q6_k(r, p, t, n))
         }
+        (Isa::Avx512, GgmlType::Q5_1) if pairs => {
+            |r, p, t, n| unsafe_call!(avx512::q5_1(r, p, t, n))
+        }
+        (Isa::Avx512, GgmlType::Q5_K) if pairs => {
+            |r, p, t, n| unsafe_call!(avx512::q5_k(r, p, t, n))
+        }
         (Isa::Avx512, GgmlType::Q2_K) if pairs => {
             |r, p, t, n| unsafe_call!(avx512::q2_k(r, p, t, n))
         }
@@ -100,6 +106,12 @@ pub(super) fn tile_kernel(isa: Isa, ty: GgmlType, b_n: usize) -> Option<TileKern
         }
         (Isa::Avx2 | Isa::Avx512, GgmlType::Q6_K) => {
             |r, p, t, n| unsafe_call!(avx2::q6_k(r, p, t, n))
+        }
+        (Isa::Avx2 | Isa::Avx512, GgmlType::Q5_1) => {
+            |r, p, t, n| unsafe_call!(avx2::q5_1(r, p, t, n))
+        }
+        (Isa::Avx2 | Isa::Avx512, GgmlType::Q5_K) => {
+            |r, p, t, n| unsafe_call!(avx2::q5_k(r, p, t, n))
         }
         (Isa::Avx2 | Isa::Avx512, GgmlType::Q2_K) => {
             |r, p, t, n| unsafe_call!(avx2::q2_k(r, p, t, n))

@@ -539,3 +539,86 @@ pub(super) fn q2_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
         }
     });
 }
+
+/// Binary32 codes `[4k..4k + 4, 16 + 4k..16 + 4k + 4]` for k in 0..4: [`five_bit_table`]'s.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn five_bit_codes() -> [__m256; 4] {
+    std::array::from_fn(|k| {
+        let c = 4.0 * k as f32;
+        _mm256_setr_ps(
+            c,
+            c + 1.0,
+            c + 2.0,
+            c + 3.0,
+            c + 16.0,
+            c + 17.0,
+            c + 18.0,
+            c + 19.0,
+        )
+    })
+}
+
+/// The 32-entry table of a run of Q5_1 or Q5_K, `lut[q] = sat8(rne(fl(fl(q·f) + g)))`: lane 0
+/// holds the codes 0..16, lane 1 the codes 16..32 (`codes`: [`five_bit_codes`]; `packs` works within
+/// lanes, so each lane's entries come out in order).
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn five_bit_table(codes: &[__m256; 4], [f, g]: [f32; 2]) -> __m256i {
+    let (f, g) = (_mm256_set1_ps(f), _mm256_set1_ps(g));
+    let step = |c: __m256| _mm256_cvtps_epi32(_mm256_add_ps(_mm256_mul_ps(c, f), g));
+    _mm256_packs_epi16(
+        _mm256_packs_epi32(step(codes[0]), step(codes[1])),
+        _mm256_packs_epi32(step(codes[2]), step(codes[3])),
+    )
+}
+
+/// 32 five-bit codes through a [`five_bit_table`]: `nibbles` their low four bits, `fifth` all ones
+/// where the fifth is set.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn five_bit_lookup(t: __m256i, nibbles: __m256i, fifth: __m256i) -> __m256i {
+    let low = _mm256_shuffle_epi8(_mm256_permute2x128_si256::<0x00>(t, t), nibbles);
+    let high = _mm256_shuffle_epi8(_mm256_permute2x128_si256::<0x11>(t, t), nibbles);
+    _mm256_blendv_epi8(low, high, fifth)
+}
+
+#[target_feature(enable = "avx2,f16c")]
+pub(super) fn q5_1(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
+    let codes = five_bit_codes();
+    let bits = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
+    // Byte i of the run takes byte i / 8 of qh (its weight's fifth bit is bit i % 8 there).
+    #[rustfmt::skip]
+    let spread = _mm256_setr_epi8(
+        0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+        2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3,
+    );
+    for_each_block::<1, 24, 96, _>(rows, params.fg(), tile, runs, |[blk], [fg], [out]| {
+        let qh = _mm256_set1_epi32(i32::from_le_bytes([blk[4], blk[5], blk[6], blk[7]]));
+        let fifth = _mm256_and_si256(_mm256_shuffle_epi8(qh, spread), bits);
+        let fifth = _mm256_cmpeq_epi8(fifth, bits);
+        let t = five_bit_table(&codes, fg);
+        store32(out, five_bit_lookup(t, nibbles(load16(&blk[8..])), fifth));
+    });
+}
+
+#[target_feature(enable = "avx2,f16c")]
+pub(super) fn q5_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
+    let codes = five_bit_codes();
+    let low = _mm256_set1_epi8(15);
+    // Run s of a super-block: nibble s % 2 of qs[32·(s / 2)..][..32], bit s of qh.
+    for_each_block_group::<8, 1, 176, _>(rows, params.fg(), tile, 0..runs, |_, [blk], [p], out| {
+        let qh = load32(&blk[16..]);
+        for (s, [out]) in out.into_iter().enumerate() {
+            let q = load32(&blk[48 + 32 * (s / 2)..]);
+            let nibbles = if s % 2 == 0 {
+                _mm256_and_si256(q, low)
+            } else {
+                _mm256_and_si256(_mm256_srli_epi16::<4>(q), low)
+            };
+            let bit = _mm256_set1_epi8(1 << s);
+            let fifth = _mm256_cmpeq_epi8(_mm256_and_si256(qh, bit), bit);
+            store32(out, five_bit_lookup(five_bit_table(&codes, p[s]), nibbles, fifth));
+        }
+    });
+}

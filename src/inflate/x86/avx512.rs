@@ -677,3 +677,124 @@ pub(super) fn q2_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
         }
     });
 }
+
+/// Binary32 codes `[4k..4k + 4, 16 + 4k..16 + 4k + 4]` in each 256-bit half, k in 0..4:
+/// [`table32x2`]'s.
+#[inline]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
+fn codes32() -> [__m512; 4] {
+    std::array::from_fn(|k| {
+        let c = 4.0 * k as f32;
+        let (c0, c1, c2, c3) = (c, c + 1.0, c + 2.0, c + 3.0);
+        let (d0, d1, d2, d3) = (c + 16.0, c + 17.0, c + 18.0, c + 19.0);
+        #[rustfmt::skip]
+        let v = _mm512_setr_ps(
+            c0, c1, c2, c3, d0, d1, d2, d3, c0, c1, c2, c3, d0, d1, d2, d3,
+        );
+        v
+    })
+}
+
+/// The 32-entry tables of a run of two rows (Q5_1, Q5_K), `lut[q] = sat8(rne(fl(fl(q·f) + g)))`
+/// with `f`, `g` of row a in lanes 0..8 and of row b in 8..16: returns the tables of the
+/// codes 0..16 and 16..32, each as `[a, a, b, b]` (`codes`: [`codes32`]).
+#[inline]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
+fn table32x2(codes: &[__m512; 4], f: __m512, g: __m512) -> [__m512i; 2] {
+    let step = |c: __m512| _mm512_cvtps_epi32(_mm512_add_ps(_mm512_mul_ps(c, f), g));
+    let t = _mm512_packs_epi16(
+        _mm512_packs_epi32(step(codes[0]), step(codes[1])),
+        _mm512_packs_epi32(step(codes[2]), step(codes[3])),
+    );
+    // Lanes [a 0..16, a 16..32, b 0..16, b 16..32].
+    [
+        _mm512_shuffle_i32x4::<0b10_10_00_00>(t, t),
+        _mm512_shuffle_i32x4::<0b11_11_01_01>(t, t),
+    ]
+}
+
+/// Run `r`'s `f` (`at + 0`) or `g` (`at + 1`) of rows a (items 0..16 of the two-vector table)
+/// and b (16..32), for [`table32x2`]: item `2r + at` in lanes 0..8, `16 + 2r + at` in 8..16.
+#[inline]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
+fn run_spread(r: i32, at: i32) -> __m512i {
+    let (a, b) = (2 * r + at, 16 + 2 * r + at);
+    _mm512_setr_epi32(a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b)
+}
+
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
+pub(super) fn q5_1(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
+    let codes = codes32();
+    let spread: [[__m512i; 2]; GROUP] =
+        std::array::from_fn(|r| [run_spread(r as i32, 0), run_spread(r as i32, 1)]);
+    let qh = |blk: &[u8; 24]| u32::from_le_bytes([blk[4], blk[5], blk[6], blk[7]]) as u64;
+    let run = |a: &[u8; 24], b: &[u8; 24], [f, g]: [__m512; 2], out: &mut [[i8; RUN]; ROWS]| {
+        let [t_lo, t_hi] = table32x2(&codes, f, g);
+        let q = nibbles(load16x2(&a[8..], &b[8..]));
+        // Byte i of the vector is weight i % 32 of its row: bit i of the pair's qh.
+        let fifth: __mmask64 = qh(a) | qh(b) << 32;
+        let v = _mm512_shuffle_epi8(t_lo, q);
+        store(out, _mm512_mask_shuffle_epi8(v, fifth, t_hi, q));
+    };
+    let fg = params.fg();
+    let full = runs / GROUP * GROUP;
+    for_each_block_group::<GROUP, ROWS, 96, _>(rows, fg, tile, 0..full, |_, [a, b], p, out| {
+        // SAFETY: each of `p` is 32 readable bytes (four runs' [f, g]); unaligned loads.
+        let (va, vb) = unsafe {
+            (
+                _mm512_castps256_ps512(_mm256_loadu_ps(p[0].as_ptr().cast())),
+                _mm512_castps256_ps512(_mm256_loadu_ps(p[1].as_ptr().cast())),
+            )
+        };
+        let (a, b) = (a.as_chunks::<24>().0, b.as_chunks::<24>().0);
+        for (r, out) in out.into_iter().enumerate() {
+            let fg = spread[r].map(|at| _mm512_permutex2var_ps(va, at, vb));
+            run(&a[r], &b[r], fg, out);
+        }
+    });
+    for_each_block_group::<1, ROWS, 24, _>(rows, fg, tile, full..runs, |_, [a, b], p, [out]| {
+        let ([[fa, ga]], [[fb, gb]]) = (*p[0], *p[1]);
+        let pair = |x: f32, y: f32| {
+            let (x, y) = (_mm512_set1_ps(x), _mm256_set1_ps(y));
+            _mm512_castpd_ps(_mm512_insertf64x4::<1>(
+                _mm512_castps_pd(x),
+                _mm256_castps_pd(y),
+            ))
+        };
+        run(a, b, [pair(fa, fb), pair(ga, gb)], out);
+    });
+}
+
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
+pub(super) fn q5_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
+    let codes = codes32();
+    let low = _mm512_set1_epi8(15);
+    let spread: [[__m512i; 2]; 8] =
+        std::array::from_fn(|r| [run_spread(r as i32, 0), run_spread(r as i32, 1)]);
+    // Run s of a super-block: nibble s % 2 of qs[32·(s / 2)..][..32], bit s of qh.
+    let fg = params.fg();
+    for_each_block_group::<8, ROWS, 176, _>(rows, fg, tile, 0..runs, |_, [a, b], p, out| {
+        // SAFETY: each of `p` is 64 readable bytes (eight runs' [f, g]); unaligned loads.
+        let (va, vb) = unsafe {
+            (
+                _mm512_loadu_ps(p[0].as_ptr().cast()),
+                _mm512_loadu_ps(p[1].as_ptr().cast()),
+            )
+        };
+        let qh = load32x2(&a[16..], &b[16..]);
+        for (s, out) in out.into_iter().enumerate() {
+            let f = _mm512_permutex2var_ps(va, spread[s][0], vb);
+            let g = _mm512_permutex2var_ps(va, spread[s][1], vb);
+            let [t_lo, t_hi] = table32x2(&codes, f, g);
+            let q = load32x2(&a[48 + 32 * (s / 2)..], &b[48 + 32 * (s / 2)..]);
+            let nibbles = if s % 2 == 0 {
+                _mm512_and_si512(q, low)
+            } else {
+                _mm512_and_si512(_mm512_srli_epi16::<4>(q), low)
+            };
+            let fifth = _mm512_test_epi8_mask(qh, _mm512_set1_epi8(1 << s));
+            let v = _mm512_shuffle_epi8(t_lo, nibbles);
+            store(out, _mm512_mask_shuffle_epi8(v, fifth, t_hi, nibbles));
+        }
+    });
+}
