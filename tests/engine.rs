@@ -350,7 +350,7 @@ const DENSE: Shape = Shape {
     dst_gap: 3,
 };
 
-const SHAPES: [Shape; 6] = [
+const SHAPES: [Shape; 13] = [
     Shape {
         ty: GgmlType::Q4_0,
         k: 768,
@@ -411,6 +411,77 @@ const SHAPES: [Shape; 6] = [
         n_tokens: 6,
         b_rows: 1,
         dst_gap: 5,
+    },
+    Shape {
+        ty: GgmlType::Q5_1,
+        k: 1088,
+        n: 37,
+        n_expert: 6,
+        n_used: 2,
+        n_tokens: 7,
+        b_rows: 2,
+        dst_gap: 1,
+    },
+    Shape {
+        ty: GgmlType::Q2_K,
+        k: 1536,
+        n: 48,
+        n_expert: 8,
+        n_used: 4,
+        n_tokens: 5,
+        b_rows: 1,
+        dst_gap: 0,
+    },
+    Shape {
+        ty: GgmlType::Q3_K,
+        k: 768,
+        n: 81,
+        n_expert: 6,
+        n_used: 2,
+        n_tokens: 8,
+        b_rows: 2,
+        dst_gap: 3,
+    },
+    Shape {
+        ty: GgmlType::Q5_K,
+        k: 1280,
+        n: 35,
+        n_expert: 4,
+        n_used: 3,
+        n_tokens: 6,
+        b_rows: 3,
+        dst_gap: 2,
+    },
+    Shape {
+        ty: GgmlType::IQ4_NL,
+        k: 2880,
+        n: 45,
+        n_expert: 4,
+        n_used: 2,
+        n_tokens: 5,
+        b_rows: 1,
+        dst_gap: 1,
+    },
+    Shape {
+        ty: GgmlType::IQ4_XS,
+        k: 1024,
+        n: 64,
+        n_expert: 8,
+        n_used: 2,
+        n_tokens: 6,
+        b_rows: 2,
+        dst_gap: 4,
+    },
+    // gpt-oss's experts: MXFP4, K = 2880 (not a multiple of 256).
+    Shape {
+        ty: GgmlType::MXFP4,
+        k: 2880,
+        n: 90,
+        n_expert: 8,
+        n_used: 4,
+        n_tokens: 4,
+        b_rows: 1,
+        dst_gap: 2,
     },
 ];
 

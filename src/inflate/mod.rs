@@ -36,9 +36,9 @@
 //!
 //! with `>>` the arithmetic shift: exactly what `pmulhrsw` and `sqrdmulh` compute on 16-bit lanes.
 //!
-//! **The types only the scalar path inflates** ([`GgmlType::SCALAR_ONLY`], `params/sets.rs`)
-//! follow the same two families, with one parameter set per 16 or 32 weights (two per run for
-//! sets of 16):
+//! **The types with scale sets** (`params/sets.rs`: the other k-quants, Q5_1, the IQ types,
+//! MXFP4) follow the same two families, with one parameter set per 16 or 32 weights (two per run
+//! for sets of 16):
 //! - table types Q5_1, Q5_K (codes 0..=31) and Q2_K (codes 0..=3, sets of 16): as Q4_1 and Q4_K,
 //!   with 32- and 4-entry tables;
 //! - rescale types, `w = e_j·c` with an integer code `|c| ≤ c_max` and a stretch `k`: Q3_K
@@ -56,7 +56,11 @@
 //!   through exactly.
 //!
 //! The codebook types' codes come from their grid entries (`quant::grids`) and signs: integers
-//! from the block to int8, as every other type's.
+//! from the block to int8, as every other type's. Only the scalar kernel inflates those
+//! ([`GgmlType::SCALAR_ONLY`]); every other type has SIMD kernels. The kernels of the rescale
+//! types with at most 16 codes (Q3_K, IQ4_NL, IQ4_XS, MXFP4) rescale the codes into a table per
+//! set and look the quants up in it, as Q4_0's do; the table types' (Q5_1, Q5_K: 32 codes;
+//! Q2_K: four sets of 4 codes per table) build their float tables as Q4_1's.
 //!
 //! **Special rows.** A row whose scales are all zero (`M_n = 0` or `E_n = 0`) gets `s_n = 0` and
 //! all-zero weights. A NaN or infinite fp16 scale is an error, [`InflateError::NonFiniteScale`];

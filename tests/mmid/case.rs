@@ -257,7 +257,7 @@ pub fn random_case(rng: &mut impl Draw) -> Case {
     let dec = Reason::Declined;
     match rng.below(40) {
         0 => {
-            d.w.ty = [20, 9999, 1, 0][rng.below(4)];
+            d.w.ty = [16, 9999, 1, 0][rng.below(4)];
             reasons.push(dec("weight type not supported"));
         }
         1 => {

@@ -618,7 +618,10 @@ pub(super) fn q5_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
             };
             let bit = _mm256_set1_epi8(1 << s);
             let fifth = _mm256_cmpeq_epi8(_mm256_and_si256(qh, bit), bit);
-            store32(out, five_bit_lookup(five_bit_table(&codes, p[s]), nibbles, fifth));
+            store32(
+                out,
+                five_bit_lookup(five_bit_table(&codes, p[s]), nibbles, fifth),
+            );
         }
     });
 }
