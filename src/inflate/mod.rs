@@ -89,6 +89,7 @@
 //! `[a_j, b_j]` by the row's `inv_n` as they load them (the same products), which saves a pass
 //! over the parameters and the reload of what it stored.
 
+mod codebook;
 mod columns;
 #[cfg(target_arch = "aarch64")]
 mod neon;

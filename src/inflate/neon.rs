@@ -10,8 +10,9 @@
 //! `sshll`/`sxtl` per half. The row scan is the portable one (`super::scalar`'s), which the
 //! compiler vectorizes with Advanced SIMD.
 
+use super::codebook::{groups, table_codes, Codebook};
 use super::params::{scaled_codes, TileParams};
-use super::tile::{for_each_block, for_each_block_group, Tile};
+use super::tile::{for_each_block, for_each_block_group, RowMajor, Tile};
 use super::{TileKernel, RUN};
 use crate::isa::Isa;
 use crate::quant::GgmlType;
@@ -44,6 +45,13 @@ pub(super) fn tile_kernel(isa: Isa, ty: GgmlType) -> Option<TileKernel> {
         GgmlType::Q2_K => neon!(q2_k),
         GgmlType::Q3_K => neon!(q3_k),
         GgmlType::IQ4_NL => neon!(iq4_nl),
+        GgmlType::IQ2_XXS => neon!(iq2_xxs),
+        GgmlType::IQ2_XS => neon!(iq2_xs),
+        GgmlType::IQ2_S => neon!(iq2_s),
+        GgmlType::IQ3_XXS => neon!(iq3_xxs),
+        GgmlType::IQ3_S => neon!(iq3_s),
+        GgmlType::IQ1_S => neon!(iq1_s),
+        GgmlType::IQ1_M => neon!(iq1_m),
         GgmlType::IQ4_XS => neon!(iq4_xs),
         GgmlType::MXFP4 => neon!(mxfp4),
         _ => return None,
@@ -454,4 +462,75 @@ fn q5_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
             store_run(out, code(0), code(1));
         }
     });
+}
+
+/// The codebook types (IQ2, IQ3, IQ1; `BB`-byte blocks): per run, the four groups' grid entries
+/// and sign bytes from the block ([`groups`]), each weight's table index from its grid byte and
+/// sign, and one `tbl` per half of the table of stretched codes rescaled by the multiplier of
+/// its set (`multipliers`: the run's first and second 16 weights', equal for sets of 32).
+#[inline]
+#[target_feature(enable = "neon")]
+fn codebook<const BB: usize, P: Copy>(
+    ty: GgmlType,
+    rows: &[&[u8]],
+    m: RowMajor<P>,
+    tile: &mut Tile,
+    runs: usize,
+    multipliers: impl Fn(P) -> [i16; 2],
+) {
+    let cb = Codebook::of(ty);
+    let (c0, c1) = code_halves(&table_codes(ty));
+    let bit_masks: [u8; 16] = [1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128];
+    // SAFETY: `bit_masks` is 16 readable bytes.
+    let bits = unsafe { vld1q_u8(bit_masks.as_ptr()) };
+    let (mask, negative) = (vdupq_n_u8(cb.mask), vdupq_n_u8(cb.negative));
+    let shift = vdupq_n_s8(-(cb.shift as i8));
+    for_each_block_group::<8, 1, BB, _>(rows, m, tile, 0..runs, |_, [blk], [m], out| {
+        for (ib, [out]) in out.into_iter().enumerate() {
+            let (grid, signs) = groups(ty, blk, ib);
+            let sign = signs.to_le_bytes();
+            let [m0, m1] = multipliers(m[ib]);
+            // Groups 2h, 2h + 1: weights 16h..16h + 16.
+            let half = |h: usize, m: i16| {
+                let g = vcombine_u8(vcreate_u8(grid[2 * h]), vcreate_u8(grid[2 * h + 1]));
+                let magnitude = if cb.shift == 0 {
+                    vaddq_u8(g, vdupq_n_u8(1))
+                } else {
+                    vandq_u8(vshlq_u8(g, shift), mask)
+                };
+                let s = vcombine_u8(vdup_n_u8(sign[2 * h]), vdup_n_u8(sign[2 * h + 1]));
+                let index = vorrq_u8(magnitude, vandq_u8(vtstq_u8(s, bits), negative));
+                vqtbl1q_s8(rescale_table(c0, c1, m), index)
+            };
+            store_run(out, half(0, m0), half(1, m1));
+        }
+    });
+}
+
+/// The codebook types' entry points: one multiplier per run (`one`) or per 16 weights (`two`).
+macro_rules! codebook_kernels {
+    ($($name:ident: $ty:ident, $bb:literal, $sets:ident;)*) => {
+        $(
+            #[target_feature(enable = "neon")]
+            fn $name(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
+                codebook_kernels!(@$sets GgmlType::$ty, $bb, rows, params, tile, runs);
+            }
+        )*
+    };
+    (@one $ty:expr, $bb:literal, $rows:ident, $p:ident, $tile:ident, $runs:ident) => {
+        codebook::<$bb, i16>($ty, $rows, $p.m(), $tile, $runs, |m| [m, m])
+    };
+    (@two $ty:expr, $bb:literal, $rows:ident, $p:ident, $tile:ident, $runs:ident) => {
+        codebook::<$bb, [i16; 2]>($ty, $rows, $p.m_pairs(), $tile, $runs, |m| m)
+    };
+}
+
+codebook_kernels! {
+    iq2_xxs: IQ2_XXS, 66, one;
+    iq2_xs: IQ2_XS, 74, two;
+    iq2_s: IQ2_S, 82, two;
+    iq3_xxs: IQ3_XXS, 98, one;
+    iq3_s: IQ3_S, 110, one;
+    iq1_s: IQ1_S, 50, one;
+    iq1_m: IQ1_M, 56, two;
 }

@@ -16,6 +16,7 @@ use std::arch::x86_64::*;
 
 mod avx2;
 mod avx512;
+mod codebooks;
 mod scan;
 mod sets;
 
@@ -118,6 +119,48 @@ pub(super) fn tile_kernel(isa: Isa, ty: GgmlType, b_n: usize) -> Option<TileKern
         }
         (Isa::Avx2 | Isa::Avx512, GgmlType::Q3_K) => {
             |r, p, t, n| unsafe_call!(avx2::q3_k(r, p, t, n))
+        }
+        (Isa::Avx512, GgmlType::IQ2_XXS) if pairs => {
+            |r, p, t, n| unsafe_call!(codebooks::avx512_kernels::iq2_xxs(r, p, t, n))
+        }
+        (Isa::Avx512, GgmlType::IQ2_XS) if pairs => {
+            |r, p, t, n| unsafe_call!(codebooks::avx512_kernels::iq2_xs(r, p, t, n))
+        }
+        (Isa::Avx512, GgmlType::IQ2_S) if pairs => {
+            |r, p, t, n| unsafe_call!(codebooks::avx512_kernels::iq2_s(r, p, t, n))
+        }
+        (Isa::Avx512, GgmlType::IQ3_XXS) if pairs => {
+            |r, p, t, n| unsafe_call!(codebooks::avx512_kernels::iq3_xxs(r, p, t, n))
+        }
+        (Isa::Avx512, GgmlType::IQ3_S) if pairs => {
+            |r, p, t, n| unsafe_call!(codebooks::avx512_kernels::iq3_s(r, p, t, n))
+        }
+        (Isa::Avx512, GgmlType::IQ1_S) if pairs => {
+            |r, p, t, n| unsafe_call!(codebooks::avx512_kernels::iq1_s(r, p, t, n))
+        }
+        (Isa::Avx512, GgmlType::IQ1_M) if pairs => {
+            |r, p, t, n| unsafe_call!(codebooks::avx512_kernels::iq1_m(r, p, t, n))
+        }
+        (Isa::Avx2 | Isa::Avx512, GgmlType::IQ2_XXS) => {
+            |r, p, t, n| unsafe_call!(codebooks::avx2_kernels::iq2_xxs(r, p, t, n))
+        }
+        (Isa::Avx2 | Isa::Avx512, GgmlType::IQ2_XS) => {
+            |r, p, t, n| unsafe_call!(codebooks::avx2_kernels::iq2_xs(r, p, t, n))
+        }
+        (Isa::Avx2 | Isa::Avx512, GgmlType::IQ2_S) => {
+            |r, p, t, n| unsafe_call!(codebooks::avx2_kernels::iq2_s(r, p, t, n))
+        }
+        (Isa::Avx2 | Isa::Avx512, GgmlType::IQ3_XXS) => {
+            |r, p, t, n| unsafe_call!(codebooks::avx2_kernels::iq3_xxs(r, p, t, n))
+        }
+        (Isa::Avx2 | Isa::Avx512, GgmlType::IQ3_S) => {
+            |r, p, t, n| unsafe_call!(codebooks::avx2_kernels::iq3_s(r, p, t, n))
+        }
+        (Isa::Avx2 | Isa::Avx512, GgmlType::IQ1_S) => {
+            |r, p, t, n| unsafe_call!(codebooks::avx2_kernels::iq1_s(r, p, t, n))
+        }
+        (Isa::Avx2 | Isa::Avx512, GgmlType::IQ1_M) => {
+            |r, p, t, n| unsafe_call!(codebooks::avx2_kernels::iq1_m(r, p, t, n))
         }
         (Isa::Avx2 | Isa::Avx512, GgmlType::IQ4_NL) => {
             |r, p, t, n| unsafe_call!(avx2::iq4_nl(r, p, t, n))

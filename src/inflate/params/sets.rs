@@ -7,10 +7,8 @@
 
 use super::{code_scale, finite_half_to_f32, q4k_scales_mins, table_range};
 use super::{table_set_max, ScanOps, Scratch, TileParams, NON_FINITE};
-use crate::quant::{
-    e8m0_to_f32_half, iq1m_scale, iq4xs_scale, q3k_scales, Block, BlockIq1M, BlockIq1S, BlockIq2S,
-    BlockIq2Xs, BlockIq2Xxs, BlockIq3S, BlockIq3Xxs, BlockMxfp4, GgmlType,
-};
+use crate::quant::{e8m0_to_f32_half, iq1m_scale, iq4xs_scale, q3k_scales};
+use crate::quant::{Block, BlockMxfp4, GgmlType};
 
 /// How a type's weights become int8 (module docs of `inflate`).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -375,48 +373,48 @@ fn codebook_values(ty: GgmlType, row: &[u8], e: &mut [f32]) -> (u16, u32) {
 
 /// `e_j` of the sets of one block of a codebook type with super-block scale `d`, in weight
 /// order: the factor ggml multiplies the set's integer codes by (IQ1: `dl/8`, for the codes
-/// `8·(grid ± 1/8)`), computed as ggml computes it.
+/// `8·(grid ± 1/8)`), computed as ggml computes it, its small integers read straight from the
+/// block's bytes (the fields of `quant`'s block structs).
 #[inline(always)]
 fn codebook_sets(ty: GgmlType, d: f32, blk: &[u8], e: &mut [f32]) {
+    let u32_at = |at: usize| u32::from_le_bytes(blk[at..at + 4].try_into().expect("4 bytes"));
     match ty {
         GgmlType::IQ2_XXS => {
-            let b = BlockIq2Xxs::read(blk);
             for (ib, e) in e.iter_mut().enumerate() {
-                *e = d * (0.5 + b.scale(ib) as f32) * 0.25;
+                *e = d * (0.5 + (u32_at(6 + 8 * ib) >> 28) as f32) * 0.25;
             }
         }
         GgmlType::IQ2_XS | GgmlType::IQ2_S => {
-            let scales = match ty {
-                GgmlType::IQ2_XS => BlockIq2Xs::read(blk).scales,
-                _ => BlockIq2S::read(blk).scales,
-            };
-            for (e, sc) in e.chunks_exact_mut(2).zip(scales) {
+            let at = if ty == GgmlType::IQ2_XS { 66 } else { 74 };
+            for (e, &sc) in e.chunks_exact_mut(2).zip(&blk[at..at + 8]) {
                 e[0] = d * (0.5 + (sc & 0x0f) as f32) * 0.25;
                 e[1] = d * (0.5 + (sc >> 4) as f32) * 0.25;
             }
         }
         GgmlType::IQ3_XXS => {
-            let b = BlockIq3Xxs::read(blk);
             for (ib, e) in e.iter_mut().enumerate() {
-                *e = d * (0.5 + b.scale(ib) as f32) * 0.5;
+                *e = d * (0.5 + (u32_at(66 + 4 * ib) >> 28) as f32) * 0.5;
             }
         }
         GgmlType::IQ3_S => {
-            let b = BlockIq3S::read(blk);
             for (ib, e) in e.iter_mut().enumerate() {
-                *e = d * (1 + 2 * b.scale(ib)) as f32;
+                let s = (blk[106 + ib / 2] >> (4 * (ib % 2))) & 0x0f;
+                *e = d * (1 + 2 * s as i32) as f32;
             }
         }
         GgmlType::IQ1_S => {
-            let b = BlockIq1S::read(blk);
             for (ib, e) in e.iter_mut().enumerate() {
-                *e = d * (2 * b.scale(ib).0 + 1) as f32 * 0.125;
+                let s = (u16::from_le_bytes([blk[34 + 2 * ib], blk[35 + 2 * ib]]) >> 12) & 7;
+                *e = d * (2 * s as i32 + 1) as f32 * 0.125;
             }
         }
         GgmlType::IQ1_M => {
-            let b = BlockIq1M::read(blk);
             for (i, e) in e.iter_mut().enumerate() {
-                *e = d * (2 * b.scale(i / 2, i % 2) + 1) as f32 * 0.125;
+                let (ib, h) = (i / 2, i % 2);
+                let at = 48 + 2 * (ib / 2);
+                let sc = u16::from_le_bytes([blk[at], blk[at + 1]]) as i32;
+                let s = (sc >> (6 * (ib % 2) + 3 * h)) & 7;
+                *e = d * (2 * s + 1) as f32 * 0.125;
             }
         }
         _ => unreachable!("a codebook type"),

@@ -28,7 +28,7 @@ fn load32(src: &[u8]) -> __m256i {
 
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
-fn store32(dst: &mut [i8; RUN], v: __m256i) {
+pub(super) fn store32(dst: &mut [i8; RUN], v: __m256i) {
     // SAFETY: `dst` is 32 writable bytes; unaligned store.
     unsafe { _mm256_storeu_si256(dst.as_mut_ptr().cast(), v) }
 }
@@ -119,7 +119,7 @@ fn widen16(src: &[u8]) -> __m256i {
 /// runs, one per 128-bit lane.
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
-fn pair_multipliers(m: &[i16]) -> __m256i {
+pub(super) fn pair_multipliers(m: &[i16]) -> __m256i {
     let pair = (m[0] as u16 as u32 | (m[1] as u16 as u32) << 16) as i32;
     #[rustfmt::skip]
     let halves = _mm256_setr_epi8(

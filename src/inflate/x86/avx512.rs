@@ -49,7 +49,7 @@ fn load32x2(a: &[u8], b: &[u8]) -> __m512i {
 /// Run `r` of two adjacent rows: 64 contiguous bytes.
 #[inline]
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
-fn store(out: &mut [[i8; RUN]; ROWS], v: __m512i) {
+pub(super) fn store(out: &mut [[i8; RUN]; ROWS], v: __m512i) {
     // SAFETY: `out` is 64 writable bytes; unaligned store.
     unsafe { _mm512_storeu_si512(out.as_mut_ptr().cast(), v) }
 }
@@ -57,7 +57,7 @@ fn store(out: &mut [[i8; RUN]; ROWS], v: __m512i) {
 /// `[m0, m0, m1, m1]`: each multiplier in all eight 16-bit lanes of two 128-bit lanes.
 #[inline]
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
-fn lane_pairs(m: &[i16; 2]) -> __m512i {
+pub(super) fn lane_pairs(m: &[i16; 2]) -> __m512i {
     let both = (m[0] as u16 as u32 | (m[1] as u16 as u32) << 16) as i32;
     #[rustfmt::skip]
     let spread = _mm512_set_epi32(
