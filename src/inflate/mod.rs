@@ -56,11 +56,11 @@
 //!   through exactly.
 //!
 //! The codebook types' codes come from their grid entries (`quant::grids`) and signs: integers
-//! from the block to int8, as every other type's. Only the scalar kernel inflates those
-//! ([`GgmlType::SCALAR_ONLY`]); every other type has SIMD kernels. The kernels of the rescale
-//! types with at most 16 codes (Q3_K, IQ4_NL, IQ4_XS, MXFP4) rescale the codes into a table per
-//! set and look the quants up in it, as Q4_0's do; the table types' (Q5_1, Q5_K: 32 codes;
-//! Q2_K: four sets of 4 codes per table) build their float tables as Q4_1's.
+//! from the block to int8, as every other type's. The SIMD kernels of the rescale types with at
+//! most 16 codes (Q3_K, IQ4_NL, IQ4_XS, MXFP4, and the codebook types: their signed codes)
+//! rescale the codes into a table per set and look each weight's index up in it, as Q4_0's do;
+//! those of the table types (Q5_1, Q5_K: 32 codes; Q2_K: four sets of 4 codes per table) build
+//! float tables as Q4_1's.
 //!
 //! **Special rows.** A row whose scales are all zero (`M_n = 0` or `E_n = 0`) gets `s_n = 0` and
 //! all-zero weights. A NaN or infinite fp16 scale is an error, [`InflateError::NonFiniteScale`];
@@ -466,7 +466,7 @@ fn check(
 
 /// Checks the weights alone (type, whole blocks, stride, length); returns a row's bytes.
 fn check_weights(w: &ExpertWeights) -> Result<usize, InflateError> {
-    if !GgmlType::QUANTIZED.contains(&w.ty) && !GgmlType::SCALAR_ONLY.contains(&w.ty) {
+    if !GgmlType::QUANTIZED.contains(&w.ty) {
         return Err(InflateError::UnsupportedType(w.ty));
     }
     let row_bytes =

@@ -52,9 +52,10 @@ pub enum GgmlType {
 }
 
 impl GgmlType {
-    /// The quantized types the engine takes: every kernel path and layout of [`crate::inflate`]
-    /// handles them (ggml's repacked layouts: those of [`crate::inflate::Layout::REPACKED`]).
-    pub const QUANTIZED: [GgmlType; 13] = [
+    /// The quantized types the engine takes: every kernel path of [`crate::inflate`] handles
+    /// them in plain blocks, and in ggml's repacked layouts those of
+    /// [`crate::inflate::Layout::REPACKED`].
+    pub const QUANTIZED: [GgmlType; 20] = [
         GgmlType::Q4_0,
         GgmlType::Q4_1,
         GgmlType::Q5_0,
@@ -68,18 +69,12 @@ impl GgmlType {
         GgmlType::IQ4_NL,
         GgmlType::IQ4_XS,
         GgmlType::MXFP4,
-    ];
-
-    /// The other quantized types llama-quantize's presets store (the codebook types): a
-    /// reference dequantization and the scalar inflate ([`crate::inflate::inflate_expert_with`]
-    /// on any path runs the scalar kernel), but no SIMD kernels, so the engine declines them.
-    pub const SCALAR_ONLY: [GgmlType; 7] = [
         GgmlType::IQ2_XXS,
         GgmlType::IQ2_XS,
-        GgmlType::IQ3_XXS,
-        GgmlType::IQ1_S,
-        GgmlType::IQ3_S,
         GgmlType::IQ2_S,
+        GgmlType::IQ3_XXS,
+        GgmlType::IQ3_S,
+        GgmlType::IQ1_S,
         GgmlType::IQ1_M,
     ];
 
@@ -267,7 +262,6 @@ mod tests {
         }
         let known = (-1..64).filter_map(GgmlType::from_id).count();
         assert_eq!(known, GgmlType::ALL.len());
-        let quantized = GgmlType::QUANTIZED.into_iter().chain(GgmlType::SCALAR_ONLY);
-        assert_eq!(quantized.count(), GgmlType::ALL.len() - 2);
+        assert_eq!(GgmlType::QUANTIZED.len(), GgmlType::ALL.len() - 2);
     }
 }

@@ -159,6 +159,8 @@ struct Column {
     shift: [u32; 2],
     /// XOR of the quant byte as stored (Q4_0 repacked: 0x88).
     flip: u8,
+    /// Its weight's place in the block (what the codebook types' decoder reads).
+    element: usize,
 }
 
 /// The columns in channel order, in runs of one parameter set (a block's, or a sub-block's),
@@ -255,7 +257,8 @@ fn kernel(isa: Isa, src: &Source) -> Kernel {
         GgmlType::IQ4_NL => scalar_kernel::<Iq4Nl>(src.rows, src.chunk),
         GgmlType::IQ4_XS => scalar_kernel::<Iq4Xs>(src.rows, src.chunk),
         GgmlType::MXFP4 => scalar_kernel::<Mxfp4>(src.rows, src.chunk),
-        _ => unreachable!("validated: a type the engine takes"),
+        // The codebook types (plain blocks only), weight by weight.
+        _ => scalar::by_element,
     }
 }
 

@@ -6,7 +6,8 @@ use super::source::Source;
 use super::{walk, Column, Kernel, Loc, Plan, Run, STRIP};
 use crate::quant::fp16::f16_to_f32;
 use crate::quant::grids::{KVALUES_IQ4NL, KVALUES_MXFP4};
-use crate::quant::{e8m0_to_f32_half, iq4xs_scale, q3k_scales, q4k_scale_min, K_SCALE_SIZE};
+use crate::quant::{dequantize_element, e8m0_to_f32_half, iq4xs_scale, q3k_scales};
+use crate::quant::{q4k_scale_min, K_SCALE_SIZE};
 use std::ops::Range;
 
 /// The reference decoder of `D` for `rows` rows per group of `chunk`-byte pieces.
@@ -86,6 +87,22 @@ pub(super) fn scalar_runs<D: Decode, const R: usize, const C: usize>(
             }
         }
     }
+}
+
+/// The decoder of the codebook types (IQ2, IQ3, IQ1; plain blocks): each weight as
+/// [`dequantize_element`] gives it, a strip of rows per column.
+pub(super) fn by_element(src: &Source, plan: &Plan, out: &mut [f32]) {
+    let bytes = src.ty.block_bytes();
+    walk(src, plan, |rows, runs| {
+        let x = runs[0].x;
+        for col in runs.iter().flat_map(|run| &plan.columns[run.range.clone()]) {
+            let dst = &mut out[col.slot * src.n + rows.start..][..rows.len()];
+            for (r, o) in rows.clone().zip(dst) {
+                let at = src.offset::<1>(r, x, Loc::default());
+                *o = dequantize_element(src.ty, &src.data[at..at + bytes], col.element);
+            }
+        }
+    });
 }
 
 /// binary16 → binary32, exact for every half: branch-free for the finite scales real weights
