@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # ThreadSanitizer over the engine's cooperative and concurrent tests: the worker pool, the device
 # layer's submits shared by caller threads, the engine units, cooperative calls on 1-4 threads
-# with a real barrier (tests/faults.rs, tests/engine.rs, tests/dense.rs, tests/check_predicts_call.rs), and
-# concurrent calls on one context (tests/concurrent.rs). Nightly, with std rebuilt instrumented (-Zbuild-std; needs the
+# with a real barrier (tests/faults.rs, tests/engine.rs, tests/dense.rs, tests/check_predicts_call.rs),
+# concurrent calls on one context, contexts with prefetch threads running dense and pair calls
+# side by side, and cooperative calls whose threads disagree (tests/concurrent.rs), the log
+# callback replaced from inside itself and from other threads while such calls run
+# (tests/logging.rs), and device faults in prefetch jobs and while a dense call helps them
+# (tests/prefetch_faults.rs). Nightly, with std rebuilt instrumented (-Zbuild-std; needs the
 # nightly rust-src component), so that std's own synchronization is seen. Any report fails the
 # run (TSan exits 66). The C harness is left out: its C side is not instrumented.
 set -euo pipefail
@@ -18,10 +22,13 @@ tsan() {
     cargo +nightly test -Zbuild-std --target x86_64-unknown-linux-gnu \
         --target-dir "${ORK_TSAN_TARGET:-$HOME/.cache/ork-moe/target-tsan}" "$@"
 }
-tsan --no-run --lib --test concurrent --test faults --test engine --test dense --test check_predicts_call --test npu
+tsan --no-run --lib --test concurrent --test faults --test engine --test dense --test check_predicts_call --test npu \
+    --test logging --test prefetch_faults
 echo "build: $(( $(date +%s) - start )) s"
 tsan --lib -- pool:: moe:: npu::
 tsan --test concurrent
+tsan --test logging
+tsan --test prefetch_faults
 tsan --test faults
 tsan --test engine
 tsan --test dense

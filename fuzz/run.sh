@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs every cargo-fuzz target for a bounded time (FUZZ_SECONDS each, default 60) from the
-# committed seeds (fuzz/seeds/<target>) plus a scratch corpus (fuzz/target/corpus/<target>), under
+# Runs every cargo-fuzz target (or those named as arguments: bash fuzz/run.sh dense pair) for a
+# bounded time (FUZZ_SECONDS each, default 60) from the committed seeds (fuzz/seeds/<target>)
+# plus a scratch corpus (fuzz/target/corpus/<target>), under
 # AddressSanitizer with debug assertions (cargo fuzz's defaults). Fails on any crash, panic, hang
 # (-timeout per input), sanitizer or leak report, or RSS above -rss_limit_mb; a failing input is
 # left in fuzz/artifacts/<target>/ (reproduce: cargo +nightly fuzz run <target> <file>).
@@ -18,7 +19,9 @@ cargo fuzz --version
 cargo +nightly fuzz build
 echo "build: $(( $(date +%s) - start )) s"
 
-for target in validate decode call profile; do
+targets=("$@")
+[ ${#targets[@]} -gt 0 ] || targets=(validate decode call profile dense pair)
+for target in "${targets[@]}"; do
     corpus=target/corpus/$target
     mkdir -p "$corpus"
     t0=$(date +%s)

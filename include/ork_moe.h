@@ -80,6 +80,9 @@
 
 #define ORK_LOG_TRACE 5
 
+// The most caller threads a cooperative call takes (ggml's own limit is 512).
+#define ORK_MAX_THREADS 4096
+
 // Weight layouts in `ork_tensor.type` (weights only): ggml's type id in the low 16 bits, and
 // for a tensor ggml-cpu has repacked (a `CPU_REPACK` buffer) the layout's rows per interleaved
 // group from this bit ...
@@ -218,7 +221,8 @@ typedef struct ork_tensor {
   const char *name;
 } ork_tensor;
 
-// The caller's threads for `ork_mul_mat_id_mt`.
+// The caller's threads for `ork_mul_mat_id_mt` (and the other `_mt` calls): each of `nth`
+// threads passes its own `ith`, `0 <= ith < nth <= ORK_MAX_THREADS`.
 typedef struct ork_threads {
   int32_t ith;
   int32_t nth;
@@ -307,6 +311,11 @@ void ork_ctx_free(struct ork_ctx *ctx);
 // Sends the library's log lines to `callback` (e.g. a host's logger: the ggml patch forwards
 // them to ggml's log) instead of stderr; NULL goes back to stderr. Which levels are delivered is
 // `ork_config.log_level` (`ORK_LOG`) of the context created last.
+//
+// May be called at any time from any thread, the callback itself included (a logger that
+// reconfigures logging): no lock is held while the callback runs. Each line goes to the callback
+// set when its delivery starts, so a line another thread is delivering at that moment may still
+// reach the previous callback and `user`.
 void ork_set_log_callback(ork_log_callback callback, void *user);
 
 // Metadata-only check (no tensor data read): `ORK_OK` if the call would be handled,
@@ -330,6 +339,13 @@ ork_result ork_mul_mat_id(struct ork_ctx *ctx,
 // activation quantization) is split by `th->ith`, then `th->barrier`, then phase 2 hands
 // experts out through an atomic counter, then `th->barrier` once more so that every thread
 // returns the same code. Accept / decline depends on metadata only.
+//
+// Every thread calls the barrier equally often: twice for a call that runs; once when the
+// threads turn out to disagree (another `nth` on one of them, one `ith` on two, or one that had
+// not come when the first barrier returned), which every thread returns as
+// `ORK_INVALID_ARGUMENT` naming the disagreement, `dst` untouched; never for a call declined or
+// refused from its descriptors, nor (`ORK_MT_COOP`) for out-of-range ids. A thread whose own
+// `th` is out of range returns `ORK_INVALID_ARGUMENT` at once, without the barrier.
 ork_result ork_mul_mat_id_mt(struct ork_ctx *ctx,
                              const struct ork_tensor *as_,
                              const struct ork_tensor *b,
@@ -394,13 +410,20 @@ ork_result ork_mul_mat_mt(struct ork_ctx *ctx,
 
 // Announces a `MUL_MAT_ID` call (or a pair: `as1` and `dst1` non-NULL, as
 // [`ork_mul_mat_id_pair`]) that will come, so that the library's prefetch threads
-// (`ORK_PREFETCH`) inflate its experts while the host computes what comes before it. Metadata
-// only: `b`, `ids` and `dst` are not read, and the call itself must still be made. The host
-// keeps the weights of every call it announces valid and unchanged until
-// [`ork_prefetch_fence`] returns (e.g. announce a graph's calls at its start, fence at its end).
-// `ORK_OK` when queued or when there is nothing to do (a small batch; without prefetch threads
-// nothing is checked), `ORK_NOT_HANDLED` for a call the library would decline,
-// `ORK_INVALID_ARGUMENT` for bad descriptors.
+// (`ORK_PREFETCH`) inflate its experts while the host computes what comes before it; the call
+// itself must still be made. The host keeps the weights of every call it announces valid and
+// unchanged until [`ork_prefetch_fence`] returns (e.g. announce a graph's calls at its start,
+// fence at its end).
+//
+// Without prefetch threads (`ORK_PREFETCH=0`, or none placed) it returns `ORK_OK` at once:
+// nothing is checked or queued. Otherwise the descriptors are checked as the call's check
+// checks them (`ork_mul_mat_id_check`, `ork_mul_mat_id_pair_check`; every descriptor's `data`
+// included, so NULL is `ORK_INVALID_ARGUMENT` as there), and the result is the check's:
+// `ORK_OK` for a call the library takes (its experts queued; a small batch that
+// `ORK_MIN_ROWS_MODE=cpu` runs on the CPU queues nothing), `ORK_NOT_HANDLED` for one it
+// declines (a small batch under the default `decline` among them; nothing queued),
+// `ORK_INVALID_ARGUMENT` for bad descriptors. The memory of `b`, `ids` and `dst` is never read;
+// that of the weights only by the prefetch threads, until the fence.
 ork_result ork_prefetch(struct ork_ctx *ctx,
                         const struct ork_tensor *as0,
                         const struct ork_tensor *as1,

@@ -78,8 +78,13 @@ pub fn list(cpus: &[usize]) -> String {
     parts.join(",")
 }
 
+/// CPUs numbered from here on are beyond what this library pins a thread to (`cpu_set_t`'s
+/// 1024 bits, `crate::pool::pin_current_thread`).
+pub const CPU_LIMIT: usize = 1024;
+
 /// A CPU list as `taskset -c` and sysfs write it: numbers and ranges, comma-separated (`0-3`,
-/// `0,2,4-5`); sorted, without repeats.
+/// `0,2,4-5`); sorted, without repeats. Its error says what was expected, and why the text is
+/// not that.
 pub fn parse_list(v: &str) -> Result<Vec<usize>, String> {
     let want = "CPU numbers and ranges, e.g. 0-3 or 0,2,4-5";
     let mut cpus = Vec::new();
@@ -89,8 +94,15 @@ pub fn parse_list(v: &str) -> Result<Vec<usize>, String> {
             a.trim().parse().map_err(|_| want)?,
             b.trim().parse().map_err(|_| want)?,
         );
-        if a > b || b >= 1024 {
-            return Err(want.into());
+        if b >= CPU_LIMIT {
+            return Err(format!(
+                "CPU numbers below {CPU_LIMIT}, the most a thread is pinned to ({b} is beyond)"
+            ));
+        }
+        if a > b {
+            return Err(format!(
+                "ranges from the lower CPU number to the higher ({a}-{b} runs downwards)"
+            ));
         }
         cpus.extend(a..=b);
     }
@@ -295,6 +307,24 @@ mod tests {
             .all(|i| !i.is_part && i.name == "Some CPU"));
         assert_eq!(list(&[0, 1, 2, 3, 6]), "0-3,6");
         assert_eq!(parse_list("0-3,6\n"), Ok(vec![0, 1, 2, 3, 6]));
+    }
+
+    #[test]
+    fn a_bad_cpu_list_says_what_is_wrong_with_it() {
+        for (text, says) in [
+            (
+                "4000",
+                "below 1024, the most a thread is pinned to (4000 is beyond)",
+            ),
+            ("0-1024", "(1024 is beyond)"),
+            ("3-1", "(3-1 runs downwards)"),
+            ("a", "CPU numbers and ranges"),
+            ("0,,1", "CPU numbers and ranges"),
+        ] {
+            let e = parse_list(text).unwrap_err();
+            assert!(e.contains(says), "{text}: {e}");
+        }
+        assert_eq!(parse_list("1023"), Ok(vec![1023]));
     }
 
     #[test]

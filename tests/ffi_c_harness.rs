@@ -1,6 +1,6 @@
-//! Builds the C harness and the `ork_config` checks (`tests/c/`) with the system C compiler against
-//! the `libork_moe.so` that this `cargo test` built, and runs them: the C ABI exercised the way C
-//! callers use it.
+//! Builds the C harness, the `ork_config` checks and the hostile callers (`tests/c/`) with the
+//! system C compiler against the `libork_moe.so` that this `cargo test` built, and runs them: the
+//! C ABI exercised the way C callers use it.
 //!
 //! `cargo test` runs the QUICK matrix; `ORK_C_HARNESS_FULL=1` runs the full one (as
 //! `make -C tests/c` does). Skipped, with a note, when the C compiler targets another architecture
@@ -64,5 +64,6 @@ fn c_harness_passes() {
     );
     assert!(stdout.lines().any(|l| l == "all checks passed"));
     assert!(stdout.contains("config: all checks passed"));
+    assert!(stdout.contains("hostile: all checks passed"));
     assert!(stdout.contains("abi-mirror: the ggml patch's ABI types match"));
 }

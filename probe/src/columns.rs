@@ -5,8 +5,10 @@
 //! the ratios hold on a busy machine. Default: the real-scale down projection (K=768, N=2048) and
 //! 55 distinct columns spread at random over K, as the real-scale runs see (docs/PERFORMANCE.md).
 
-use super::bench::{print_json, time, Json, Options};
+use super::bench::time;
 use super::inflate::median;
+use super::json::{self, fixed};
+use super::options::Options;
 use ork_moe::inflate::{
     dequantize_columns_in, from_plain, inflate_expert_in_with, ExpertWeights, InflateError, Layout,
 };
@@ -15,6 +17,7 @@ use ork_moe::layout::Tiles;
 use ork_moe::moe::Config;
 use ork_moe::quant::GgmlType;
 use ork_moe::testutil::Rng;
+use serde_json::json;
 use std::hint::black_box;
 use std::process::ExitCode;
 
@@ -66,32 +69,26 @@ pub fn run(opts: &Options, cfg: &Config) -> Result<ExitCode, String> {
     }
     let names: Vec<String> = rows.iter().map(|r| r.layout.name(r.ty)).collect();
     if opts.json {
-        let json: Vec<Vec<(&str, Json)>> = rows
-            .iter()
-            .zip(&names)
-            .map(|(r, name)| {
-                vec![
-                    ("type", Json::Str(r.ty.name())),
-                    ("layout", Json::Str(name)),
-                    ("k", Json::Int(r.k as i64)),
-                    ("n", Json::Int(r.n as i64)),
-                    ("columns", Json::Int(r.columns as i64)),
-                    ("columns_us", Json::Num(r.columns_us)),
-                    (
-                        "columns_ns_per_weight",
-                        Json::Num(r.columns_us * 1e3 / r.weights()),
-                    ),
-                    ("reference_us", Json::Num(r.reference_us)),
-                    (
-                        "reference_ns_per_weight",
-                        Json::Num(r.reference_us * 1e3 / r.weights()),
-                    ),
-                    ("inflate_us", Json::Num(r.inflate_us)),
-                    ("identical", Json::Bool(r.identical)),
-                ]
-            })
-            .collect();
-        print_json(&json);
+        json::print_rows(
+            rows.iter()
+                .zip(&names)
+                .map(|(r, name)| {
+                    json!({
+                        "type": r.ty.name(),
+                        "layout": name,
+                        "k": r.k,
+                        "n": r.n,
+                        "columns": r.columns,
+                        "columns_us": fixed(r.columns_us),
+                        "columns_ns_per_weight": fixed(r.columns_us * 1e3 / r.weights()),
+                        "reference_us": fixed(r.reference_us),
+                        "reference_ns_per_weight": fixed(r.reference_us * 1e3 / r.weights()),
+                        "inflate_us": fixed(r.inflate_us),
+                        "identical": r.identical,
+                    })
+                })
+                .collect(),
+        );
     } else {
         print_table(isa, &rows, &names);
     }

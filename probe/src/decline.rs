@@ -4,13 +4,15 @@
 //! check of up and gate, and the checks of gate/up and down, all declined below `ORK_MIN_ROWS`.
 //! The context is the environment's, as inside llama.cpp.
 
-use super::bench::{print_json, Json, Options};
+use super::json::{self, fixed};
+use super::options::Options;
 use ork_moe::ffi::{
     ork_ctx, ork_ctx_free, ork_ctx_new, ork_last_error, ork_mul_mat_id_check,
     ork_mul_mat_id_pair_check, ork_supports_type, ork_tensor, ORK_NOT_HANDLED,
 };
 use ork_moe::moe::desc::GGML_TYPE_I32;
 use ork_moe::quant::GgmlType;
+use serde_json::json;
 use std::ffi::{c_char, c_void, CStr};
 use std::hint::black_box;
 use std::process::ExitCode;
@@ -158,20 +160,20 @@ pub fn run(opts: &Options) -> Result<ExitCode, String> {
     }
     ork_ctx_free(ctx);
     if opts.json {
-        let json: Vec<Vec<(&str, Json)>> = rows
-            .iter()
-            .map(|&(ty, s, p, g, d, step)| {
-                vec![
-                    ("type", Json::Str(ty.name())),
-                    ("supports_type_ns", Json::Num(s)),
-                    ("pair_check_ns", Json::Num(p)),
-                    ("gate_check_ns", Json::Num(g)),
-                    ("down_check_ns", Json::Num(d)),
-                    ("step_us_per_thread", Json::Num(step)),
-                ]
-            })
-            .collect();
-        print_json(&json);
+        json::print_rows(
+            rows.iter()
+                .map(|&(ty, s, p, g, d, step)| {
+                    json!({
+                        "type": ty.name(),
+                        "supports_type_ns": fixed(s),
+                        "pair_check_ns": fixed(p),
+                        "gate_check_ns": fixed(g),
+                        "down_check_ns": fixed(d),
+                        "step_us_per_thread": fixed(step),
+                    })
+                })
+                .collect(),
+        );
         return Ok(ExitCode::SUCCESS);
     }
     println!(

@@ -6,7 +6,9 @@
 //! time per GEMM; on the emulator the table adds the cost model's RK3588 time, which is
 //! modelled, not measured (the JSON carries measured fields only).
 
-use super::bench::{print_json, time, Json, Options};
+use super::bench::time;
+use super::json::{self, fixed};
+use super::options::Options;
 use ork_moe::gemm::{self, Shape};
 use ork_moe::isa::Isa;
 use ork_moe::layout::Tiles;
@@ -14,6 +16,7 @@ use ork_moe::moe::Config;
 use ork_moe::npu::{flags, Buffer, Device, MatMul, Primitive, Report};
 use ork_moe::npu::{BackendChoice, DeviceConfig};
 use ork_moe::testutil::Rng;
+use serde_json::json;
 use std::process::ExitCode;
 
 const WARMUP: usize = 1;
@@ -189,23 +192,23 @@ pub fn run(opts: &Options, cfg: &Config) -> Result<ExitCode, String> {
         }
     }
     if opts.json {
-        let json: Vec<Vec<(&str, Json)>> = rows
-            .iter()
-            .map(|r| {
-                vec![
-                    ("backend", Json::Str(backend)),
-                    ("k", Json::Int(r.k as i64)),
-                    ("n", Json::Int(r.n as i64)),
-                    ("m", Json::Int(r.m as i64)),
-                    ("primitive", Json::Str(r.primitive.name())),
-                    ("npu_us", Json::Num(r.npu_us)),
-                    ("cpu1_us", Json::Num(r.cpu1_us)),
-                    ("cpun_us", Json::Num(r.cpun_us)),
-                    ("bit_exact", Json::Bool(r.bit_exact)),
-                ]
-            })
-            .collect();
-        print_json(&json);
+        json::print_rows(
+            rows.iter()
+                .map(|r| {
+                    json!({
+                        "backend": backend,
+                        "k": r.k,
+                        "n": r.n,
+                        "m": r.m,
+                        "primitive": r.primitive.name(),
+                        "npu_us": fixed(r.npu_us),
+                        "cpu1_us": fixed(r.cpu1_us),
+                        "cpun_us": fixed(r.cpun_us),
+                        "bit_exact": r.bit_exact,
+                    })
+                })
+                .collect(),
+        );
     } else {
         println!(
             "backend {backend}; CPU kernel threads: 1 and {}; times are medians of {REPEATS} runs (µs)",

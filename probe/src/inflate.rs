@@ -2,7 +2,9 @@
 //! and weight type: the direct inflate, the legacy via-f32 path, and memcpy of the same output
 //! size as the ceiling. GB/s count output bytes (native B int8).
 
-use super::bench::{print_json, time, Json, Options};
+use super::bench::time;
+use super::json::{self, fixed};
+use super::options::Options;
 use super::research::via_f32::inflate_expert_via_f32;
 use ork_moe::inflate::{inflate_expert_with, ExpertWeights};
 use ork_moe::isa::Isa;
@@ -10,6 +12,7 @@ use ork_moe::layout::Tiles;
 use ork_moe::moe::Config;
 use ork_moe::quant::GgmlType;
 use ork_moe::testutil::Rng;
+use serde_json::json;
 use std::hint::black_box;
 use std::process::ExitCode;
 
@@ -53,21 +56,21 @@ pub fn run(opts: &Options, cfg: &Config) -> Result<ExitCode, String> {
         }
     }
     if opts.json {
-        let json: Vec<Vec<(&str, Json)>> = rows
-            .iter()
-            .map(|r| {
-                vec![
-                    ("type", Json::Str(r.ty.name())),
-                    ("k", Json::Int(r.k as i64)),
-                    ("n", Json::Int(r.n as i64)),
-                    ("direct_gbps", Json::Num(r.direct_gbps)),
-                    ("via_f32_gbps", Json::Num(r.via_f32_gbps)),
-                    ("speedup", Json::Num(r.direct_gbps / r.via_f32_gbps)),
-                    ("memcpy_gbps", Json::Num(r.memcpy_gbps)),
-                ]
-            })
-            .collect();
-        print_json(&json);
+        json::print_rows(
+            rows.iter()
+                .map(|r| {
+                    json!({
+                        "type": r.ty.name(),
+                        "k": r.k,
+                        "n": r.n,
+                        "direct_gbps": fixed(r.direct_gbps),
+                        "via_f32_gbps": fixed(r.via_f32_gbps),
+                        "speedup": fixed(r.direct_gbps / r.via_f32_gbps),
+                        "memcpy_gbps": fixed(r.memcpy_gbps),
+                    })
+                })
+                .collect(),
+        );
     } else {
         println!(
             "inflate, 1 thread, kernel path {}, GB/s of native int8 B written (median of {ROUNDS} \

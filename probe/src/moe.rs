@@ -8,11 +8,13 @@
 //! uniform in [-1, 1]. Stage times are summed over the call's threads; with one thread they add up
 //! to the total (minus the call's fixed overhead).
 
-use super::bench::{print_json, Json, Options};
+use super::json::{self, fixed};
+use super::options::Options;
 use ork_moe::moe::desc::{TensorDesc, GGML_TYPE_I32};
 use ork_moe::moe::{Config, Engine, Inputs, Stages};
 use ork_moe::quant::GgmlType;
 use ork_moe::testutil::Rng;
+use serde_json::json;
 use std::process::ExitCode;
 use std::sync::atomic::AtomicU32;
 use std::time::Instant;
@@ -199,23 +201,23 @@ pub fn run(opts: &Options, cfg: &Config) -> Result<ExitCode, String> {
     }
     let us = |ns: u64| ns as f64 / 1e3;
     if opts.json {
-        let json: Vec<Vec<(&str, Json)>> = rows
-            .iter()
-            .map(|r| {
-                vec![
-                    ("type", Json::Str(r.ty.name())),
-                    ("n_tokens", Json::Int(r.n_tokens as i64)),
-                    ("cache", Json::Str(if r.warm { "warm" } else { "cold" })),
-                    ("route_us", Json::Num(us(r.m.stages.route))),
-                    ("quant_us", Json::Num(us(r.m.stages.quant))),
-                    ("inflate_us", Json::Num(us(r.m.stages.inflate))),
-                    ("gemm_us", Json::Num(us(r.m.stages.gemm))),
-                    ("scatter_us", Json::Num(us(r.m.stages.scatter))),
-                    ("total_us", Json::Num(r.m.total_us)),
-                ]
-            })
-            .collect();
-        print_json(&json);
+        json::print_rows(
+            rows.iter()
+                .map(|r| {
+                    json!({
+                        "type": r.ty.name(),
+                        "n_tokens": r.n_tokens,
+                        "cache": if r.warm { "warm" } else { "cold" },
+                        "route_us": fixed(us(r.m.stages.route)),
+                        "quant_us": fixed(us(r.m.stages.quant)),
+                        "inflate_us": fixed(us(r.m.stages.inflate)),
+                        "gemm_us": fixed(us(r.m.stages.gemm)),
+                        "scatter_us": fixed(us(r.m.stages.scatter)),
+                        "total_us": fixed(r.m.total_us),
+                    })
+                })
+                .collect(),
+        );
     } else {
         println!(
             "MUL_MAT_ID qwen3-30b-a3b case: {N_EXPERT} experts, {N_USED} used, N={N}, K={K}; backend {backend}, \

@@ -7,7 +7,7 @@
 //! Single-thread figures are timed in the thread's CPU time, so that on a shared machine the slices
 //! other processes take are not counted; multi-thread times are wall time.
 
-use super::bench::{Options, A3B_SHAPES};
+use super::options::Options;
 use ork_moe::gemm::{gemm_isa, Shape};
 use ork_moe::isa::Isa;
 use ork_moe::layout::Tiles;
@@ -271,10 +271,7 @@ mod arm_peak {
 /// burst can slow one round down for seconds.
 pub fn run(opts: &Options, _cfg: &Config) -> Result<ExitCode, String> {
     let rounds = opts.rounds.unwrap_or(if opts.quick { 1 } else { 3 });
-    let shapes: Vec<(usize, usize)> = opts
-        .shapes
-        .clone()
-        .unwrap_or_else(|| A3B_SHAPES.iter().map(|s| (s.0, s.1)).collect());
+    let shapes = opts.shapes();
     let rows = opts.m.clone().unwrap_or_else(|| ROWS.to_vec());
     let paths = Isa::available()
         .into_iter()

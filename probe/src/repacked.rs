@@ -3,8 +3,10 @@
 //! round after round, so the ratio holds on a busy machine. Also times the untangling alone
 //! (`to_plain_with` of the whole expert).
 
-use super::bench::{print_json, time, Json, Options};
+use super::bench::time;
 use super::inflate::median;
+use super::json::{self, fixed};
+use super::options::Options;
 use ork_moe::inflate::{
     from_plain, inflate_expert_in_with, inflate_expert_with, to_plain_with, ExpertWeights,
     InflateError, Layout,
@@ -13,6 +15,7 @@ use ork_moe::isa::Isa;
 use ork_moe::layout::Tiles;
 use ork_moe::moe::Config;
 use ork_moe::quant::GgmlType;
+use serde_json::json;
 use std::hint::black_box;
 use std::process::ExitCode;
 
@@ -57,23 +60,23 @@ pub fn run(opts: &Options, cfg: &Config) -> Result<ExitCode, String> {
     }
     let names: Vec<String> = rows.iter().map(|r| r.layout.name(r.ty)).collect();
     if opts.json {
-        let json: Vec<Vec<(&str, Json)>> = rows
-            .iter()
-            .zip(&names)
-            .map(|(r, name)| {
-                vec![
-                    ("type", Json::Str(r.ty.name())),
-                    ("layout", Json::Str(name)),
-                    ("k", Json::Int(r.k as i64)),
-                    ("n", Json::Int(r.n as i64)),
-                    ("plain_us", Json::Num(r.plain_us)),
-                    ("repacked_us", Json::Num(r.repacked_us)),
-                    ("to_plain_us", Json::Num(r.to_plain_us)),
-                    ("identical", Json::Bool(r.identical)),
-                ]
-            })
-            .collect();
-        print_json(&json);
+        json::print_rows(
+            rows.iter()
+                .zip(&names)
+                .map(|(r, name)| {
+                    json!({
+                        "type": r.ty.name(),
+                        "layout": name,
+                        "k": r.k,
+                        "n": r.n,
+                        "plain_us": fixed(r.plain_us),
+                        "repacked_us": fixed(r.repacked_us),
+                        "to_plain_us": fixed(r.to_plain_us),
+                        "identical": r.identical,
+                    })
+                })
+                .collect(),
+        );
     } else {
         print_table(isa, &rows, &names);
     }

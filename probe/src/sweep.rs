@@ -5,14 +5,17 @@
 //! reference on the inflated weights. On the emulator each row also carries the cost model's
 //! RK3588 time, which is modelled, never measured.
 
-use super::bench::{print_json, role, time, Json, Options, Timing};
+use super::bench::{role, time, Timing};
 use super::gemm::{devices, measure_operands, Repeats, Row as GemmRow};
+use super::json::{self, fixed};
+use super::options::Options;
 use super::research::via_f32::inflate_expert_via_f32;
-use super::svg::{self, Panel, Series};
+use super::svg::lines::{self, Panel, Series};
 use ork_moe::inflate::{inflate_expert_with, ExpertWeights};
 use ork_moe::moe::Config;
 use ork_moe::quant::GgmlType;
 use ork_moe::testutil::Rng;
+use serde_json::{json, Value};
 use std::process::ExitCode;
 
 const TYPES: [GgmlType; 2] = [GgmlType::Q4_0, GgmlType::Q4_K];
@@ -85,7 +88,7 @@ pub fn run(opts: &Options, cfg: &Config) -> Result<ExitCode, String> {
     let backend = npu.backend().name();
     let threads = cfg.device.host.threads;
     if opts.json {
-        print_json(&json_rows(&rows, backend, threads));
+        json::print_rows(json_rows(&rows, backend, threads));
     } else {
         print_table(&rows, backend, threads, reps);
     }
@@ -96,7 +99,7 @@ pub fn run(opts: &Options, cfg: &Config) -> Result<ExitCode, String> {
         );
         std::fs::write(
             path,
-            svg::render(&title, "rows per expert (M)", "µs", &panels(&rows), 4),
+            lines::render(&title, "rows per expert (M)", "µs", &panels(&rows), 4),
         )
         .map_err(|e| format!("{}: {e}", path.display()))?;
         eprintln!("wrote {}", path.display());
@@ -109,42 +112,32 @@ pub fn run(opts: &Options, cfg: &Config) -> Result<ExitCode, String> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn json_rows<'a>(
-    rows: &'a [Row],
-    backend: &'a str,
-    threads: usize,
-) -> Vec<Vec<(&'a str, Json<'a>)>> {
+fn json_rows(rows: &[Row], backend: &str, threads: usize) -> Vec<Value> {
     rows.iter()
         .map(|r| {
             let g = &r.gemm;
-            vec![
-                ("backend", Json::Str(backend)),
-                ("shape", Json::Str(r.role)),
-                ("k", Json::Int(g.k as i64)),
-                ("n", Json::Int(g.n as i64)),
-                ("type", Json::Str(r.ty.name())),
-                ("m", Json::Int(g.m as i64)),
-                ("primitive", Json::Str(g.primitive.name())),
-                ("inflate_direct_us", Json::Num(r.direct.median * 1e6)),
-                ("inflate_via_f32_us", Json::Num(r.via_f32.median * 1e6)),
-                (
-                    "inflate_speedup",
-                    Json::Num(r.via_f32.median / r.direct.median),
-                ),
-                ("npu_us", Json::Num(g.npu_us)),
-                ("npu_min_us", Json::Num(g.npu_spread_us.0)),
-                ("npu_max_us", Json::Num(g.npu_spread_us.1)),
-                (
-                    "modelled_rk3588_us",
-                    Json::Num(g.modelled_us.unwrap_or(f64::NAN)),
-                ),
-                ("cpu1_us", Json::Num(g.cpu1_us)),
-                ("cpun_us", Json::Num(g.cpun_us)),
-                ("cpu_threads", Json::Int(threads as i64)),
-                ("speedup_vs_cpu1", Json::Num(g.cpu1_us / g.npu_us)),
-                ("speedup_vs_cpun", Json::Num(g.cpun_us / g.npu_us)),
-                ("bit_exact", Json::Bool(g.bit_exact)),
-            ]
+            json!({
+                "backend": backend,
+                "shape": r.role,
+                "k": g.k,
+                "n": g.n,
+                "type": r.ty.name(),
+                "m": g.m,
+                "primitive": g.primitive.name(),
+                "inflate_direct_us": fixed(r.direct.median * 1e6),
+                "inflate_via_f32_us": fixed(r.via_f32.median * 1e6),
+                "inflate_speedup": fixed(r.via_f32.median / r.direct.median),
+                "npu_us": fixed(g.npu_us),
+                "npu_min_us": fixed(g.npu_spread_us.0),
+                "npu_max_us": fixed(g.npu_spread_us.1),
+                "modelled_rk3588_us": g.modelled_us.map(fixed),
+                "cpu1_us": fixed(g.cpu1_us),
+                "cpun_us": fixed(g.cpun_us),
+                "cpu_threads": threads,
+                "speedup_vs_cpu1": fixed(g.cpu1_us / g.npu_us),
+                "speedup_vs_cpun": fixed(g.cpun_us / g.npu_us),
+                "bit_exact": g.bit_exact,
+            })
         })
         .collect()
 }

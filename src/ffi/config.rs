@@ -329,6 +329,14 @@ pub fn ork_ctx_from_engine(engine: Engine) -> *mut ork_ctx {
     Box::into_raw(Box::new(ork_ctx { engine }))
 }
 
+/// Rust only (not in the C header): the engine behind a context, e.g. for its prefetch
+/// statistics; `None` for NULL.
+pub fn ork_ctx_engine<'a>(ctx: *const ork_ctx) -> Option<&'a Engine> {
+    // SAFETY: a non-NULL `ctx` is a live context from `ork_ctx_new` or `ork_ctx_from_engine`,
+    // which the caller keeps alive while it uses the engine.
+    unsafe { ctx.as_ref() }.map(|c| &c.engine)
+}
+
 /// Frees a context (NULL is a no-op). No call may be running on it.
 #[no_mangle]
 pub extern "C" fn ork_ctx_free(ctx: *mut ork_ctx) {

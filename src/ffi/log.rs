@@ -20,6 +20,7 @@ pub type ork_log_callback =
     Option<unsafe extern "C" fn(user: *mut c_void, level: u32, message: *const c_char)>;
 
 /// Where log lines go: the host's callback, or stderr when it set none.
+#[derive(Clone, Copy)]
 struct LogSink {
     callback: ork_log_callback,
     /// The callback's `user` pointer, kept as an address so the sink is `Sync`.
@@ -30,6 +31,13 @@ static LOG_SINK: RwLock<LogSink> = RwLock::new(LogSink {
     callback: None,
     user: 0,
 });
+
+/// The sink as it is now. The lock is held for the copy only, never while a line is delivered: a
+/// callback may set, unset or replace itself ([`ork_set_log_callback`]) on its own thread or
+/// another one while lines are being delivered.
+fn current_sink() -> LogSink {
+    *LOG_SINK.read().unwrap_or_else(|e| e.into_inner())
+}
 
 /// The library's `log` backend. Installed into the library's own copy of the `log` crate (the
 /// cdylib links its own), never into a host's: a Rust program that links the rlib and has a
@@ -46,7 +54,7 @@ impl log::Log for HostLogger {
             return;
         }
         let msg = r.args().to_string();
-        let sink = LOG_SINK.read().unwrap_or_else(|e| e.into_inner());
+        let sink = current_sink();
         match sink.callback {
             Some(callback) => {
                 let line = CString::new(msg.replace('\0', " ")).unwrap_or_default();
@@ -90,6 +98,11 @@ pub fn log_install(level: log::LevelFilter) {
 /// Sends the library's log lines to `callback` (e.g. a host's logger: the ggml patch forwards
 /// them to ggml's log) instead of stderr; NULL goes back to stderr. Which levels are delivered is
 /// `ork_config.log_level` (`ORK_LOG`) of the context created last.
+///
+/// May be called at any time from any thread, the callback itself included (a logger that
+/// reconfigures logging): no lock is held while the callback runs. Each line goes to the callback
+/// set when its delivery starts, so a line another thread is delivering at that moment may still
+/// reach the previous callback and `user`.
 #[no_mangle]
 pub extern "C" fn ork_set_log_callback(callback: ork_log_callback, user: *mut c_void) {
     let _ = guard(|| {

@@ -6,7 +6,8 @@ use super::{ctx_ref, guard, invalid, ork_ctx, ork_result};
 use crate::moe::{Error, ErrorKind};
 use std::ffi::c_void;
 
-/// The caller's threads for `ork_mul_mat_id_mt`.
+/// The caller's threads for `ork_mul_mat_id_mt` (and the other `_mt` calls): each of `nth`
+/// threads passes its own `ith`, `0 <= ith < nth <= ORK_MAX_THREADS`.
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct ork_threads {
@@ -20,13 +21,16 @@ pub struct ork_threads {
     pub scratch_size: usize,
 }
 
+/// The most caller threads a cooperative call takes (ggml's own limit is 512).
+pub const ORK_MAX_THREADS: i32 = 4096;
+
 /// The caller's threads, checked.
 fn threads(th: *const ork_threads) -> Result<ork_threads, Error> {
     // SAFETY: a non-NULL `th` points to a readable ork_threads, by contract.
     let th = *unsafe { th.as_ref() }.ok_or_else(|| invalid("threads: descriptor is NULL"))?;
-    if th.nth < 1 || th.ith < 0 || th.ith >= th.nth {
+    if th.nth < 1 || th.nth > ORK_MAX_THREADS || th.ith < 0 || th.ith >= th.nth {
         return Err(invalid(&format!(
-            "threads: ith {} / nth {} out of range",
+            "threads: ith {} / nth {} out of range (0 <= ith < nth <= {ORK_MAX_THREADS})",
             th.ith, th.nth
         )));
     }
@@ -36,15 +40,44 @@ fn threads(th: *const ork_threads) -> Result<ork_threads, Error> {
     Ok(th)
 }
 
-/// Runs `call` on the library's pool (`th` None) or cooperatively on the caller's threads.
-fn run(ctx: *const ork_ctx, call: Result<Call, Error>, th: Option<ork_threads>) -> ork_result {
+/// The debug log line of a call that ends before the engine runs it (the engine logs those it
+/// runs, `Engine::end`).
+fn log_refused(entry: &str, e: &Error) {
+    let outcome = match e.kind {
+        ErrorKind::NotHandled => "declined",
+        ErrorKind::InvalidArgument => "invalid argument",
+        _ => "failed",
+    };
+    log::debug!("{entry}: {outcome}: {}", e.message());
+}
+
+/// Runs `call` (of the export `entry`) on the library's pool (`th` None) or cooperatively on
+/// the caller's threads (`th` as given: checked here).
+fn run(
+    entry: &str,
+    ctx: *const ork_ctx,
+    call: Result<Call, Error>,
+    th: Option<*const ork_threads>,
+) -> ork_result {
     guard(|| {
-        let ctx = ctx_ref(ctx)?;
-        let call = call?;
-        let plan = call.plan(&ctx.engine).inspect_err(|e| {
-            // One count per call: by its first thread.
-            if e.kind == ErrorKind::NotHandled && th.is_none_or(|t| t.ith == 0) {
-                ctx.engine.note_declined();
+        let th = th
+            .map(threads)
+            .transpose()
+            .inspect_err(|e| log_refused(entry, e))?;
+        // One count and one line per call: by its first thread.
+        let first = th.is_none_or(|t| t.ith == 0);
+        let planned = ctx_ref(ctx).and_then(|ctx| {
+            let call = call?;
+            let plan = call.plan(&ctx.engine).inspect_err(|e| {
+                if e.kind == ErrorKind::NotHandled && first {
+                    ctx.engine.note_declined();
+                }
+            })?;
+            Ok((ctx, call, plan))
+        });
+        let (ctx, call, plan) = planned.inspect_err(|e| {
+            if first {
+                log_refused(entry, e)
             }
         })?;
         let io = call.inputs(&plan);
@@ -91,13 +124,20 @@ pub extern "C" fn ork_mul_mat_id(
     ids: *const ork_tensor,
     dst: *const ork_tensor,
 ) -> ork_result {
-    run(ctx, Call::single(as_, b, ids, dst), None)
+    run("ork_mul_mat_id", ctx, Call::single(as_, b, ids, dst), None)
 }
 
 /// Cooperative form: ALL `th->nth` threads call it with identical tensors. Phase 1 (routing,
 /// activation quantization) is split by `th->ith`, then `th->barrier`, then phase 2 hands
 /// experts out through an atomic counter, then `th->barrier` once more so that every thread
 /// returns the same code. Accept / decline depends on metadata only.
+///
+/// Every thread calls the barrier equally often: twice for a call that runs; once when the
+/// threads turn out to disagree (another `nth` on one of them, one `ith` on two, or one that had
+/// not come when the first barrier returned), which every thread returns as
+/// `ORK_INVALID_ARGUMENT` naming the disagreement, `dst` untouched; never for a call declined or
+/// refused from its descriptors, nor (`ORK_MT_COOP`) for out-of-range ids. A thread whose own
+/// `th` is out of range returns `ORK_INVALID_ARGUMENT` at once, without the barrier.
 #[no_mangle]
 pub extern "C" fn ork_mul_mat_id_mt(
     ctx: *mut ork_ctx,
@@ -107,10 +147,12 @@ pub extern "C" fn ork_mul_mat_id_mt(
     dst: *const ork_tensor,
     th: *const ork_threads,
 ) -> ork_result {
-    match threads(th) {
-        Ok(th) => run(ctx, Call::single(as_, b, ids, dst), Some(th)),
-        Err(e) => guard(|| Err(e)),
-    }
+    run(
+        "ork_mul_mat_id_mt",
+        ctx,
+        Call::single(as_, b, ids, dst),
+        Some(th),
+    )
 }
 
 /// Check of a pair: two `MUL_MAT_ID`s of one input (`b`, `ids`), e.g. a MoE FFN's gate and up,
@@ -145,7 +187,8 @@ pub extern "C" fn ork_mul_mat_id_pair(
     dst0: *const ork_tensor,
     dst1: *const ork_tensor,
 ) -> ork_result {
-    run(ctx, Call::pair(as0, as1, b, ids, dst0, dst1), None)
+    let call = Call::pair(as0, as1, b, ids, dst0, dst1);
+    run("ork_mul_mat_id_pair", ctx, call, None)
 }
 
 /// The cooperative form of [`ork_mul_mat_id_pair`] (as [`ork_mul_mat_id_mt`]).
@@ -161,10 +204,8 @@ pub extern "C" fn ork_mul_mat_id_pair_mt(
     dst1: *const ork_tensor,
     th: *const ork_threads,
 ) -> ork_result {
-    match threads(th) {
-        Ok(th) => run(ctx, Call::pair(as0, as1, b, ids, dst0, dst1), Some(th)),
-        Err(e) => guard(|| Err(e)),
-    }
+    let call = Call::pair(as0, as1, b, ids, dst0, dst1);
+    run("ork_mul_mat_id_pair_mt", ctx, call, Some(th))
 }
 
 /// Check of a dense matmul, ggml's `MUL_MAT` of a weight matrix: `dst = a^T · b` with `a` [K, N]
@@ -194,7 +235,7 @@ pub extern "C" fn ork_mul_mat(
     b: *const ork_tensor,
     dst: *const ork_tensor,
 ) -> ork_result {
-    run(ctx, Call::dense(a, b, dst), None)
+    run("ork_mul_mat", ctx, Call::dense(a, b, dst), None)
 }
 
 /// The cooperative form of [`ork_mul_mat`] (as [`ork_mul_mat_id_mt`]).
@@ -206,8 +247,5 @@ pub extern "C" fn ork_mul_mat_mt(
     dst: *const ork_tensor,
     th: *const ork_threads,
 ) -> ork_result {
-    match threads(th) {
-        Ok(th) => run(ctx, Call::dense(a, b, dst), Some(th)),
-        Err(e) => guard(|| Err(e)),
-    }
+    run("ork_mul_mat_mt", ctx, Call::dense(a, b, dst), Some(th))
 }

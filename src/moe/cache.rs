@@ -77,9 +77,12 @@ pub struct Key {
 pub struct Fingerprint(u64);
 
 impl Fingerprint {
-    /// The fingerprint of two experts kept as one entry.
+    /// The fingerprint of two experts kept as one entry. Both are hashed as data: with one of
+    /// them as the seed, two equal fingerprints (a pair whose projections are one tensor) would
+    /// cancel to 0 whatever the bytes, and a stale entry would match.
     pub fn with(self, other: Fingerprint) -> Fingerprint {
-        Fingerprint(hash_bytes(self.0, &other.0.to_le_bytes()))
+        let first = hash_bytes(FNV_OFFSET, &self.0.to_le_bytes());
+        Fingerprint(hash_bytes(first, &other.0.to_le_bytes()))
     }
 }
 
@@ -348,6 +351,16 @@ impl Cache {
 mod tests {
     use super::*;
     use crate::npu::{flags, Device};
+
+    #[test]
+    fn a_pair_fingerprint_depends_on_both_experts_bytes() {
+        let fp = |bytes: &[u8]| fingerprint(bytes, 1, bytes.len(), bytes.len(), 2, Verify::Full);
+        let (a, b) = (fp(&[1; 18]), fp(&[2; 18]));
+        // One tensor as both projections, its bytes changed: a stale entry must not match.
+        assert_ne!(a.with(a), b.with(b));
+        assert_ne!(a.with(b), b.with(a));
+        assert_ne!(a.with(b), a.with(a));
+    }
 
     fn expert(dev: &Device, len: usize) -> Arc<Expert> {
         Arc::new(Expert {

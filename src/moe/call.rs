@@ -1,6 +1,7 @@
 //! The state one call's threads share: its plan, routing, quantized activations, work items and
 //! outcome, and how the threads of a cooperative call find it.
 
+use super::agreement::Agreement;
 use super::cache::Expert;
 use super::corrections::Corrections;
 use super::plan::Plan;
@@ -15,8 +16,10 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 
-/// Identity of a cooperative call: the four data addresses and the caller's thread count.
-pub(super) type CallKey = ([usize; 4], usize);
+/// Identity of a cooperative call: the four data addresses. (Each thread's `nth` is checked
+/// against the call's, [`Agreement`], not part of the key: a thread with another `nth` would
+/// otherwise start a call of its own and wait for threads that never come.)
+pub(super) type CallKey = [usize; 4];
 
 /// One activation share: quantized rows `first..first + scales.len()`, each `kp` bytes, and
 /// each row's outlier channels (`outliers[ends[r - 1]..ends[r]]`, none without the lever).
@@ -161,12 +164,11 @@ pub(super) struct PipeState {
 pub(super) struct Call {
     pub plan: Plan,
     key: CallKey,
-    /// Caller threads that take part (cooperative calls: they join through `key`).
-    participants: usize,
     /// Threads that do the work: one quantization share each.
     pub nth: usize,
-    /// Caller threads that joined.
-    arrived: AtomicUsize,
+    /// The caller threads that take part (cooperative calls: they join through `key`), and
+    /// whether they agree on `nth` and `ith`.
+    pub agreement: Agreement,
     /// Activation rows per quantization share.
     pub chunk: usize,
     pub routing: OnceLock<Result<Routing, Error>>,
@@ -195,9 +197,8 @@ impl Call {
             chunk: rows.div_ceil(nth),
             plan,
             key,
-            participants: participants.max(1),
             nth,
-            arrived: AtomicUsize::new(1),
+            agreement: Agreement::new(participants.max(1)),
             routing: OnceLock::new(),
             quant: (0..nth).map(|_| OnceLock::new()).collect(),
             items: OnceLock::new(),
@@ -271,22 +272,46 @@ pub(super) struct Joining(Mutex<Vec<Arc<Call>>>);
 
 impl Joining {
     /// The cooperative call `key` (same plan) still waiting for threads, or a new one made by
-    /// `start`. The last of its participants to arrive takes it off the list, so the next call
-    /// with the same buffers (the next layer) starts fresh.
-    pub fn join(&self, plan: Plan, key: CallKey, start: impl FnOnce(Plan) -> Call) -> Arc<Call> {
+    /// `start`, joined by the thread `(ith, nth)`. A call stays on the list until its threads'
+    /// agreement is decided ([`Joining::verdict`]): a thread too many, or with another `nth`,
+    /// still finds it and makes it fail, where a call of its own would wait for threads that
+    /// never come.
+    pub fn join(
+        &self,
+        plan: Plan,
+        key: CallKey,
+        (ith, nth): (usize, usize),
+        start: impl FnOnce(Plan) -> Call,
+    ) -> Arc<Call> {
         let mut joining = lock(&self.0);
-        if let Some(i) = joining.iter().position(|c| c.key == key && c.plan == plan) {
-            let call = Arc::clone(&joining[i]);
-            if call.arrived.fetch_add(1, Ordering::Relaxed) + 1 >= call.participants {
-                joining.swap_remove(i);
-            }
-            return call;
+        if let Some(call) = joining.iter().find(|c| c.key == key && c.plan == plan) {
+            call.agreement.join(ith, nth);
+            return Arc::clone(call);
         }
         let call = Arc::new(start(plan));
-        if call.participants > 1 {
+        call.agreement.join(ith, nth);
+        if nth > 1 {
             joining.push(Arc::clone(&call));
         }
         call
+    }
+
+    /// After the call's first barrier: whether its threads agree, decided once, by the first
+    /// thread to ask (which gets `true` too). Deciding takes the call off the list, so that
+    /// the next call with the same buffers (the next layer) starts fresh; under the list's lock,
+    /// so that no thread joins between the two.
+    pub fn verdict<'c>(&self, call: &'c Arc<Call>) -> (&'c Result<(), Error>, bool) {
+        call.agreement.verdict(|| {
+            let mut joining = lock(&self.0);
+            joining.retain(|c| !Arc::ptr_eq(c, call));
+            call.agreement.decide()
+        })
+    }
+
+    /// Takes `call` off the list if it is still there: a call that ends before its first
+    /// barrier (its routing failed), so that a thread coming later starts afresh.
+    pub fn leave(&self, call: &Arc<Call>) {
+        lock(&self.0).retain(|c| !Arc::ptr_eq(c, call));
     }
 }
 

@@ -37,7 +37,7 @@ impl Engine {
     /// e.g. an emulator with injected faults.
     pub fn with_device(config: Config, device: Device) -> Result<Engine, Error> {
         let tiles = device_tiles(&device)?;
-        let placement = Placement::of(&config, crate::cpus::idle_slow_cores)?;
+        let placement = Placement::of(&config, crate::cpus::idle_slow_cores, crate::cpus::online)?;
         // Without prefetch threads nothing is ever staged: a budget of 0 says so to the staging
         // area, which then skips its lock on every miss.
         let staged = if placement.threads > 0 {
@@ -57,11 +57,11 @@ impl Engine {
     /// Announces a call that will come (from the same metadata: `plan` is what [`Engine::plan`]
     /// or [`Engine::plan_pair`] gives for it) so that the prefetch threads inflate its experts
     /// ahead (`ORK_PREFETCH`; module `prefetch`). `weights` are its projections' `as` tensors,
-    /// which the caller keeps valid until [`Engine::prefetch_fence`] returns. Without prefetch
-    /// threads, or for a small batch, it does nothing.
-    pub fn prefetch(&self, plan: Plan, weights: Vec<HeldWeights>) -> Result<(), Error> {
+    /// which the caller keeps valid until [`Engine::prefetch_fence`] returns. Returns how many
+    /// experts it queued: none without prefetch threads, or for a small batch run on the CPU.
+    pub fn prefetch(&self, plan: Plan, weights: Vec<HeldWeights>) -> Result<usize, Error> {
         if !self.prefetching() || plan.on_cpu {
-            return Ok(());
+            return Ok(0);
         }
         let projections = plan.problems().count();
         if weights.len() != projections {
@@ -85,11 +85,12 @@ impl Engine {
                 ));
             }
         }
+        let experts = plan.problem.n_expert;
         self.res
             .experts
             .staging()
             .announce(Announced { plan, weights });
-        Ok(())
+        Ok(experts)
     }
 
     /// Whether the engine has prefetch threads ([`Engine::prefetch`] does something).
@@ -167,7 +168,7 @@ impl Engine {
     /// [`Engine::run`], also returning the call's used experts in the order phase 2 took them
     /// (rows, cache hit or not): the board timeline model's input.
     pub fn run_traced(&self, plan: Plan, io: &Inputs) -> Result<(Stages, Vec<ExpertRun>), Error> {
-        let call = self.start(plan, ([0; 4], 1), 1, self.res.threads(), io);
+        let call = self.start(plan, [0; 4], 1, self.res.threads(), io);
         self.run_on_pool(&call, io);
         let r = self.end(&call);
         let mut runs = std::mem::take(&mut *lock(&call.runs));
@@ -189,7 +190,9 @@ impl Engine {
 
     /// Runs a planned call cooperatively: every one of `nth` threads calls this with the same
     /// plan and tensors; `barrier` must be a full barrier across them. Every thread returns the
-    /// same result.
+    /// same result. Threads that disagree on `nth` or `ith`, or a barrier that returns before
+    /// all of them came, end the call with `InvalidArgument` before anything is written
+    /// (`super::agreement`).
     pub fn run_mt(
         &self,
         plan: Plan,
@@ -198,58 +201,82 @@ impl Engine {
         nth: usize,
         barrier: &mut dyn FnMut(),
     ) -> Result<Stages, Error> {
-        let key = (
-            [
-                io.weights.as_ptr() as usize,
-                io.b.as_ptr() as usize,
-                io.ids.as_ptr() as usize,
-                io.dst.as_ptr() as usize,
-            ],
-            nth,
-        );
+        let key = [
+            io.weights.as_ptr() as usize,
+            io.b.as_ptr() as usize,
+            io.ids.as_ptr() as usize,
+            io.dst.as_ptr() as usize,
+        ];
         let leader = self.res.config.mt_mode == MtMode::Leader;
         let workers = if leader { self.res.threads() } else { nth };
-        let call = self
-            .joining
-            .join(plan, key, |plan| self.start(plan, key, nth, workers, io));
+        let call = self.joining.join(plan, key, (ith, nth), |plan| {
+            self.start(plan, key, nth, workers, io)
+        });
         // A panic must not skip a barrier: the other threads would wait forever.
         let guarded = |f: &dyn Fn()| {
             if let Err(p) = panic::catch_unwind(AssertUnwindSafe(f)) {
                 call.fail(Error::from_panic(p));
             }
         };
-        if leader {
-            // Thread 0 runs the call on the crate's pool while the others wait in `barrier`.
-            if ith == 0 {
-                guarded(&|| self.run_on_pool(&call, io));
-            }
-        } else {
-            let ith = ith.min(call.nth - 1);
-            guarded(&|| phase1(&self.res, &call, io, ith));
+        if !leader {
+            guarded(&|| phase1(&self.res, &call, io, ith.min(call.nth - 1)));
             // Every thread sees the same routing result: an invalid id ends the call everywhere
             // before the barrier, with dst untouched.
             if let Some(Err(e)) = call.routing.get() {
-                return Err(e.clone());
-            }
-            barrier();
-            // Thread 0 keeps the call's submitter threads, if any, while it works.
-            if ith == 0 {
-                guarded(&|| with_submitters(&self.res, &call, || phase2(&self.res, &call, io)));
-            } else {
-                guarded(&|| phase2(&self.res, &call, io));
+                self.joining.leave(&call);
+                return if ith == 0 {
+                    self.end(&call)
+                } else {
+                    Err(e.clone())
+                };
             }
         }
+        call.agreement.ready();
+        // In leader mode this barrier only lets every thread join before thread 0 writes.
         barrier();
-        let r = if ith == 0 {
-            self.end(&call)
-        } else {
-            call.result()
+        let r = match self.agreed(&call) {
+            Err(e) => Err(e),
+            Ok(()) => {
+                if !leader {
+                    // Thread 0 keeps the call's submitter threads, if any, while it works.
+                    if ith == 0 {
+                        guarded(&|| {
+                            with_submitters(&self.res, &call, || phase2(&self.res, &call, io))
+                        });
+                    } else {
+                        guarded(&|| phase2(&self.res, &call, io));
+                    }
+                } else if ith == 0 {
+                    // Thread 0 runs the call on the crate's pool while the others wait in
+                    // `barrier`.
+                    guarded(&|| self.run_on_pool(&call, io));
+                }
+                barrier();
+                if ith == 0 {
+                    self.end(&call)
+                } else {
+                    call.result()
+                }
+            }
         };
         // The last thread out owns the call and returns its buffers.
         if let Some(call) = Arc::into_inner(call) {
             self.res.recycle(call);
         }
         r
+    }
+
+    /// Whether the threads of `call` agree (after its first barrier): if not, the call fails
+    /// with the reason on every thread.
+    fn agreed(&self, call: &Arc<Call>) -> Result<(), Error> {
+        let (verdict, decided_here) = self.joining.verdict(call);
+        let Err(e) = verdict else { return Ok(()) };
+        if decided_here {
+            call.fail(e.clone());
+            let p = &call.plan.problem;
+            log::debug!("failed {} K={} N={}: {e}", p.layout.name(p.wtype), p.k, p.n);
+        }
+        Err(e.clone())
     }
 
     fn start(

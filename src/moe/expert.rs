@@ -35,6 +35,13 @@ pub(super) enum Source {
     Prefetched(u64),
 }
 
+/// Expert `e`'s bytes in one projection, rows `row_stride` apart (a pair's projections share
+/// type and shape, not necessarily their strides).
+struct Part<'a> {
+    bytes: &'a [u8],
+    row_stride: usize,
+}
+
 /// One projection's weights: the whole `as` tensor of `problem`, and its name.
 #[derive(Clone, Copy)]
 pub(super) struct Weights<'a> {
@@ -142,15 +149,24 @@ impl Experts {
         Ok(())
     }
 
-    /// The bytes of expert `e` in each projection, and the cache identity of all of them.
-    fn identity<'w>(&self, weights: &[Weights<'w>], e: usize) -> (Vec<&'w [u8]>, Key, Fingerprint) {
+    /// The bytes of expert `e` in each projection with their row stride, and the cache
+    /// identity of all of them.
+    fn identity<'w>(&self, weights: &[Weights<'w>], e: usize) -> (Vec<Part<'w>>, Key, Fingerprint) {
         let parts: Vec<_> = weights.iter().map(|w| w.expert(e, self.verify)).collect();
         let (_, mut key, mut fp) = parts[0];
         if let Some(&(_, second, second_fp)) = parts.get(1) {
             key.pair = second.addr ^ second.name_hash as usize;
             fp = fp.with(second_fp);
         }
-        (parts.into_iter().map(|(b, ..)| b).collect(), key, fp)
+        let parts = parts
+            .into_iter()
+            .zip(weights)
+            .map(|((bytes, ..), w)| Part {
+                bytes,
+                row_stride: w.problem.w_nb1,
+            })
+            .collect();
+        (parts, key, fp)
     }
 
     /// Inflates expert `e` of the projections' bytes `parts` (of `p`'s shape) into one native B,
@@ -163,7 +179,7 @@ impl Experts {
         tiles: &Tiles,
         isa: Isa,
         p: &Problem,
-        parts: &[&[u8]],
+        parts: &[Part],
         e: usize,
     ) -> Result<(Expert, u64), Error> {
         let (kp, np) = (tiles.pad(p.k), tiles.pad(p.n));
@@ -172,11 +188,11 @@ impl Experts {
         let b_len = tiles.b_len(kp, n_all);
         let mut b = spares.take(device, b_len)?;
         let mut chan = try_vec(n_all, 0f32, "channel scales")?;
-        let inflate = |bytes: &[u8], out: &mut [i8], chan: &mut [f32]| {
+        let inflate = |part: &Part, out: &mut [i8], chan: &mut [f32]| {
             let w = ExpertWeights {
                 ty: p.wtype,
-                data: bytes,
-                row_stride: p.w_nb1,
+                data: part.bytes,
+                row_stride: part.row_stride,
                 n: p.n,
                 k: p.k,
             };
@@ -196,8 +212,8 @@ impl Experts {
         let segments = if let [(k0, k1)] = depths[..] {
             // One native B over all projections: their N-tiles back to back.
             let outs = b.as_mut_slice()[..one * parts.len()].chunks_exact_mut(one);
-            for ((bytes, out), chan) in parts.iter().zip(outs).zip(chan.chunks_exact_mut(np)) {
-                inflate(bytes, out, chan)?;
+            for ((part, out), chan) in parts.iter().zip(outs).zip(chan.chunks_exact_mut(np)) {
+                inflate(part, out, chan)?;
             }
             vec![Segment {
                 k0,
@@ -210,8 +226,8 @@ impl Experts {
             // back.
             let mut whole = try_vec(one * parts.len(), 0i8, "inflated expert")?;
             let outs = whole.chunks_exact_mut(one);
-            for ((bytes, out), chan) in parts.iter().zip(outs).zip(chan.chunks_exact_mut(np)) {
-                inflate(bytes, out, chan)?;
+            for ((part, out), chan) in parts.iter().zip(outs).zip(chan.chunks_exact_mut(np)) {
+                inflate(part, out, chan)?;
             }
             let mut segments = Vec::with_capacity(depths.len());
             let mut at = 0;

@@ -13,6 +13,7 @@
 //!
 //! See docs/ENGINE.md for the design reasoning.
 
+mod agreement;
 pub mod cache;
 mod call;
 mod config;

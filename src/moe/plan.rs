@@ -107,6 +107,7 @@ impl Plan {
         problem: Problem,
         pair: Option<Problem>,
     ) -> Result<Plan, Error> {
+        check_indexable(config, &problem)?;
         let small = problem.rows_per_expert() < config.min_rows as usize;
         if small && config.small_batch == SmallBatch::Decline {
             return Err(Error::below_min_rows(
@@ -119,6 +120,23 @@ impl Plan {
             pair,
             on_cpu: small,
         })
+    }
+}
+
+/// The engine indexes a call's rows, and their outlier channels, in 32 bits (routed rows, the
+/// outlier lists of a share and of an expert): a call beyond that, billions of rows that no host
+/// has memory for, is left to the caller.
+fn check_indexable(config: &Config, p: &Problem) -> Result<(), Error> {
+    let per_row = config.outliers.map_or(1, |r| r.max_channels.clamp(1, p.k));
+    match p.rows().checked_mul(per_row) {
+        Some(entries) if entries <= u32::MAX as usize => Ok(()),
+        _ => Err(Error::new(
+            ErrorKind::NotHandled,
+            format!(
+                "{} rows with up to {per_row} outlier channels each exceed the 2^32 entries a                  call indexes: left to the caller",
+                p.rows()
+            ),
+        )),
     }
 }
 
@@ -145,19 +163,120 @@ fn check_pair_format(p0: &Problem, p1: &Problem) -> Result<(), Error> {
 }
 
 /// Each dst apart from the other dst and the other projection's weights (validation checked it
-/// against its own inputs).
+/// against its own inputs): `InvalidArgument` for a byte they share, declined when their extents
+/// interleave and sharing is not ruled out cheaply (as validation does for one projection).
 fn check_pair_apart(
     [(w0, dst0, p0), (w1, dst1, p1)]: [(&TensorDesc, &TensorDesc, &Problem); 2],
 ) -> Result<(), Error> {
-    let range = |d: &TensorDesc, len: usize| (d.addr, d.addr.saturating_add(len));
-    let (d0, d1) = (range(dst0, p0.dst_extent), range(dst1, p1.dst_extent));
-    let (a0, a1) = (range(w0, p0.w_extent), range(w1, p1.w_extent));
-    let meet = |x: (usize, usize), y: (usize, usize)| x.0 < y.1 && y.0 < x.1;
-    if meet(d0, d1) || meet(d0, a1) || meet(d1, a0) {
-        return Err(Error::new(
-            ErrorKind::InvalidArgument,
-            "pair: a dst overlaps the other dst or the other projection's weights",
-        ));
+    let (d0, d1) = (p0.dst_span(dst0.addr), p1.dst_span(dst1.addr));
+    let (a0, a1) = (p0.weight_span(w0.addr), p1.weight_span(w1.addr));
+    let weights = "the other projection's weights";
+    for (dst, other, what) in [
+        (&d0, &d1, "the other dst"),
+        (&d0, &a1, weights),
+        (&d1, &a0, weights),
+    ] {
+        match dst.shares_bytes(other) {
+            Some(false) => {}
+            Some(true) => {
+                return Err(Error::new(
+                    ErrorKind::InvalidArgument,
+                    format!("pair: a dst overlaps {what}"),
+                ))
+            }
+            None => {
+                return Err(Error::new(
+                    ErrorKind::NotHandled,
+                    format!("pair: a dst and {what} interleave in memory: left to the caller"),
+                ))
+            }
+        }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::moe::desc::GGML_TYPE_I32;
+    use crate::moe::outliers::Rule;
+
+    fn t(ty: i32, ne: [i64; 3], nb: [usize; 3], addr: usize) -> TensorDesc<'static> {
+        TensorDesc {
+            ty,
+            ne: [ne[0], ne[1], ne[2], 1],
+            nb: [nb[0], nb[1], nb[2], nb[2] * ne[2] as usize],
+            addr,
+            name: None,
+        }
+    }
+
+    /// A pair of 2 experts of 4 rows of 32 Q8_0 weights, 2 slots of 3 tokens, dst rows `nb1`
+    /// apart at `dst0` and `dst1`; the weights at 0x10000 and 0x20000.
+    fn pair(dst0: usize, dst1: usize, nb1: usize) -> Result<Plan, Error> {
+        let config = Config {
+            min_rows: 0,
+            ..Config::default()
+        };
+        let w = |addr| t(8, [32, 4, 2], [34, 34, 136], addr);
+        let b = t(0, [32, 1, 3], [4, 128, 128], 0x30000);
+        let ids = t(GGML_TYPE_I32, [2, 3, 1], [4, 8, 24], 0x40000);
+        let dst = |addr| t(0, [4, 2, 3], [4, nb1, 2 * nb1], addr);
+        Plan::pair(
+            &config,
+            &w(0x10000),
+            &w(0x20000),
+            &b,
+            &ids,
+            &dst(dst0),
+            &dst(dst1),
+        )
+    }
+
+    #[test]
+    fn a_call_of_more_rows_than_32_bits_index_is_declined() {
+        // 2^31 tokens of 2 slots, on address ranges far apart (metadata only).
+        let tokens = 1i64 << 31;
+        let w = t(8, [32, 1, 4], [34, 34, 34], 1 << 40);
+        let b = t(0, [32, 1, tokens], [4, 128, 128], 1 << 41);
+        let ids = t(GGML_TYPE_I32, [2, tokens, 1], [4, 8, 0], 1 << 42);
+        let dst = t(0, [1, 2, tokens], [4, 4, 8], 1 << 43);
+        let config = |outliers| Config {
+            min_rows: 0,
+            outliers,
+            ..Config::default()
+        };
+        let e = Plan::single(&config(Some(Rule::DEFAULT)), &w, &b, &ids, &dst).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::NotHandled, "{e}");
+        assert!(e.message().contains("exceed the 2^32 entries"), "{e}");
+        // Without the outlier lists, 2^32 rows is one too many; 2^32 - 2 fit.
+        assert!(Plan::single(&config(None), &w, &b, &ids, &dst).is_err());
+        let fewer = |t: TensorDesc<'static>, i: usize| {
+            let mut t = t;
+            t.ne[i] = tokens - 1;
+            t
+        };
+        let (b, ids, dst) = (fewer(b, 2), fewer(ids, 1), fewer(dst, 2));
+        assert!(Plan::single(&config(None), &w, &b, &ids, &dst).is_ok());
+    }
+
+    #[test]
+    fn a_pair_refuses_a_shared_byte_and_declines_interleaved_rows() {
+        assert!(pair(0x50000, 0x60000, 16).is_ok());
+        // One dst for both: shared.
+        let e = pair(0x50000, 0x50000, 16).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::InvalidArgument, "{e}");
+        assert!(e.message().contains("overlaps the other dst"), "{e}");
+        // Rows of 16 bytes 32 apart, the other dst's rows in the gaps: no byte shared.
+        let e = pair(0x50000, 0x50010, 32).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::NotHandled, "{e}");
+        assert!(e.message().contains("interleave"), "{e}");
+        // A dst on the other projection's weights.
+        let e = pair(0x50000, 0x10000, 16).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::InvalidArgument, "{e}");
+        assert!(
+            e.message().contains("the other projection's weights"),
+            "{e}"
+        );
+    }
 }

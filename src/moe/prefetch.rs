@@ -24,10 +24,13 @@ pub(super) struct Placement {
 
 impl Placement {
     /// The placement `config` asks for; by default (no thread count, no CPUs) one thread on each
-    /// of `idle_slow_cores` (the machine's rule, `crate::cpus::idle_slow_cores`), or none.
+    /// of `idle_slow_cores` (the machine's rule, `crate::cpus::idle_slow_cores`), or none. CPUs
+    /// given for threads that run must be among the machine's `online` ones
+    /// (`crate::cpus::online`).
     pub fn of(
         config: &Config,
         idle_slow_cores: impl FnOnce() -> Result<Vec<usize>, String>,
+        online: impl FnOnce() -> Vec<usize>,
     ) -> Result<Placement, Error> {
         let given = |threads| Placement {
             threads,
@@ -56,6 +59,9 @@ impl Placement {
                 }
             },
         };
+        if placement.threads > 0 && !placement.picked {
+            check_online(&placement.cpus, &online())?;
+        }
         if placement.threads > MAX_PREFETCH_THREADS {
             return Err(Error::new(
                 ErrorKind::InvalidArgument,
@@ -67,6 +73,27 @@ impl Placement {
         }
         Ok(placement)
     }
+}
+
+/// Every CPU of `cpus` (`ORK_PREFETCH_CPUS`) is one of the machine's `online` ones: a thread
+/// pinned to a CPU that does not exist would run wherever the kernel puts it.
+fn check_online(cpus: &[usize], online: &[usize]) -> Result<(), Error> {
+    let absent: Vec<usize> = cpus
+        .iter()
+        .copied()
+        .filter(|c| !online.contains(c))
+        .collect();
+    if absent.is_empty() {
+        return Ok(());
+    }
+    Err(Error::new(
+        ErrorKind::InvalidArgument,
+        format!(
+            "ORK_PREFETCH_CPUS: cpu {} not online on this machine (online: cpu {})",
+            crate::cpus::list(&absent),
+            crate::cpus::list(online)
+        ),
+    ))
 }
 
 /// The running prefetch threads of an engine; dropped, they finish their jobs and end.
@@ -231,35 +258,52 @@ mod tests {
     fn by_default_prefetch_threads_go_to_the_idle_slow_cores() {
         let auto = config(None, Vec::new());
         // llama.cpp under `taskset -c 4-7` on the board: one thread pinned to each A55, or none.
-        let board = Placement::of(&auto, || pick_idle_slow(&rk3588(), &[4, 5, 6, 7]));
+        let all = || (0..8).collect();
+        let board = Placement::of(&auto, || pick_idle_slow(&rk3588(), &[4, 5, 6, 7]), all);
         assert_eq!(board, Ok(placement(4, vec![0, 1, 2, 3], true)));
         // On every core, or on one A55 too: none, they would take cores from the host.
         for allowed in [(0..8).collect(), vec![3, 4, 5, 6, 7]] {
-            let shared = Placement::of(&auto, || pick_idle_slow(&rk3588(), &allowed));
+            let shared = Placement::of(&auto, || pick_idle_slow(&rk3588(), &allowed), all);
             assert_eq!(shared, Ok(placement(0, Vec::new(), false)), "{allowed:?}");
         }
         // A machine of one core type: none.
         let one_type = Cpus {
             clusters: vec![rk3588().clusters.remove(0)],
         };
-        let x86 = Placement::of(&auto, || pick_idle_slow(&one_type, &[4]));
+        let x86 = Placement::of(&auto, || pick_idle_slow(&one_type, &[4]), all);
         assert_eq!(x86, Ok(placement(0, Vec::new(), false)));
         // More idle slow cores than threads are useful: the bound, not an error.
-        let many = Placement::of(&auto, || Ok((0..100).collect()));
+        let many = Placement::of(&auto, || Ok((0..100).collect()), all);
         assert_eq!(many.map(|p| p.threads), Ok(MAX_PREFETCH_THREADS));
     }
 
     #[test]
     fn given_threads_or_cpus_are_taken_as_given() {
         let no_rule = || -> Result<Vec<usize>, String> { panic!("the machine was consulted") };
-        let cpus = Placement::of(&config(None, vec![2, 5]), no_rule);
+        let all = || (0..8).collect();
+        let cpus = Placement::of(&config(None, vec![2, 5]), no_rule, all);
         assert_eq!(cpus, Ok(placement(2, vec![2, 5], false)));
-        let threads = Placement::of(&config(Some(3), vec![1]), no_rule);
+        let threads = Placement::of(&config(Some(3), vec![1]), no_rule, all);
         assert_eq!(threads, Ok(placement(3, vec![1], false)));
-        let none = Placement::of(&config(Some(0), Vec::new()), no_rule);
+        let none = Placement::of(&config(Some(0), Vec::new()), no_rule, all);
         assert_eq!(none, Ok(placement(0, Vec::new(), false)));
-        let e = Placement::of(&config(Some(MAX_PREFETCH_THREADS + 1), Vec::new()), no_rule)
-            .expect_err("too many");
+        let too_many = config(Some(MAX_PREFETCH_THREADS + 1), Vec::new());
+        let e = Placement::of(&too_many, no_rule, all).expect_err("too many");
         assert_eq!(e.kind, ErrorKind::InvalidArgument);
+    }
+
+    #[test]
+    fn cpus_given_must_be_online() {
+        let no_rule = || -> Result<Vec<usize>, String> { panic!("the machine was consulted") };
+        let two = || vec![0, 1];
+        let e = Placement::of(&config(None, vec![1, 2, 3, 7]), no_rule, two).expect_err("cpu 2");
+        assert_eq!(e.kind, ErrorKind::InvalidArgument);
+        assert_eq!(
+            e.message(),
+            "ORK_PREFETCH_CPUS: cpu 2-3,7 not online on this machine (online: cpu 0-1)"
+        );
+        // No thread runs: nothing is pinned, nothing to check.
+        let idle = Placement::of(&config(Some(0), vec![7]), no_rule, two);
+        assert_eq!(idle, Ok(placement(0, vec![7], false)));
     }
 }

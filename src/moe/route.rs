@@ -1,7 +1,7 @@
 //! Routing: the (token, slot) rows of a call grouped by the expert `ids` sends them to.
 
 use super::desc::Problem;
-use super::{Error, ErrorKind};
+use super::{try_vec, Error, ErrorKind};
 
 /// One routed row: `slot` of `token`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -31,7 +31,7 @@ impl Routing {
     /// Groups the rows of `p` by the ids in `ids` (i32 elements, strides from `p`). Every id is
     /// checked before anything is built: an id outside `[0, n_expert)` is an error.
     pub fn new(p: &Problem, ids: &[i32]) -> Result<Routing, Error> {
-        let mut counts = vec![0usize; p.n_expert];
+        let mut counts = try_vec(p.n_expert, 0usize, "routing counts")?;
         for token in 0..p.n_tokens {
             for slot in 0..p.n_used {
                 let id = ids[p.ids_offset(token, slot)];
@@ -46,7 +46,7 @@ impl Routing {
                 }
             }
         }
-        let mut next = vec![0usize; p.n_expert];
+        let mut next = try_vec(p.n_expert, 0usize, "routing offsets")?;
         let mut start = 0;
         for (e, &c) in counts.iter().enumerate() {
             next[e] = start;
@@ -60,7 +60,7 @@ impl Routing {
                 len: counts[e],
             })
             .collect();
-        let mut rows = vec![Row { token: 0, slot: 0 }; p.rows()];
+        let mut rows = try_vec(p.rows(), Row { token: 0, slot: 0 }, "routed rows")?;
         for token in 0..p.n_tokens {
             for slot in 0..p.n_used {
                 let e = ids[p.ids_offset(token, slot)] as usize;

@@ -472,3 +472,80 @@ impl Owned {
         }
     }
 }
+
+/// Two projections of one input (a MoE FFN's gate and up), for the pair entry points: `gate`'s
+/// call, and `up`'s weights and `dst` over gate's `b` and `ids`.
+pub struct Pair {
+    pub gate: Owned,
+    pub up: Owned,
+}
+
+impl Pair {
+    /// Two contiguous calls of one shape (`Owned::contiguous`).
+    pub fn contiguous(ty: GgmlType, shape: [usize; 6], rng: &mut ork_moe::testutil::Rng) -> Pair {
+        Pair {
+            gate: Owned::contiguous(ty, shape, rng),
+            up: Owned::contiguous(ty, shape, rng),
+        }
+    }
+
+    /// The up projection as the pair computes it.
+    pub fn up_descs(&self) -> Descs {
+        Descs {
+            w: self.up.d.w,
+            dst: self.up.d.dst,
+            ..self.gate.d
+        }
+    }
+
+    /// What each projection's `dst` must hold.
+    pub fn expected(&self) -> [Vec<Expected>; 2] {
+        let up = Memory {
+            w: &self.up.w,
+            ..self.gate.memory()
+        };
+        [
+            expected(&self.gate.d, &self.gate.memory()),
+            expected(&self.up_descs(), &up),
+        ]
+    }
+
+    /// Both `dst` buffers back to the sentinel.
+    pub fn clear(&mut self) {
+        self.gate.dst.bytes_mut().fill(SENTINEL);
+        self.up.dst.bytes_mut().fill(SENTINEL);
+    }
+
+    /// Checks both `dst` buffers against [`Pair::expected`].
+    pub fn check(&self, want: &[Vec<Expected>; 2]) -> Result<(), String> {
+        check_dst(&self.gate.dst, self.gate.d.dst.addr, &want[0])?;
+        check_dst(&self.up.dst, self.up.d.dst.addr, &want[1])
+    }
+
+    /// The pair's descriptors: `as0`, `as1`, `b`, `ids`, `dst0`, `dst1`.
+    pub fn descs(&self) -> [Tensor; 6] {
+        let (g, u) = (&self.gate.d, &self.up.d);
+        [g.w, u.w, g.b, g.ids, g.dst, u.dst]
+    }
+
+    /// The single-caller pair entry point.
+    pub fn call(&self, ctx: *mut ork_ctx) -> ork_result {
+        let [w0, w1, b, ids, d0, d1] = self.descs().map(|t| t.c());
+        ork_mul_mat_id_pair(ctx, &w0, &w1, &b, &ids, &d0, &d1)
+    }
+
+    /// The cooperative pair entry point on `nth` threads.
+    pub fn call_mt(&self, ctx: *mut ork_ctx, nth: usize) -> Vec<(ork_result, String)> {
+        let t = self.descs();
+        on_threads(ctx, nth, move |ctx, th| {
+            let [w0, w1, b, ids, d0, d1] = t.map(|t| t.c());
+            ork_mul_mat_id_pair_mt(ctx, &w0, &w1, &b, &ids, &d0, &d1, th)
+        })
+    }
+
+    /// Announces the pair (`ork_prefetch`).
+    pub fn announce(&self, ctx: *mut ork_ctx) -> ork_result {
+        let [w0, w1, b, ids, d0, d1] = self.descs().map(|t| t.c());
+        ork_prefetch(ctx, &w0, &w1, &b, &ids, &d0, &d1)
+    }
+}

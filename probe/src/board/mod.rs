@@ -13,7 +13,8 @@ mod cpu;
 mod npu;
 mod system;
 
-use super::bench::Options;
+use super::json;
+use super::options::Options;
 use ork_moe::moe::Config;
 use ork_moe::npu::BackendKind;
 use ork_probe::timeline::{profile, Params, ProfileInfo, SPECS};
@@ -150,24 +151,6 @@ const NPU_PARAMS: [&str; 8] = [
 /// The default `--profile`.
 const DEFAULT_PROFILE: &str = "board-profile.json";
 
-/// The profile as JSON with one top-level field per line (rows of arrays one per line too).
-fn pretty(fields: &Map<String, Value>) -> String {
-    let mut out = String::from("{\n");
-    for (i, (k, v)) in fields.iter().enumerate() {
-        let value = match v {
-            Value::Array(items) if items.iter().any(Value::is_object) => {
-                let rows: Vec<String> = items.iter().map(|x| format!("    {x}")).collect();
-                format!("[\n{}\n  ]", rows.join(",\n"))
-            }
-            _ => v.to_string(),
-        };
-        let comma = if i + 1 < fields.len() { "," } else { "" };
-        out += &format!("  {}: {value}{comma}\n", Value::from(k.as_str()));
-    }
-    out.push('}');
-    out
-}
-
 /// Everything the check reports besides the parameters.
 struct Report {
     backend: BackendKind,
@@ -287,7 +270,7 @@ pub fn run(opts: &Options, cfg: &Config) -> Result<ExitCode, String> {
     };
     let mut fields = profile::fields(&params, &info);
     fields.extend(extras(&report, &f));
-    let profile = pretty(&fields);
+    let profile = json::text(&Value::Object(fields));
     let path = opts
         .profile
         .clone()
@@ -570,24 +553,5 @@ mod tests {
         f.set("task_us", 3.0, "later");
         assert!(f.kept.iter().all(|k| k.0 != "task_us"));
         assert_eq!(f.measured.len(), 2);
-    }
-
-    #[test]
-    fn the_pretty_profile_is_the_same_json() {
-        let fields = json!({
-            "a": 1.5,
-            "rows": [{"x": true}, {}],
-            "s": "q\"uote",
-            "k\u{1}y": [1.0, null],
-        });
-        let Value::Object(map) = &fields else {
-            unreachable!()
-        };
-        let text = pretty(map);
-        assert_eq!(text.lines().count(), 2 + map.len() + 3, "{text}");
-        let parsed: Value = serde_json::from_str(&text).unwrap();
-        assert_eq!(parsed, fields);
-        let keys: Vec<&String> = parsed.as_object().unwrap().keys().collect();
-        assert_eq!(keys, map.keys().collect::<Vec<_>>(), "order kept");
     }
 }

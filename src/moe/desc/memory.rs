@@ -77,7 +77,7 @@ pub(super) fn dense(inner: usize, dims: [(usize, usize); 2]) -> bool {
 
 /// One tensor's memory as the overlap checks see it: `[addr, addr + extent)`, made of runs of
 /// `inner` bytes (the first at `addr`, the last ending at `addr + extent`).
-pub(super) struct Span {
+pub struct Span {
     pub addr: usize,
     pub extent: usize,
     pub inner: usize,

@@ -13,6 +13,7 @@ mod memory;
 mod tests;
 mod validate;
 
+pub use memory::Span;
 pub use validate::validate;
 
 use super::{Error, ErrorKind};
@@ -223,5 +224,30 @@ impl Problem {
     /// Byte offset of expert `e`'s weights in `as`, and the byte length of its N rows.
     pub fn expert_bytes(&self, e: usize) -> (usize, usize) {
         (e * self.w_nb2, (self.n - 1) * self.w_nb1 + self.w_row_bytes)
+    }
+
+    /// The weights' memory, from `addr`: their rows.
+    pub fn weight_span(&self, addr: usize) -> Span {
+        let dims = [(self.n, self.w_nb1), (self.n_expert, self.w_nb2)];
+        Span {
+            addr,
+            extent: self.w_extent,
+            inner: self.w_row_bytes,
+            dense: memory::dense(self.w_row_bytes, dims),
+        }
+    }
+
+    /// `dst`'s memory, from `addr`: its output rows.
+    pub fn dst_span(&self, addr: usize) -> Span {
+        let dims = [
+            (self.n_used, 4 * self.dst_s1),
+            (self.n_tokens, 4 * self.dst_s2),
+        ];
+        Span {
+            addr,
+            extent: self.dst_extent,
+            inner: 4 * self.n,
+            dense: memory::dense(4 * self.n, dims),
+        }
     }
 }

@@ -29,9 +29,14 @@
 //! costs: outlier channels split, segment GEMMs, and the rotated inflate's time against the
 //! direct one (measured, 1 thread).
 
-use super::bench::{print_json, time, Json, Options};
+mod cases;
+
+use super::bench::time;
+use super::json::{self, fixed, sci};
+use super::options::Options;
 use super::research::hadamard::Rotation;
 use super::research::rotated::{inflate_expert_rotated, quantize_row_rotated};
+use cases::{real_cases, synthetic_cases, Case};
 use ork_moe::gemm::Shape;
 use ork_moe::inflate::{inflate_expert, ExpertWeights};
 use ork_moe::layout::Tiles;
@@ -42,37 +47,11 @@ use ork_moe::moe::Config;
 use ork_moe::quant::vec_dot::{vec_dot, VecDotType};
 use ork_moe::quant::{dequantize_row, GgmlType};
 use ork_moe::testutil::Rng;
+use serde_json::json;
 use std::collections::HashMap;
 use std::hint::black_box;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
-
-/// One MUL_MAT_ID: experts' weights and the routed rows.
-struct Case {
-    name: String,
-    ty: GgmlType,
-    k: usize,
-    n: usize,
-    /// Per expert, `n` rows of ggml blocks.
-    experts: Vec<Vec<u8>>,
-    /// (expert, activation row of `k`) per (token, slot).
-    rows: Vec<(usize, Vec<f32>)>,
-    /// Real weights: Q4's own error (NMSE of the outputs with dequantized against original
-    /// weights), from the vectors' manifest.
-    q4_own: Option<f64>,
-}
-
-impl Case {
-    fn weights(&self, e: usize) -> ExpertWeights<'_> {
-        ExpertWeights {
-            ty: self.ty,
-            data: &self.experts[e],
-            row_stride: self.ty.row_bytes(self.k).expect("whole blocks"),
-            n: self.n,
-            k: self.k,
-        }
-    }
-}
 
 const PATHS: [&str; 8] = [
     "ggml",
@@ -127,31 +106,25 @@ pub fn run(opts: &Options) -> Result<ExitCode, String> {
         results.push(measure(case)?);
     }
     if opts.json {
-        let mut json = Vec::new();
+        let mut rows = Vec::new();
         for r in &results {
             for (path, nmse) in PATHS.iter().zip(&r.nmse) {
-                json.push(vec![
-                    ("case", Json::Str(&r.case)),
-                    ("k", Json::Int(r.k as i64)),
-                    ("n", Json::Int(r.n as i64)),
-                    ("type", Json::Str(r.ty.name())),
-                    ("path", Json::Str(path)),
-                    ("nmse", Json::Sci(*nmse)),
-                    ("vs_ggml", Json::Num(nmse / r.nmse[0])),
-                    ("default", Json::Bool(*path == default_path())),
-                    ("rows", Json::Int(r.rows as i64)),
-                    (
-                        "q4_own_nmse",
-                        r.q4_own.map_or(Json::Sci(f64::NAN), Json::Sci),
-                    ),
-                    (
-                        "of_q4_own",
-                        Json::Num(r.q4_own.map_or(f64::NAN, |q| nmse / q)),
-                    ),
-                ]);
+                rows.push(json!({
+                    "case": r.case,
+                    "k": r.k,
+                    "n": r.n,
+                    "type": r.ty.name(),
+                    "path": path,
+                    "nmse": sci(*nmse),
+                    "vs_ggml": fixed(nmse / r.nmse[0]),
+                    "default": *path == default_path(),
+                    "rows": r.rows,
+                    "q4_own_nmse": r.q4_own.map(sci),
+                    "of_q4_own": fixed(r.q4_own.map_or(f64::NAN, |q| nmse / q)),
+                }));
             }
         }
-        print_json(&json);
+        json::print_rows(rows);
         return Ok(ExitCode::SUCCESS);
     }
     println!("NMSE against the f64 reference (dequantized weights × f32 activations); in brackets: × ggml's");
@@ -191,144 +164,6 @@ pub fn run(opts: &Options) -> Result<ExitCode, String> {
     }
     costs();
     Ok(ExitCode::SUCCESS)
-}
-
-/// The synthetic cases (and the same at K = 768): 8 experts, 2 used, 32 tokens, N = 64.
-fn synthetic_cases(types: &[GgmlType]) -> Vec<Case> {
-    let (experts, n_used, tokens, n) = (8, 2, 32, 64);
-    let mut out = Vec::new();
-    for &ty in types {
-        for (name, k) in [
-            ("outliers_x10", 2048usize),
-            ("outliers_x50", 2048),
-            ("gaussian", 2048),
-            ("tiny", 2048),
-            ("outliers_x10", 768),
-            ("gaussian", 768),
-        ] {
-            if !k.is_multiple_of(ty.block_elems()) {
-                continue;
-            }
-            let mut rng = Rng::new(13 + k as u64);
-            let blocks = n * k / ty.block_elems();
-            let w: Vec<Vec<u8>> = (0..experts).map(|_| rng.blocks(ty, blocks, 0.05)).collect();
-            let mut rows = Vec::new();
-            for _ in 0..tokens {
-                let x: Vec<f32> = (0..k)
-                    .map(|c| match name {
-                        "gaussian" => rng.normal(),
-                        "tiny" => {
-                            rng.uniform(0.5, 1.5) * if rng.unit() < 0.5 { -1e-40 } else { 1e-40 }
-                        }
-                        _ => {
-                            let f = if name == "outliers_x50" { 50.0 } else { 10.0 };
-                            match c {
-                                7 => f * if rng.unit() < 0.5 { -1.0 } else { 1.0 },
-                                c if c == k * 1500 / 2048 => f / 2.0,
-                                _ => rng.uniform(-1.0, 1.0),
-                            }
-                        }
-                    })
-                    .collect();
-                let first = rng.below(experts);
-                let second = (first + 1 + rng.below(experts - 1)) % experts;
-                for e in [first, second].into_iter().take(n_used) {
-                    rows.push((e, x.clone()));
-                }
-            }
-            out.push(Case {
-                name: if k == 2048 {
-                    name.to_string()
-                } else {
-                    format!("{name}_k{k}")
-                },
-                ty,
-                k,
-                n,
-                experts: w,
-                rows,
-                q4_own: None,
-            });
-        }
-    }
-    out
-}
-
-/// The real-weights cases of `dir` (manifest.txt; see tools/make_accuracy_vectors.py): each
-/// layer one expert, token `t` routed to experts `t mod E` and `(t + 1 + t/E) mod E`.
-fn real_cases(dir: &Path, types: &[GgmlType]) -> Result<Vec<Case>, String> {
-    let manifest = dir.join("manifest.txt");
-    let text =
-        std::fs::read_to_string(&manifest).map_err(|e| format!("{}: {e}", manifest.display()))?;
-    let mut out = Vec::new();
-    for line in text
-        .lines()
-        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-    {
-        let f: Vec<&str> = line.split_whitespace().collect();
-        let num = |i: usize| -> Result<usize, String> {
-            f.get(i)
-                .and_then(|v| v.parse().ok())
-                .ok_or_else(|| format!("{}: bad line {line:?}", manifest.display()))
-        };
-        let (name, k, n, experts, tokens) = (f[0], num(1)?, num(2)?, num(3)?, num(4)?);
-        let own = |ty: GgmlType| {
-            f[5..].iter().find_map(|kv| {
-                let (t, v) = kv.split_once('=')?;
-                (t == ty.name()).then(|| v.parse::<f64>().ok()).flatten()
-            })
-        };
-        let read =
-            |file: String| std::fs::read(dir.join(&file)).map_err(|e| format!("{file}: {e}"));
-        let act: Vec<f32> = read(format!("{name}.act.f32"))?
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes")))
-            .collect();
-        if act.len() != experts * tokens * k {
-            return Err(format!(
-                "{name}.act.f32: {} values, expected {}",
-                act.len(),
-                experts * tokens * k
-            ));
-        }
-        for &ty in types {
-            let file = format!("{name}.{}.blocks", ty.name());
-            if !dir.join(&file).exists() {
-                continue; // e.g. Q4_K at K = 384
-            }
-            let blocks = read(file.clone())?;
-            let per = n * ty
-                .row_bytes(k)
-                .ok_or(format!("{file}: K not whole blocks"))?;
-            if blocks.len() != experts * per {
-                return Err(format!(
-                    "{file}: {} bytes, expected {}",
-                    blocks.len(),
-                    experts * per
-                ));
-            }
-            let mut rows = Vec::new();
-            for t in 0..tokens {
-                let picks = [t % experts, (t + 1 + t / experts) % experts];
-                for &e in picks.iter().take(experts.min(2)) {
-                    rows.push((
-                        e,
-                        act[(e * tokens + t) * k..(e * tokens + t + 1) * k].to_vec(),
-                    ));
-                }
-            }
-            out.push(Case {
-                name: format!("minilm_{name}"),
-                ty,
-                k,
-                n,
-                experts: blocks.chunks_exact(per).map(<[u8]>::to_vec).collect(),
-                rows,
-                q4_own: own(ty),
-            });
-        }
-    }
-    Ok(out)
 }
 
 /// The lever a library path applies.
