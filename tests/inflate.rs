@@ -12,10 +12,9 @@ const T: Tiles = Tiles::RK3588;
 const SENTINEL: i8 = 0x5a;
 const SENTINEL_LEN: usize = 64;
 
-/// Every type the inflate takes: those the engine takes, then those only the scalar path
-/// inflates (on every path, so the comparisons between paths check the dispatch).
+/// Every type the inflate takes.
 fn inflatable() -> impl Iterator<Item = GgmlType> {
-    GgmlType::QUANTIZED.into_iter().chain(GgmlType::SCALAR_ONLY)
+    GgmlType::QUANTIZED.into_iter()
 }
 
 struct Inflated {

@@ -36,9 +36,9 @@
 //!
 //! with `>>` the arithmetic shift: exactly what `pmulhrsw` and `sqrdmulh` compute on 16-bit lanes.
 //!
-//! **The types only the scalar path inflates** ([`GgmlType::SCALAR_ONLY`], `params/sets.rs`)
-//! follow the same two families, with one parameter set per 16 or 32 weights (two per run for
-//! sets of 16):
+//! **The types with scale sets** (`params/sets.rs`: the other k-quants, Q5_1, the IQ types,
+//! MXFP4) follow the same two families, with one parameter set per 16 or 32 weights (two per run
+//! for sets of 16):
 //! - table types Q5_1, Q5_K (codes 0..=31) and Q2_K (codes 0..=3, sets of 16): as Q4_1 and Q4_K,
 //!   with 32- and 4-entry tables;
 //! - rescale types, `w = e_j·c` with an integer code `|c| ≤ c_max` and a stretch `k`: Q3_K
@@ -56,7 +56,11 @@
 //!   through exactly.
 //!
 //! The codebook types' codes come from their grid entries (`quant::grids`) and signs: integers
-//! from the block to int8, as every other type's.
+//! from the block to int8, as every other type's. The SIMD kernels of the rescale types with at
+//! most 16 codes (Q3_K, IQ4_NL, IQ4_XS, MXFP4, and the codebook types: their signed codes)
+//! rescale the codes into a table per set and look each weight's index up in it, as Q4_0's do;
+//! those of the table types (Q5_1, Q5_K: 32 codes; Q2_K: four sets of 4 codes per table) build
+//! float tables as Q4_1's.
 //!
 //! **Special rows.** A row whose scales are all zero (`M_n = 0` or `E_n = 0`) gets `s_n = 0` and
 //! all-zero weights. A NaN or infinite fp16 scale is an error, [`InflateError::NonFiniteScale`];
@@ -85,6 +89,7 @@
 //! `[a_j, b_j]` by the row's `inv_n` as they load them (the same products), which saves a pass
 //! over the parameters and the reload of what it stored.
 
+mod codebook;
 mod columns;
 #[cfg(target_arch = "aarch64")]
 mod neon;
@@ -255,7 +260,7 @@ struct TileInflater {
 impl TileInflater {
     fn new(isa: Isa, w: &ExpertWeights, tiles: &Tiles) -> TileInflater {
         TileInflater {
-            scan: scan_tile(isa, w.ty),
+            scan: scan_tile(isa),
             kernel: tile_kernel(isa, w.ty, tiles.b_n),
             params: TileParams::new(w.ty, w.k, tiles.b_n),
             b_n: tiles.b_n,
@@ -461,7 +466,7 @@ fn check(
 
 /// Checks the weights alone (type, whole blocks, stride, length); returns a row's bytes.
 fn check_weights(w: &ExpertWeights) -> Result<usize, InflateError> {
-    if !GgmlType::QUANTIZED.contains(&w.ty) && !GgmlType::SCALAR_ONLY.contains(&w.ty) {
+    if !GgmlType::QUANTIZED.contains(&w.ty) {
         return Err(InflateError::UnsupportedType(w.ty));
     }
     let row_bytes =
@@ -497,12 +502,9 @@ type TileKernel = fn(&[&[u8]], &TileParams, &mut Tile, usize);
 /// the tile, block) of the first non-finite scale.
 type ScanTile = fn(&mut TileParams, &[&[u8]], &mut [f32]) -> Result<(), (usize, usize)>;
 
-/// The kernel for `ty` on `isa`, for tiles of `b_n` rows ([`GgmlType::SCALAR_ONLY`]: the scalar
-/// one on every path).
+/// The kernel for `ty` on `isa`, for tiles of `b_n` rows (the scalar one for types without a
+/// kernel of the path's own).
 fn tile_kernel(isa: Isa, ty: GgmlType, b_n: usize) -> TileKernel {
-    if GgmlType::SCALAR_ONLY.contains(&ty) {
-        return scalar::tile_kernel(ty);
-    }
     #[cfg(target_arch = "x86_64")]
     if let Some(k) = x86::tile_kernel(isa, ty, b_n) {
         return k;
@@ -515,12 +517,8 @@ fn tile_kernel(isa: Isa, ty: GgmlType, b_n: usize) -> TileKernel {
     scalar::tile_kernel(ty)
 }
 
-/// The tile scan built for `isa` (the same code, vectorized for the path's instruction set;
-/// [`GgmlType::SCALAR_ONLY`]: the scalar one).
-fn scan_tile(isa: Isa, ty: GgmlType) -> ScanTile {
-    if GgmlType::SCALAR_ONLY.contains(&ty) {
-        return scalar::scan_tile;
-    }
+/// The tile scan built for `isa` (the same code, vectorized for the path's instruction set).
+fn scan_tile(isa: Isa) -> ScanTile {
     #[cfg(target_arch = "x86_64")]
     if let Some(s) = x86::scan_tile(isa) {
         return s;

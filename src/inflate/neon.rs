@@ -10,8 +10,9 @@
 //! `sshll`/`sxtl` per half. The row scan is the portable one (`super::scalar`'s), which the
 //! compiler vectorizes with Advanced SIMD.
 
+use super::codebook::{groups, table_codes, Codebook};
 use super::params::{scaled_codes, TileParams};
-use super::tile::{for_each_block, for_each_block_group, Tile};
+use super::tile::{for_each_block, for_each_block_group, RowMajor, Tile};
 use super::{TileKernel, RUN};
 use crate::isa::Isa;
 use crate::quant::GgmlType;
@@ -39,6 +40,20 @@ pub(super) fn tile_kernel(isa: Isa, ty: GgmlType) -> Option<TileKernel> {
         GgmlType::Q8_0 => neon!(q8_0),
         GgmlType::Q4_K => neon!(q4_k),
         GgmlType::Q6_K => neon!(q6_k),
+        GgmlType::Q5_1 => neon!(q5_1),
+        GgmlType::Q5_K => neon!(q5_k),
+        GgmlType::Q2_K => neon!(q2_k),
+        GgmlType::Q3_K => neon!(q3_k),
+        GgmlType::IQ4_NL => neon!(iq4_nl),
+        GgmlType::IQ2_XXS => neon!(iq2_xxs),
+        GgmlType::IQ2_XS => neon!(iq2_xs),
+        GgmlType::IQ2_S => neon!(iq2_s),
+        GgmlType::IQ3_XXS => neon!(iq3_xxs),
+        GgmlType::IQ3_S => neon!(iq3_s),
+        GgmlType::IQ1_S => neon!(iq1_s),
+        GgmlType::IQ1_M => neon!(iq1_m),
+        GgmlType::IQ4_XS => neon!(iq4_xs),
+        GgmlType::MXFP4 => neon!(mxfp4),
         _ => return None,
     })
 }
@@ -103,11 +118,50 @@ fn nibbles(q: uint8x16_t, lut: int8x16_t, out: &mut [i8; RUN]) {
     store_run(out, lo, vqtbl1q_s8(lut, vshrq_n_u8(q, 4)));
 }
 
+/// The nibble-table types of one block per run (Q4_0, IQ4_NL, MXFP4): `BB`-byte blocks, the
+/// 16 quant bytes at `QS`, weight `i` the low (`i < 16`) or high nibble of byte `i % 16`
+/// through the run's table `sat8((c[q]·m + 2¹⁴) >> 15)` of the scaled codes `c`.
+#[inline]
+#[target_feature(enable = "neon")]
+fn nibble_rescale<const BB: usize, const GB: usize, const QS: usize>(
+    rows: &[&[u8]],
+    params: &TileParams,
+    tile: &mut Tile,
+    runs: usize,
+    c: &[i16; 16],
+) {
+    let (c0, c1) = code_halves(c);
+    for_each_block::<1, BB, GB, _>(rows, params.m(), tile, runs, |[blk], [m], [out]| {
+        nibbles(load16(&blk[QS..]), rescale_table(c0, c1, m), out);
+    });
+}
+
 #[target_feature(enable = "neon")]
 fn q4_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
-    let (c0, c1) = code_halves(&scaled_codes(GgmlType::Q4_0));
-    for_each_block::<1, 18, 72, _>(rows, params.m(), tile, runs, |[blk], [m], [out]| {
-        nibbles(load16(&blk[2..]), rescale_table(c0, c1, m), out);
+    let c = scaled_codes(GgmlType::Q4_0);
+    nibble_rescale::<18, 72, 2>(rows, params, tile, runs, &c);
+}
+
+#[target_feature(enable = "neon")]
+fn iq4_nl(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
+    let c = scaled_codes(GgmlType::IQ4_NL);
+    nibble_rescale::<18, 72, 2>(rows, params, tile, runs, &c);
+}
+
+#[target_feature(enable = "neon")]
+fn mxfp4(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
+    let c = scaled_codes(GgmlType::MXFP4);
+    nibble_rescale::<17, 68, 1>(rows, params, tile, runs, &c);
+}
+
+/// IQ4_XS: a super-block is 8 runs, run `g`'s quant bytes at `8 + 16·g`, as Q4_0's.
+#[target_feature(enable = "neon")]
+fn iq4_xs(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
+    let (c0, c1) = code_halves(&scaled_codes(GgmlType::IQ4_XS));
+    for_each_block_group::<8, 1, 136, _>(rows, params.m(), tile, 0..runs, |_, [blk], [m], out| {
+        for (g, [out]) in out.into_iter().enumerate() {
+            nibbles(load16(&blk[8 + 16 * g..]), rescale_table(c0, c1, m[g]), out);
+        }
     });
 }
 
@@ -248,4 +302,235 @@ fn q6_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
         half(blk, 0, [m[0], m[1], m[2], m[3]], [o0, o1, o2, o3]);
         half(blk, 1, [m[4], m[5], m[6], m[7]], [o4, o5, o6, o7]);
     });
+}
+
+#[target_feature(enable = "neon")]
+fn q3_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
+    // Table entry i = q2 + 4·hbit (code i - 4), scaled by 32: a run's two sets' 8 entries in
+    // one 16-byte table, the second set's at 8..16.
+    let c: [i16; 8] = [-128, -96, -64, -32, 0, 32, 64, 96];
+    // SAFETY: `c` is 16 readable bytes.
+    let codes = unsafe { vld1q_s16(c.as_ptr()) };
+    let (three, four, eight) = (vdupq_n_u8(3), vdupq_n_u8(4), vdupq_n_u8(8));
+    let m = params.m_pairs();
+    // Run s of a super-block: 2-bit field s % 4 of qs[32·(s / 4)..][..32], bit s of hmask.
+    for_each_block_group::<8, 1, 110, _>(rows, m, tile, 0..runs, |_, [blk], [m], out| {
+        let hmask = [load16(blk), load16(&blk[16..])];
+        let qs = [
+            load16(&blk[32..]),
+            load16(&blk[48..]),
+            load16(&blk[64..]),
+            load16(&blk[80..]),
+        ];
+        for (s, [out]) in out.into_iter().enumerate() {
+            let set = |m: i16| vqrdmulhq_s16(codes, vdupq_n_s16(m));
+            let t = vqmovn_high_s16(vqmovn_s16(set(m[s][0])), set(m[s][1]));
+            let (shift, bit) = (vdupq_n_s8(-2 * (s as i8 % 4)), vdupq_n_u8(1 << s));
+            let index = |h: usize| {
+                let q2 = vandq_u8(vshlq_u8(qs[2 * (s / 4) + h], shift), three);
+                vorrq_u8(q2, vandq_u8(vtstq_u8(hmask[h], bit), four))
+            };
+            store_run(
+                out,
+                vqtbl1q_s8(t, index(0)),
+                vqtbl1q_s8(t, vorrq_u8(index(1), eight)),
+            );
+        }
+    });
+}
+
+#[target_feature(enable = "neon")]
+fn q2_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
+    let (three, twelve) = (vdupq_n_f32(3.0), vdupq_n_u8(12));
+    // The table of four sets (their `[f, g]`): byte 4q + t is code q of set t, `sat8(rne(fl(fl(q·f)
+    // + g)))` (fl(0·f) + g = g and fl(2·f) = f + f: the same values).
+    let table = |fg: &[[f32; 2]]| {
+        let fg: &[[f32; 2]; 4] = fg.try_into().expect("4 sets");
+        // SAFETY: `fg` is 32 readable bytes; `ld2` deinterleaves them into the f's and g's.
+        let float32x4x2_t(f, g) = unsafe { vld2q_f32(fg.as_ptr().cast()) };
+        let e0 = vcvtnq_s32_f32(g);
+        let e1 = vcvtnq_s32_f32(vaddq_f32(f, g));
+        let e2 = vcvtnq_s32_f32(vaddq_f32(vaddq_f32(f, f), g));
+        let e3 = vcvtnq_s32_f32(vaddq_f32(vmulq_f32(f, three), g));
+        let low = vqmovn_high_s32(vqmovn_s32(e0), e1);
+        vqmovn_high_s16(vqmovn_s16(low), vqmovn_high_s32(vqmovn_s32(e2), e3))
+    };
+    // Run s of a super-block: sets 2s, 2s + 1 (table s / 2), 2-bit field s % 4 of
+    // qs[32·(s / 4)..][..32].
+    let m = params.fg_pairs();
+    for_each_block_group::<8, 1, 84, _>(rows, m, tile, 0..runs, |_, [blk], [p], out| {
+        let sets = p.as_flattened();
+        let tables = [
+            table(&sets[..4]),
+            table(&sets[4..8]),
+            table(&sets[8..12]),
+            table(&sets[12..]),
+        ];
+        let qs = [
+            load16(&blk[16..]),
+            load16(&blk[32..]),
+            load16(&blk[48..]),
+            load16(&blk[64..]),
+        ];
+        for (s, [out]) in out.into_iter().enumerate() {
+            // The code to bits 2, 3; the set's place in its table to bits 0, 1.
+            let shift = vdupq_n_s8(2 - 2 * (s % 4) as i8);
+            let index = |h: usize| {
+                let code = vandq_u8(vshlq_u8(qs[2 * (s / 4) + h], shift), twelve);
+                vorrq_u8(code, vdupq_n_u8((2 * (s % 2) + h) as u8))
+            };
+            let t = tables[s / 2];
+            store_run(out, vqtbl1q_s8(t, index(0)), vqtbl1q_s8(t, index(1)));
+        }
+    });
+}
+
+/// Binary32 codes 0..32, four per register.
+#[inline]
+#[target_feature(enable = "neon")]
+fn five_bit_codes() -> [float32x4_t; 8] {
+    let c: [f32; 32] = std::array::from_fn(|i| i as f32);
+    // SAFETY: `c` is 32 readable f32.
+    std::array::from_fn(|i| unsafe { vld1q_f32(c[4 * i..].as_ptr()) })
+}
+
+/// The 32-entry table of a run of Q5_1 or Q5_K, `lut[q] = sat8(rne(fl(fl(q·f) + g)))`, as the
+/// two registers of a `tbl`.
+#[inline]
+#[target_feature(enable = "neon")]
+fn five_bit_table(c: &[float32x4_t; 8], [f, g]: [f32; 2]) -> int8x16x2_t {
+    let (vf, vg) = (vdupq_n_f32(f), vdupq_n_f32(g));
+    let step = |c: float32x4_t| vcvtnq_s32_f32(vaddq_f32(vmulq_f32(c, vf), vg));
+    let half = |i: usize| vqmovn_high_s32(vqmovn_s32(step(c[2 * i])), step(c[2 * i + 1]));
+    int8x16x2_t(
+        vqmovn_high_s16(vqmovn_s16(half(0)), half(1)),
+        vqmovn_high_s16(vqmovn_s16(half(2)), half(3)),
+    )
+}
+
+#[target_feature(enable = "neon")]
+fn q5_1(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
+    let c = five_bit_codes();
+    let bit_masks: [u8; 16] = [1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128];
+    // Output byte i of the run's first 16 takes qh byte i / 8, of its second 16 byte 2 + i / 8.
+    let spread: [[u8; 16]; 2] =
+        std::array::from_fn(|h| std::array::from_fn(|i| (2 * h + i / 8) as u8));
+    // SAFETY: `bit_masks` and `spread` are 16 readable bytes each.
+    let (bits, spread) = unsafe {
+        (
+            vld1q_u8(bit_masks.as_ptr()),
+            [vld1q_u8(spread[0].as_ptr()), vld1q_u8(spread[1].as_ptr())],
+        )
+    };
+    let (low, sixteen) = (vdupq_n_u8(15), vdupq_n_u8(16));
+    for_each_block::<1, 24, 96, _>(rows, params.fg(), tile, runs, |[blk], [fg], [out]| {
+        let t = five_bit_table(&c, fg);
+        let qh = vreinterpretq_u8_u32(vdupq_n_u32(u32::from_le_bytes([
+            blk[4], blk[5], blk[6], blk[7],
+        ])));
+        let q = load16(&blk[8..]);
+        // The fifth bit of each code: bit i of qh, as 16.
+        let fifth = |h: usize, nibbles: uint8x16_t| {
+            let set = vandq_u8(vtstq_u8(vqtbl1q_u8(qh, spread[h]), bits), sixteen);
+            vqtbl2q_s8(t, vorrq_u8(nibbles, set))
+        };
+        store_run(out, fifth(0, vandq_u8(q, low)), fifth(1, vshrq_n_u8(q, 4)));
+    });
+}
+
+#[target_feature(enable = "neon")]
+fn q5_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
+    let c = five_bit_codes();
+    let (low, sixteen) = (vdupq_n_u8(15), vdupq_n_u8(16));
+    // Run s of a super-block: nibble s % 2 of qs[32·(s / 2)..][..32], bit s of qh.
+    for_each_block_group::<8, 1, 176, _>(rows, params.fg(), tile, 0..runs, |_, [blk], [p], out| {
+        let qh = [load16(&blk[16..]), load16(&blk[32..])];
+        for (s, [out]) in out.into_iter().enumerate() {
+            let t = five_bit_table(&c, p[s]);
+            let at = 48 + 32 * (s / 2);
+            let bit = vdupq_n_u8(1 << s);
+            let code = |h: usize| {
+                let q = load16(&blk[at + 16 * h..]);
+                let nibbles = if s % 2 == 0 {
+                    vandq_u8(q, low)
+                } else {
+                    vshrq_n_u8(q, 4)
+                };
+                let fifth = vandq_u8(vtstq_u8(qh[h], bit), sixteen);
+                vqtbl2q_s8(t, vorrq_u8(nibbles, fifth))
+            };
+            store_run(out, code(0), code(1));
+        }
+    });
+}
+
+/// The codebook types (IQ2, IQ3, IQ1; `BB`-byte blocks): per run, the four groups' grid entries
+/// and sign bytes from the block ([`groups`]), each weight's table index from its grid byte and
+/// sign, and one `tbl` per half of the table of stretched codes rescaled by the multiplier of
+/// its set (`multipliers`: the run's first and second 16 weights', equal for sets of 32).
+#[inline]
+#[target_feature(enable = "neon")]
+fn codebook<const BB: usize, P: Copy>(
+    ty: GgmlType,
+    rows: &[&[u8]],
+    m: RowMajor<P>,
+    tile: &mut Tile,
+    runs: usize,
+    multipliers: impl Fn(P) -> [i16; 2],
+) {
+    let cb = Codebook::of(ty);
+    let (c0, c1) = code_halves(&table_codes(ty));
+    let bit_masks: [u8; 16] = [1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128];
+    // SAFETY: `bit_masks` is 16 readable bytes.
+    let bits = unsafe { vld1q_u8(bit_masks.as_ptr()) };
+    let (mask, negative) = (vdupq_n_u8(cb.mask), vdupq_n_u8(cb.negative));
+    let shift = vdupq_n_s8(-(cb.shift as i8));
+    for_each_block_group::<8, 1, BB, _>(rows, m, tile, 0..runs, |_, [blk], [m], out| {
+        for (ib, [out]) in out.into_iter().enumerate() {
+            let (grid, signs) = groups(ty, blk, ib);
+            let sign = signs.to_le_bytes();
+            let [m0, m1] = multipliers(m[ib]);
+            // Groups 2h, 2h + 1: weights 16h..16h + 16.
+            let half = |h: usize, m: i16| {
+                let g = vcombine_u8(vcreate_u8(grid[2 * h]), vcreate_u8(grid[2 * h + 1]));
+                let magnitude = if cb.shift == 0 {
+                    vaddq_u8(g, vdupq_n_u8(1))
+                } else {
+                    vandq_u8(vshlq_u8(g, shift), mask)
+                };
+                let s = vcombine_u8(vdup_n_u8(sign[2 * h]), vdup_n_u8(sign[2 * h + 1]));
+                let index = vorrq_u8(magnitude, vandq_u8(vtstq_u8(s, bits), negative));
+                vqtbl1q_s8(rescale_table(c0, c1, m), index)
+            };
+            store_run(out, half(0, m0), half(1, m1));
+        }
+    });
+}
+
+/// The codebook types' entry points: one multiplier per run (`one`) or per 16 weights (`two`).
+macro_rules! codebook_kernels {
+    ($($name:ident: $ty:ident, $bb:literal, $sets:ident;)*) => {
+        $(
+            #[target_feature(enable = "neon")]
+            fn $name(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
+                codebook_kernels!(@$sets GgmlType::$ty, $bb, rows, params, tile, runs);
+            }
+        )*
+    };
+    (@one $ty:expr, $bb:literal, $rows:ident, $p:ident, $tile:ident, $runs:ident) => {
+        codebook::<$bb, i16>($ty, $rows, $p.m(), $tile, $runs, |m| [m, m])
+    };
+    (@two $ty:expr, $bb:literal, $rows:ident, $p:ident, $tile:ident, $runs:ident) => {
+        codebook::<$bb, [i16; 2]>($ty, $rows, $p.m_pairs(), $tile, $runs, |m| m)
+    };
+}
+
+codebook_kernels! {
+    iq2_xxs: IQ2_XXS, 66, one;
+    iq2_xs: IQ2_XS, 74, two;
+    iq2_s: IQ2_S, 82, two;
+    iq3_xxs: IQ3_XXS, 98, one;
+    iq3_s: IQ3_S, 110, one;
+    iq1_s: IQ1_S, 50, one;
+    iq1_m: IQ1_M, 56, two;
 }

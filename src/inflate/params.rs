@@ -7,7 +7,10 @@
 
 mod sets;
 
+pub(super) use sets::SetOps;
+
 use super::tile::RowMajor;
+use crate::quant::grids::{KVALUES_IQ4NL, KVALUES_MXFP4};
 use crate::quant::{GgmlType, K_SCALE_SIZE, QK_K};
 use sets::Sets;
 
@@ -35,11 +38,11 @@ pub(super) struct TileParams {
 struct Scratch {
     rows: usize,
     /// The first fp16 field of each block (the scale `d`; Q4_1, Q4_K, Q6_K: only on the error
-    /// path).
+    /// path; IQ4_NL's `d`).
     h0: Vec<u16>,
     /// Q4_1, Q4_K: the second fp16 field (`m`, `dmin`; only on the error path).
     h1: Vec<u16>,
-    /// Q6_K: `e` of each sub-block (two per run); the rescale types of [`Sets`]: one row's `e`.
+    /// Q6_K and the rescale types of [`Sets`]: `e` of each set (one or two per run).
     e: Vec<f32>,
     /// Per row: the largest magnitude bits of its fp16 scale fields, then the largest value its
     /// blocks can encode (`M_n`, `E_n`: fp16 bits for the rescale of a block scale, binary32
@@ -78,9 +81,16 @@ pub(super) fn code_scale(ty: GgmlType) -> i32 {
     }
 }
 
-/// `code_scale·c(q)` for the `N` codes of a Q4_0 (16) or Q5_0 (32) block.
+/// `code_scale·c(q)` for the `N` codes of a Q4_0 (16) or Q5_0 (32) block, or the 16 of the
+/// rescale types whose 4-bit codes index a table (IQ4_NL, IQ4_XS, MXFP4).
+#[inline]
 pub(super) fn scaled_codes<const N: usize>(ty: GgmlType) -> [i16; N] {
-    std::array::from_fn(|q| ((q as i32 - zero_point(ty)) * code_scale(ty)) as i16)
+    let code = |q: usize| match ty {
+        GgmlType::IQ4_NL | GgmlType::IQ4_XS => KVALUES_IQ4NL[q] as i32,
+        GgmlType::MXFP4 => KVALUES_MXFP4[q] as i32,
+        _ => q as i32 - zero_point(ty),
+    };
+    std::array::from_fn(|q| (code(q) * code_scale(ty)) as i16)
 }
 
 /// `fl(unit / E_n)` scales the rescale types' multipliers.
@@ -98,32 +108,29 @@ impl TileParams {
     /// Parameters for tiles of `rows` rows of `k` weights of `ty`.
     pub fn new(ty: GgmlType, k: usize, rows: usize) -> TileParams {
         let stride = k / 32;
-        let sets = Sets::of(ty);
         let table = matches!(ty, GgmlType::Q4_1 | GgmlType::Q4_K);
-        let tile = |used: bool, n: usize| if used { n * rows } else { 0 };
-        // Per run: multipliers, `[f, g]` pairs; `e` per tile (Q6_K) or for one row (the rescale
-        // types of `Sets`, whose scan goes row by row).
-        let (m, fg, e) = match sets {
-            Some(s) if matches!(s.method, sets::Method::Table { .. }) => (0, s.per_run, 0),
-            Some(s) => (s.per_run, 0, s.per_run * stride),
+        // Per run and tile row: multipliers, `[f, g]` pairs, the scan's `e`, fp16 fields.
+        let (m, fg, e, h0) = match Sets::of(ty) {
+            Some(sets) => sets.items(ty),
             None => match ty {
-                GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => (1, 0, 0),
-                GgmlType::Q6_K => (2, 0, 2 * stride * rows),
-                GgmlType::Q4_1 | GgmlType::Q4_K => (0, 1, 0),
-                _ => (0, 0, 0),
+                GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => (1, 0, 0, 1),
+                GgmlType::Q6_K => (2, 0, 2, 1),
+                GgmlType::Q4_1 | GgmlType::Q4_K => (0, 1, 0, 1),
+                _ => (0, 0, 0, 0),
             },
         };
+        let per_tile = |items: usize| items * stride * rows;
         TileParams {
             ty,
             stride,
-            m: vec![0; m * stride * rows],
-            fg: vec![[0.0; 2]; fg * stride * rows],
+            m: vec![0; per_tile(m)],
+            fg: vec![[0.0; 2]; per_tile(fg)],
             scaled: true,
             scratch: Scratch {
                 rows,
-                h0: vec![0; tile(sets.is_none(), stride)],
-                h1: vec![0; tile(table, stride)],
-                e: vec![0.0; e],
+                h0: vec![0; per_tile(h0)],
+                h1: vec![0; per_tile(table as usize)],
+                e: vec![0.0; per_tile(e)],
                 largest_half: vec![0; rows],
                 top: vec![0; rows],
                 factor: vec![0.0; rows],
@@ -220,7 +227,7 @@ impl TileParams {
         scale_fg: bool,
     ) -> Result<(), (usize, usize)> {
         if let Some(sets) = Sets::of(self.ty) {
-            return sets::prepare(self, sets, rows, scales);
+            return sets::prepare(self, sets, ops, rows, scales);
         }
         let (ty, stride, n) = (self.ty, self.stride, rows.len());
         self.scaled = scale_fg;
@@ -397,7 +404,7 @@ impl Scratch {
 /// aarch64); the x86 paths override them with explicit vector code, each tested equal to the
 /// definition bit for bit. Explicit, because left to itself the compiler vectorizes these short
 /// row loops badly (across rows, with gathers, or with scalar remainders).
-pub(super) trait ScanOps: Copy {
+pub(super) trait ScanOps: SetOps {
     /// The fp16 field at byte `AT` of each `BB`-byte block of `row` into `out`, one per block;
     /// returns their largest magnitude bits (`h & 0x7fff`).
     #[inline(always)]
@@ -508,6 +515,7 @@ pub(super) trait ScanOps: Copy {
 pub(super) struct PlainOps;
 
 impl ScanOps for PlainOps {}
+impl SetOps for PlainOps {}
 
 /// The fp16 field at byte `AT` of each `BB`-byte block of `row` into `out`, one per block.
 #[inline(always)]

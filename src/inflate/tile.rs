@@ -152,7 +152,9 @@ fn for_each_group_in<const G: usize, const R: usize, P>(
                     .try_into()
                     .expect("G runs")
             });
-            convert(r, i * R, rows, ps, outs.each_mut().map(|o| &mut o[i]));
+            let mut runs = outs.iter_mut();
+            let outs = std::array::from_fn(|_| &mut runs.next().expect("G runs")[i]);
+            convert(r, i * R, rows, ps, outs);
         }
     }
 }

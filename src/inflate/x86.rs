@@ -16,7 +16,9 @@ use std::arch::x86_64::*;
 
 mod avx2;
 mod avx512;
+mod codebooks;
 mod scan;
+mod sets;
 
 /// [`super::prefetch`]: every cache line of `bytes`, into all levels.
 #[inline]
@@ -60,6 +62,27 @@ pub(super) fn tile_kernel(isa: Isa, ty: GgmlType, b_n: usize) -> Option<TileKern
         (Isa::Avx512, GgmlType::Q6_K) if pairs => {
             |r, p, t, n| unsafe_call!(avx512::q6_k(r, p, t, n))
         }
+        (Isa::Avx512, GgmlType::Q5_1) if pairs => {
+            |r, p, t, n| unsafe_call!(avx512::q5_1(r, p, t, n))
+        }
+        (Isa::Avx512, GgmlType::Q5_K) if pairs => {
+            |r, p, t, n| unsafe_call!(avx512::q5_k(r, p, t, n))
+        }
+        (Isa::Avx512, GgmlType::Q2_K) if pairs => {
+            |r, p, t, n| unsafe_call!(avx512::q2_k(r, p, t, n))
+        }
+        (Isa::Avx512, GgmlType::Q3_K) if pairs => {
+            |r, p, t, n| unsafe_call!(avx512::q3_k(r, p, t, n))
+        }
+        (Isa::Avx512, GgmlType::IQ4_NL) if pairs => {
+            |r, p, t, n| unsafe_call!(avx512::iq4_nl(r, p, t, n))
+        }
+        (Isa::Avx512, GgmlType::IQ4_XS) if pairs => {
+            |r, p, t, n| unsafe_call!(avx512::iq4_xs(r, p, t, n))
+        }
+        (Isa::Avx512, GgmlType::MXFP4) if pairs => {
+            |r, p, t, n| unsafe_call!(avx512::mxfp4(r, p, t, n))
+        }
         (Isa::Ssse3, GgmlType::Q4_0) => |r, p, t, n| unsafe_call!(ssse3::q4_0(r, p, t, n)),
         (Isa::Ssse3, GgmlType::Q4_1) => |r, p, t, n| unsafe_call!(ssse3::q4_1(r, p, t, n)),
         (Isa::Ssse3, GgmlType::Q5_0) => |r, p, t, n| unsafe_call!(ssse3::q5_0(r, p, t, n)),
@@ -84,6 +107,69 @@ pub(super) fn tile_kernel(isa: Isa, ty: GgmlType, b_n: usize) -> Option<TileKern
         }
         (Isa::Avx2 | Isa::Avx512, GgmlType::Q6_K) => {
             |r, p, t, n| unsafe_call!(avx2::q6_k(r, p, t, n))
+        }
+        (Isa::Avx2 | Isa::Avx512, GgmlType::Q5_1) => {
+            |r, p, t, n| unsafe_call!(avx2::q5_1(r, p, t, n))
+        }
+        (Isa::Avx2 | Isa::Avx512, GgmlType::Q5_K) => {
+            |r, p, t, n| unsafe_call!(avx2::q5_k(r, p, t, n))
+        }
+        (Isa::Avx2 | Isa::Avx512, GgmlType::Q2_K) => {
+            |r, p, t, n| unsafe_call!(avx2::q2_k(r, p, t, n))
+        }
+        (Isa::Avx2 | Isa::Avx512, GgmlType::Q3_K) => {
+            |r, p, t, n| unsafe_call!(avx2::q3_k(r, p, t, n))
+        }
+        (Isa::Avx512, GgmlType::IQ2_XXS) if pairs => {
+            |r, p, t, n| unsafe_call!(codebooks::avx512_kernels::iq2_xxs(r, p, t, n))
+        }
+        (Isa::Avx512, GgmlType::IQ2_XS) if pairs => {
+            |r, p, t, n| unsafe_call!(codebooks::avx512_kernels::iq2_xs(r, p, t, n))
+        }
+        (Isa::Avx512, GgmlType::IQ2_S) if pairs => {
+            |r, p, t, n| unsafe_call!(codebooks::avx512_kernels::iq2_s(r, p, t, n))
+        }
+        (Isa::Avx512, GgmlType::IQ3_XXS) if pairs => {
+            |r, p, t, n| unsafe_call!(codebooks::avx512_kernels::iq3_xxs(r, p, t, n))
+        }
+        (Isa::Avx512, GgmlType::IQ3_S) if pairs => {
+            |r, p, t, n| unsafe_call!(codebooks::avx512_kernels::iq3_s(r, p, t, n))
+        }
+        (Isa::Avx512, GgmlType::IQ1_S) if pairs => {
+            |r, p, t, n| unsafe_call!(codebooks::avx512_kernels::iq1_s(r, p, t, n))
+        }
+        (Isa::Avx512, GgmlType::IQ1_M) if pairs => {
+            |r, p, t, n| unsafe_call!(codebooks::avx512_kernels::iq1_m(r, p, t, n))
+        }
+        (Isa::Avx2 | Isa::Avx512, GgmlType::IQ2_XXS) => {
+            |r, p, t, n| unsafe_call!(codebooks::avx2_kernels::iq2_xxs(r, p, t, n))
+        }
+        (Isa::Avx2 | Isa::Avx512, GgmlType::IQ2_XS) => {
+            |r, p, t, n| unsafe_call!(codebooks::avx2_kernels::iq2_xs(r, p, t, n))
+        }
+        (Isa::Avx2 | Isa::Avx512, GgmlType::IQ2_S) => {
+            |r, p, t, n| unsafe_call!(codebooks::avx2_kernels::iq2_s(r, p, t, n))
+        }
+        (Isa::Avx2 | Isa::Avx512, GgmlType::IQ3_XXS) => {
+            |r, p, t, n| unsafe_call!(codebooks::avx2_kernels::iq3_xxs(r, p, t, n))
+        }
+        (Isa::Avx2 | Isa::Avx512, GgmlType::IQ3_S) => {
+            |r, p, t, n| unsafe_call!(codebooks::avx2_kernels::iq3_s(r, p, t, n))
+        }
+        (Isa::Avx2 | Isa::Avx512, GgmlType::IQ1_S) => {
+            |r, p, t, n| unsafe_call!(codebooks::avx2_kernels::iq1_s(r, p, t, n))
+        }
+        (Isa::Avx2 | Isa::Avx512, GgmlType::IQ1_M) => {
+            |r, p, t, n| unsafe_call!(codebooks::avx2_kernels::iq1_m(r, p, t, n))
+        }
+        (Isa::Avx2 | Isa::Avx512, GgmlType::IQ4_NL) => {
+            |r, p, t, n| unsafe_call!(avx2::iq4_nl(r, p, t, n))
+        }
+        (Isa::Avx2 | Isa::Avx512, GgmlType::IQ4_XS) => {
+            |r, p, t, n| unsafe_call!(avx2::iq4_xs(r, p, t, n))
+        }
+        (Isa::Avx2 | Isa::Avx512, GgmlType::MXFP4) => {
+            |r, p, t, n| unsafe_call!(avx2::mxfp4(r, p, t, n))
         }
         _ => return None,
     };

@@ -2,6 +2,7 @@
 
 use super::blocks::*;
 use super::codebooks::*;
+use super::grids::{IQ1S_DELTA, KVALUES_IQ4NL, KVALUES_MXFP4};
 use super::kquants::*;
 use super::nonlinear::*;
 use super::{GgmlType, QuantError};
@@ -57,9 +58,8 @@ pub fn dequantize_row(ty: GgmlType, bytes: &[u8], out: &mut [f32]) -> Result<(),
 }
 
 /// Weight `i` of one block of `ty` (`block` at least one block long, `i < ty.block_elems()`),
-/// with the same operations as [`dequantize_row`], so the same bits: for the types the engine
-/// takes ([`GgmlType::QUANTIZED`]) one weight without dequantizing the whole block (a few
-/// operations instead of 32 or 256); the others dequantize the block and pick the weight.
+/// with the same operations as [`dequantize_row`], so the same bits: one weight without
+/// dequantizing the whole block (a few operations instead of 32 or 256).
 #[inline]
 pub fn dequantize_element(ty: GgmlType, block: &[u8], i: usize) -> f32 {
     let half = |at: usize| super::fp16::f16_to_f32(u16::from_le_bytes([block[at], block[at + 1]]));
@@ -102,12 +102,114 @@ pub fn dequantize_element(ty: GgmlType, block: &[u8], i: usize) -> f32 {
             let sc = block[192 + h * 8 + l / 16 + 2 * quarter] as i8;
             half(208) * sc as f32 * c as f32
         }
-        _ => {
-            let mut weights = [0f32; QK_K];
-            let weights = &mut weights[..ty.block_elems()];
-            dequantize_row(ty, &block[..ty.block_bytes()], weights).expect("one whole block");
-            weights[i]
+        GgmlType::Q5_1 => {
+            let qh = u32::from_le_bytes([block[4], block[5], block[6], block[7]]);
+            let q = block[8 + i % 16] as u32;
+            let lo = if i < 16 { q & 0x0f } else { q >> 4 };
+            (lo | ((qh >> i) & 1) << 4) as f32 * half(0) + half(2)
         }
+        GgmlType::Q5_K => {
+            let (chunk, l) = (i / 64, i % 64);
+            let scales: &[u8; K_SCALE_SIZE] = block[4..16].try_into().expect("12 bytes");
+            let (sc, m) = q4k_scale_min(2 * chunk + l / 32, scales);
+            let q = block[48 + chunk * 32 + l % 32];
+            let lo = if l < 32 { q & 0x0f } else { q >> 4 };
+            let hi = if block[16 + l % 32] & (1 << (2 * chunk + l / 32)) != 0 {
+                16
+            } else {
+                0
+            };
+            half(0) * sc as f32 * (lo + hi) as f32 - half(2) * m as f32
+        }
+        GgmlType::Q2_K => {
+            let sc = block[i / 16];
+            let q = (block[16 + 32 * (i / 128) + i % 32] >> (2 * (i % 128 / 32))) & 3;
+            half(80) * (sc & 0x0f) as f32 * q as f32 - half(82) * (sc >> 4) as f32
+        }
+        GgmlType::Q3_K => {
+            let (n, j) = (i / 128, i % 128 / 32);
+            let q = ((block[32 + 32 * n + i % 32] >> (2 * j)) & 3) as i32;
+            let high = block[i % 32] & (1 << (4 * n + j)) != 0;
+            let c = q - if high { 0 } else { 4 };
+            let scales = q3k_scales(block[96..108].try_into().expect("12 bytes"));
+            half(108) * scales[i / 16] as f32 * c as f32
+        }
+        GgmlType::IQ4_NL => {
+            let q = block[2 + i % 16];
+            let q = if i < 16 { q & 0x0f } else { q >> 4 };
+            half(0) * KVALUES_IQ4NL[q as usize] as f32
+        }
+        GgmlType::IQ4_XS => {
+            let (ib, j) = (i / 32, i % 32);
+            let ls = iq4xs_scale(ib, [block[2], block[3]], block[4..8].try_into().expect("4"));
+            let q = block[8 + 16 * ib + j % 16];
+            let q = if j < 16 { q & 0x0f } else { q >> 4 };
+            half(0) * (ls - 32) as f32 * KVALUES_IQ4NL[q as usize] as f32
+        }
+        GgmlType::MXFP4 => {
+            let q = block[1 + i % 16];
+            let q = if i < 16 { q & 0x0f } else { q >> 4 };
+            KVALUES_MXFP4[q as usize] as f32 * e8m0_to_f32_half(block[0])
+        }
+        GgmlType::IQ2_XXS
+        | GgmlType::IQ2_XS
+        | GgmlType::IQ2_S
+        | GgmlType::IQ3_XXS
+        | GgmlType::IQ3_S
+        | GgmlType::IQ1_S
+        | GgmlType::IQ1_M => codebook_element(ty, block, i),
+    }
+}
+
+/// [`dequantize_element`] of the codebook types: the weight's group and its sub-block's scale
+/// through the blocks' accessors, with ggml's products in ggml's order.
+fn codebook_element(ty: GgmlType, block: &[u8], i: usize) -> f32 {
+    let (ib, l, j) = (i / 32, i % 32 / 8, i % 8);
+    let signed = |db: f32, (grid, signs): ([u8; 8], u8)| {
+        db * grid[j] as f32 * if signs & (1 << j) != 0 { -1.0 } else { 1.0 }
+    };
+    let half = |h: [u8; 2]| super::fp16::f16_to_f32(u16::from_le_bytes(h));
+    let nibble = |sc: u8| if l < 2 { sc & 0x0f } else { sc >> 4 };
+    match ty {
+        GgmlType::IQ2_XXS => {
+            let b = BlockIq2Xxs::read(block);
+            signed(
+                half(b.d) * (0.5 + b.scale(ib) as f32) * 0.25,
+                b.group(ib, l),
+            )
+        }
+        GgmlType::IQ2_XS => {
+            let b = BlockIq2Xs::read(block);
+            let db = half(b.d) * (0.5 + nibble(b.scales[ib]) as f32) * 0.25;
+            signed(db, b.group(ib, l))
+        }
+        GgmlType::IQ2_S => {
+            let b = BlockIq2S::read(block);
+            let db = half(b.d) * (0.5 + nibble(b.scales[ib]) as f32) * 0.25;
+            signed(db, b.group(ib, l))
+        }
+        GgmlType::IQ3_XXS => {
+            let b = BlockIq3Xxs::read(block);
+            signed(half(b.d) * (0.5 + b.scale(ib) as f32) * 0.5, b.group(ib, l))
+        }
+        GgmlType::IQ3_S => {
+            let b = BlockIq3S::read(block);
+            signed(half(b.d) * (1 + 2 * b.scale(ib)) as f32, b.group(ib, l))
+        }
+        GgmlType::IQ1_S => {
+            let b = BlockIq1S::read(block);
+            let (scale, negative) = b.scale(ib);
+            let delta = if negative { -IQ1S_DELTA } else { IQ1S_DELTA };
+            half(b.d) * (2 * scale + 1) as f32 * (b.group(ib, l)[j] as f32 + delta)
+        }
+        GgmlType::IQ1_M => {
+            let b = BlockIq1M::read(block);
+            let d = super::fp16::f16_to_f32(iq1m_scale(&b.scales));
+            let (grid, negative) = b.group(ib, l);
+            let delta = if negative { -IQ1S_DELTA } else { IQ1S_DELTA };
+            d * (2 * b.scale(ib, l / 2) + 1) as f32 * (grid[j] as f32 + delta)
+        }
+        _ => unreachable!("a codebook type"),
     }
 }
 
@@ -160,9 +262,9 @@ mod tests {
     #[test]
     fn dequantize_element_is_dequantize_row_bit_for_bit() {
         let mut rng = crate::testutil::Rng::new(12);
-        for ty in GgmlType::QUANTIZED.into_iter().chain(GgmlType::SCALAR_ONLY) {
-            let k = 2 * ty.block_elems();
-            let bytes = rng.blocks(ty, 2, 0.05);
+        for ty in GgmlType::QUANTIZED {
+            let k = 24 * ty.block_elems();
+            let bytes = rng.blocks(ty, 24, 0.05);
             let mut row = vec![0f32; k];
             dequantize_row(ty, &bytes, &mut row).unwrap();
             for i in 0..k {

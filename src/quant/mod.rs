@@ -52,35 +52,30 @@ pub enum GgmlType {
 }
 
 impl GgmlType {
-    /// The quantized types the engine takes: every kernel path and layout of [`crate::inflate`]
-    /// handles them.
-    pub const QUANTIZED: [GgmlType; 6] = [
+    /// The quantized types the engine takes: every kernel path of [`crate::inflate`] handles
+    /// them in plain blocks, and in ggml's repacked layouts those of
+    /// [`crate::inflate::Layout::REPACKED`].
+    pub const QUANTIZED: [GgmlType; 20] = [
         GgmlType::Q4_0,
         GgmlType::Q4_1,
         GgmlType::Q5_0,
         GgmlType::Q8_0,
         GgmlType::Q4_K,
         GgmlType::Q6_K,
-    ];
-
-    /// The other quantized types llama-quantize's presets store: a reference dequantization and
-    /// the scalar inflate ([`crate::inflate::inflate_expert_with`] on any path runs the scalar
-    /// kernel), but no SIMD kernels or repacked readers, so the engine declines them.
-    pub const SCALAR_ONLY: [GgmlType; 14] = [
         GgmlType::Q5_1,
         GgmlType::Q2_K,
         GgmlType::Q3_K,
         GgmlType::Q5_K,
+        GgmlType::IQ4_NL,
+        GgmlType::IQ4_XS,
+        GgmlType::MXFP4,
         GgmlType::IQ2_XXS,
         GgmlType::IQ2_XS,
-        GgmlType::IQ3_XXS,
-        GgmlType::IQ1_S,
-        GgmlType::IQ4_NL,
-        GgmlType::IQ3_S,
         GgmlType::IQ2_S,
-        GgmlType::IQ4_XS,
+        GgmlType::IQ3_XXS,
+        GgmlType::IQ3_S,
+        GgmlType::IQ1_S,
         GgmlType::IQ1_M,
-        GgmlType::MXFP4,
     ];
 
     /// Every type this crate knows, in ggml's order.
@@ -267,7 +262,6 @@ mod tests {
         }
         let known = (-1..64).filter_map(GgmlType::from_id).count();
         assert_eq!(known, GgmlType::ALL.len());
-        let quantized = GgmlType::QUANTIZED.into_iter().chain(GgmlType::SCALAR_ONLY);
-        assert_eq!(quantized.count(), GgmlType::ALL.len() - 2);
+        assert_eq!(GgmlType::QUANTIZED.len(), GgmlType::ALL.len() - 2);
     }
 }

@@ -36,9 +36,19 @@ pub enum VecDotType {
 }
 
 impl VecDotType {
+    /// The weight types with a dot product here.
+    pub const WEIGHTS: [GgmlType; 6] = [
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q5_0,
+        GgmlType::Q8_0,
+        GgmlType::Q4_K,
+        GgmlType::Q6_K,
+    ];
+
     /// The activation type ggml pairs with weights of type `ty` (`vec_dot_type` of ggml-cpu's
     /// type traits); `None` for F32/F16 and the types without a dot product here (all but
-    /// [`GgmlType::QUANTIZED`]).
+    /// [`Self::WEIGHTS`]).
     pub fn for_weights(ty: GgmlType) -> Option<VecDotType> {
         match ty {
             GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => Some(VecDotType::Q8_0),
@@ -298,7 +308,11 @@ mod tests {
     fn vec_dot_equals_the_dequantized_dot_product() {
         let mut rng = Rng::new(11);
         let k = 512;
-        for ty in GgmlType::QUANTIZED {
+        for ty in GgmlType::ALL {
+            let has = VecDotType::for_weights(ty).is_some();
+            assert_eq!(has, VecDotType::WEIGHTS.contains(&ty), "{}", ty.name());
+        }
+        for ty in VecDotType::WEIGHTS {
             let at = VecDotType::for_weights(ty).unwrap();
             let w = rng.blocks(ty, k / ty.block_elems(), 0.05);
             let x: Vec<f32> = (0..k).map(|_| rng.normal()).collect();

@@ -395,7 +395,7 @@ static void bad_input(ork_ctx *ctx, ork_ctx *lead) {
     RESET(); w.data = NULL; expect(ctx, &w, &b, &ids, &dst, ORK_INVALID_ARGUMENT, "as: data is NULL", "NULL weight data");
     RESET(); b.data = NULL; expect(ctx, &w, &b, &ids, &dst, ORK_INVALID_ARGUMENT, "b: data is NULL", "NULL activation data");
     RESET(); w.type = 9999; expect(ctx, &w, &b, &ids, &dst, ORK_NOT_HANDLED, "not supported", "unknown weight type 9999");
-    RESET(); w.type = 20; expect(ctx, &w, &b, &ids, &dst, ORK_NOT_HANDLED, "not supported", "unsupported weight type IQ4_NL");
+    RESET(); w.type = 30; expect(ctx, &w, &b, &ids, &dst, ORK_NOT_HANDLED, "not supported", "unsupported weight type BF16");
     RESET(); w.type = -3; expect(ctx, &w, &b, &ids, &dst, ORK_INVALID_ARGUMENT, "not a ggml type", "negative type id");
     RESET(); ids.type = T_F32; expect(ctx, &w, &b, &ids, &dst, ORK_INVALID_ARGUMENT, "must be I32", "ids not I32");
     RESET(); dst.type = T_F16; expect(ctx, &w, &b, &ids, &dst, ORK_INVALID_ARGUMENT, "must be F32", "dst not F32");
@@ -731,7 +731,7 @@ int main(void) {
     CHECK(ork_abi_version() == ORK_ABI_VERSION, "ABI version mismatch");
     CHECK(strcmp(ork_version(), "0.1.0") == 0, "version %s", ork_version());
     CHECK(ork_supports_type(T_Q4_0) == 1 && ork_supports_type(T_Q6_K) == 1, "supports_type quantized");
-    CHECK(ork_supports_type(T_F32) == 0 && ork_supports_type(20) == 0 && ork_supports_type(-1) == 0, "supports_type others");
+    CHECK(ork_supports_type(T_F32) == 0 && ork_supports_type(30) == 0 && ork_supports_type(-1) == 0, "supports_type others");
     {
         static const int32_t LAYOUTS[] = {ORK_TYPE_Q4_0_4X4, ORK_TYPE_Q4_0_4X8, ORK_TYPE_Q4_0_8X8, ORK_TYPE_Q8_0_4X4, ORK_TYPE_Q8_0_4X8,
                                           ORK_TYPE_Q4_K_8X4, ORK_TYPE_Q4_K_8X8, ORK_TYPE_Q6_K_8X4, ORK_TYPE_Q6_K_8X8};

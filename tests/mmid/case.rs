@@ -106,8 +106,13 @@ pub struct Case {
 
 /// A random case: a valid call in some layout, often broken on purpose in one way.
 pub fn random_case(rng: &mut impl Draw) -> Case {
-    let types = GgmlType::QUANTIZED;
-    let wt = types[rng.below(types.len())];
+    // Half of the cases of a type ggml repacks, so that the repacked layouts keep their share
+    // among all the types.
+    let wt = if rng.below(2) == 0 {
+        Layout::REPACKED[rng.below(Layout::REPACKED.len())].0
+    } else {
+        GgmlType::QUANTIZED[rng.below(GgmlType::QUANTIZED.len())]
+    };
     // Mostly shallow, sometimes deep.
     let blocks = MAX_K / wt.block_elems();
     let depth = 1 + rng.below(blocks);
@@ -257,7 +262,7 @@ pub fn random_case(rng: &mut impl Draw) -> Case {
     let dec = Reason::Declined;
     match rng.below(40) {
         0 => {
-            d.w.ty = [20, 9999, 1, 0][rng.below(4)];
+            d.w.ty = [30, 9999, 1, 0][rng.below(4)];
             reasons.push(dec("weight type not supported"));
         }
         1 => {

@@ -123,6 +123,7 @@ use crate::isa::Isa;
 use crate::quant::{GgmlType, QuantError};
 use plan::plan;
 use scalar::{scalar_kernel, Q4K, Q4_0, Q4_1, Q5_0, Q6K, Q8_0};
+use scalar::{Iq4Nl, Iq4Xs, Mxfp4, Q2K, Q3K, Q5K, Q5_1};
 use source::Source;
 use std::ops::Range;
 
@@ -158,6 +159,8 @@ struct Column {
     shift: [u32; 2],
     /// XOR of the quant byte as stored (Q4_0 repacked: 0x88).
     flip: u8,
+    /// Its weight's place in the block (what the codebook types' decoder reads).
+    element: usize,
 }
 
 /// The columns in channel order, in runs of one parameter set (a block's, or a sub-block's),
@@ -247,7 +250,15 @@ fn kernel(isa: Isa, src: &Source) -> Kernel {
         GgmlType::Q8_0 => scalar_kernel::<Q8_0>(src.rows, src.chunk),
         GgmlType::Q4_K => scalar_kernel::<Q4K>(src.rows, src.chunk),
         GgmlType::Q6_K => scalar_kernel::<Q6K>(src.rows, src.chunk),
-        _ => unreachable!("validated: a type the engine takes"),
+        GgmlType::Q5_1 => scalar_kernel::<Q5_1>(src.rows, src.chunk),
+        GgmlType::Q5_K => scalar_kernel::<Q5K>(src.rows, src.chunk),
+        GgmlType::Q2_K => scalar_kernel::<Q2K>(src.rows, src.chunk),
+        GgmlType::Q3_K => scalar_kernel::<Q3K>(src.rows, src.chunk),
+        GgmlType::IQ4_NL => scalar_kernel::<Iq4Nl>(src.rows, src.chunk),
+        GgmlType::IQ4_XS => scalar_kernel::<Iq4Xs>(src.rows, src.chunk),
+        GgmlType::MXFP4 => scalar_kernel::<Mxfp4>(src.rows, src.chunk),
+        // The codebook types (plain blocks only), weight by weight.
+        _ => scalar::by_element,
     }
 }
 

@@ -5,10 +5,11 @@ use super::source::Source;
 use super::{Column, Plan, Run};
 use crate::quant::GgmlType;
 
-/// Weights per parameter set of `ty`: Q4_K's sub-blocks of 32 and Q6_K's of 16, else the block.
+/// Weights per parameter set of `ty`: the k-quants' and IQ4_XS's sub-blocks (Q6_K, Q2_K and
+/// Q3_K: of 16), else the block of 32.
 fn set_elems(ty: GgmlType) -> usize {
     match ty {
-        GgmlType::Q6_K => 16,
+        GgmlType::Q6_K | GgmlType::Q2_K | GgmlType::Q3_K => 16,
         _ => 32,
     }
 }
@@ -68,12 +69,42 @@ fn locate(src: &Source, slot: usize, e: usize) -> Column {
                 [4 * (quarter / 2) as u32, 2 * quarter as u32],
             )
         }
-        _ => unreachable!("validated: a type the engine takes"),
+        GgmlType::Q5_1 => (
+            [8 + e % 16, 4 + e / 8],
+            [4 * (e / 16) as u32, (e % 8) as u32],
+        ),
+        GgmlType::Q5_K => {
+            let (chunk, l) = (e / 64, e % 64);
+            (
+                [48 + chunk * 32 + l % 32, 16 + l % 32],
+                [4 * (l / 32) as u32, (2 * chunk + l / 32) as u32],
+            )
+        }
+        GgmlType::Q2_K => (
+            [16 + 32 * (e / 128) + e % 32, 0],
+            [2 * (e % 128 / 32) as u32, 0],
+        ),
+        GgmlType::Q3_K => {
+            let (half, j) = (e / 128, e % 128 / 32);
+            (
+                [32 + 32 * half + e % 32, e % 32],
+                [2 * j as u32, (4 * half + j) as u32],
+            )
+        }
+        GgmlType::IQ4_NL => ([2 + e % 16, 0], [4 * (e / 16) as u32, 0]),
+        GgmlType::IQ4_XS => (
+            [8 + 16 * (e / 32) + e % 16, 0],
+            [4 * (e % 32 / 16) as u32, 0],
+        ),
+        GgmlType::MXFP4 => ([1 + e % 16, 0], [4 * (e / 16) as u32, 0]),
+        // The codebook types' decoder reads the weight through its place in the block.
+        _ => ([0, 0], [0, 0]),
     };
     Column {
         slot,
         q: bytes.map(|p| src.loc(p)),
         shift,
         flip: src.flip(bytes[0]),
+        element: e,
     }
 }

@@ -5,6 +5,8 @@ use super::super::params::finite_half_to_f32;
 use super::source::Source;
 use super::{walk, Column, Kernel, Loc, Plan, Run, STRIP};
 use crate::quant::fp16::f16_to_f32;
+use crate::quant::grids::{KVALUES_IQ4NL, KVALUES_MXFP4};
+use crate::quant::{dequantize_element, e8m0_to_f32_half, iq4xs_scale, q3k_scales};
 use crate::quant::{q4k_scale_min, K_SCALE_SIZE};
 use std::ops::Range;
 
@@ -87,6 +89,22 @@ pub(super) fn scalar_runs<D: Decode, const R: usize, const C: usize>(
     }
 }
 
+/// The decoder of the codebook types (IQ2, IQ3, IQ1; plain blocks): each weight as
+/// [`dequantize_element`] gives it, a strip of rows per column.
+pub(super) fn by_element(src: &Source, plan: &Plan, out: &mut [f32]) {
+    let bytes = src.ty.block_bytes();
+    walk(src, plan, |rows, runs| {
+        let x = runs[0].x;
+        for col in runs.iter().flat_map(|run| &plan.columns[run.range.clone()]) {
+            let dst = &mut out[col.slot * src.n + rows.start..][..rows.len()];
+            for (r, o) in rows.clone().zip(dst) {
+                let at = src.offset::<1>(r, x, Loc::default());
+                *o = dequantize_element(src.ty, &src.data[at..at + bytes], col.element);
+            }
+        }
+    });
+}
+
 /// binary16 → binary32, exact for every half: branch-free for the finite scales real weights
 /// have.
 #[inline(always)]
@@ -136,6 +154,13 @@ pub(super) struct Q5_0;
 pub(super) struct Q8_0;
 pub(super) struct Q4K;
 pub(super) struct Q6K;
+pub(super) struct Q5_1;
+pub(super) struct Q5K;
+pub(super) struct Q2K;
+pub(super) struct Q3K;
+pub(super) struct Iq4Nl;
+pub(super) struct Iq4Xs;
+pub(super) struct Mxfp4;
 
 impl Decode for Q4_0 {
     #[inline(always)]
@@ -245,5 +270,179 @@ impl Decode for Q6K {
         let (lo, hi) = ((q[0] >> col.shift[0]) & 15, (q[1] >> col.shift[1]) & 3);
         let c = (lo | hi << 4) as i32 - 32;
         c as f32 * a
+    }
+}
+
+impl Decode for Q5_1 {
+    const TWO_BYTES: bool = true;
+    const M: bool = true;
+
+    #[inline(always)]
+    fn params<const R: usize>(
+        _: &Source,
+        _: usize,
+        _: usize,
+        _: usize,
+        _: Loc,
+        d: f32,
+        m: f32,
+    ) -> (f32, f32) {
+        (d, m)
+    }
+
+    #[inline(always)]
+    fn weight(q: [u8; 2], col: &Column, a: f32, b: f32) -> f32 {
+        let (lo, hi) = ((q[0] >> col.shift[0]) & 15, (q[1] >> col.shift[1]) & 1);
+        (lo | hi << 4) as f32 * a + b
+    }
+}
+
+impl Decode for Q5K {
+    const TWO_BYTES: bool = true;
+    const M: bool = true;
+
+    fn set(src: &Source, s: usize) -> Loc {
+        src.q4k_scales(s)
+    }
+
+    /// Q4_K's sub-block parameters (the same header).
+    #[inline(always)]
+    fn params<const R: usize>(
+        src: &Source,
+        r: usize,
+        x: usize,
+        s: usize,
+        set: Loc,
+        d: f32,
+        dmin: f32,
+    ) -> (f32, f32) {
+        Q4K::params::<R>(src, r, x, s, set, d, dmin)
+    }
+
+    #[inline(always)]
+    fn weight(q: [u8; 2], col: &Column, a: f32, b: f32) -> f32 {
+        let (lo, hi) = ((q[0] >> col.shift[0]) & 15, (q[1] >> col.shift[1]) & 1);
+        (lo | hi << 4) as f32 * a - b
+    }
+}
+
+impl Decode for Q2K {
+    const M: bool = true;
+
+    fn set(src: &Source, s: usize) -> Loc {
+        src.loc(s)
+    }
+
+    /// Set `s`'s scale byte: `(fl(d·(sc & 15)), fl(dmin·(sc >> 4)))`.
+    #[inline(always)]
+    fn params<const R: usize>(
+        src: &Source,
+        r: usize,
+        x: usize,
+        _: usize,
+        set: Loc,
+        d: f32,
+        dmin: f32,
+    ) -> (f32, f32) {
+        let sc = src.byte::<R>(r, x, set);
+        (d * (sc & 0x0f) as f32, dmin * (sc >> 4) as f32)
+    }
+
+    #[inline(always)]
+    fn weight(q: [u8; 2], col: &Column, a: f32, b: f32) -> f32 {
+        ((q[0] >> col.shift[0]) & 3) as f32 * a - b
+    }
+}
+
+impl Decode for Q3K {
+    const TWO_BYTES: bool = true;
+
+    fn set(src: &Source, _: usize) -> Loc {
+        src.loc(96)
+    }
+
+    /// Set `s`'s six-bit scale from the 12 packed bytes: `fl(d·(sc - 32))`.
+    #[inline(always)]
+    fn params<const R: usize>(
+        src: &Source,
+        r: usize,
+        x: usize,
+        s: usize,
+        set: Loc,
+        d: f32,
+        _: f32,
+    ) -> (f32, f32) {
+        let at = src.offset::<R>(r, x, set);
+        let packed: &[u8; 12] = src.data[at..at + 12].try_into().expect("12 bytes");
+        (d * q3k_scales(packed)[s] as f32, 0.0)
+    }
+
+    /// The 2-bit code less 4 where its `hmask` bit is clear.
+    #[inline(always)]
+    fn weight(q: [u8; 2], col: &Column, a: f32, _: f32) -> f32 {
+        let low = ((q[0] >> col.shift[0]) & 3) as i32;
+        let c = low
+            - if (q[1] >> col.shift[1]) & 1 != 0 {
+                0
+            } else {
+                4
+            };
+        a * c as f32
+    }
+}
+
+impl Decode for Iq4Nl {
+    #[inline(always)]
+    fn weight(q: [u8; 2], col: &Column, a: f32, _: f32) -> f32 {
+        a * KVALUES_IQ4NL[((q[0] >> col.shift[0]) & 15) as usize] as f32
+    }
+}
+
+impl Decode for Iq4Xs {
+    fn set(src: &Source, _: usize) -> Loc {
+        src.loc(2)
+    }
+
+    /// Sub-block `s`'s six-bit scale from `scales_h` and `scales_l`: `fl(d·(ls - 32))`.
+    #[inline(always)]
+    fn params<const R: usize>(
+        src: &Source,
+        r: usize,
+        x: usize,
+        s: usize,
+        set: Loc,
+        d: f32,
+        _: f32,
+    ) -> (f32, f32) {
+        let at = src.offset::<R>(r, x, set);
+        let b = &src.data[at..at + 6];
+        let ls = iq4xs_scale(s, [b[0], b[1]], b[2..6].try_into().expect("4 bytes"));
+        (d * (ls - 32) as f32, 0.0)
+    }
+
+    #[inline(always)]
+    fn weight(q: [u8; 2], col: &Column, a: f32, _: f32) -> f32 {
+        a * KVALUES_IQ4NL[((q[0] >> col.shift[0]) & 15) as usize] as f32
+    }
+}
+
+impl Decode for Mxfp4 {
+    /// The block's E8M0 scale (its first byte; the fp16 `d` read for every type is unused).
+    #[inline(always)]
+    fn params<const R: usize>(
+        src: &Source,
+        r: usize,
+        x: usize,
+        _: usize,
+        set: Loc,
+        _: f32,
+        _: f32,
+    ) -> (f32, f32) {
+        (e8m0_to_f32_half(src.byte::<R>(r, x, set)), 0.0)
+    }
+
+    #[inline(always)]
+    fn weight(q: [u8; 2], col: &Column, a: f32, _: f32) -> f32 {
+        KVALUES_MXFP4[((q[0] >> col.shift[0]) & 15) as usize] as f32 * a
     }
 }

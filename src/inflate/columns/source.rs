@@ -21,7 +21,8 @@ pub(super) struct Source<'a> {
     pub(super) block_step: usize,
     /// The repacked layout's fields (none in plain blocks).
     fields: Vec<Field>,
-    /// Where the block's fp16 fields lie: `d`, and Q4_1's `m` or Q4_K's `dmin`.
+    /// Where the block's fp16 fields lie: `d`, and the second one (Q4_1's and Q5_1's `m`, the
+    /// k-quants' `dmin`).
     pub(super) d: Loc,
     pub(super) m: Loc,
 }
@@ -51,8 +52,13 @@ impl<'a> Source<'a> {
             d: Loc::default(),
             m: Loc::default(),
         };
-        let d = if w.ty == GgmlType::Q6_K { 208 } else { 0 };
-        (src.d, src.m) = (src.loc(d), src.loc(2));
+        let (d, m) = match w.ty {
+            GgmlType::Q6_K => (208, 2),
+            GgmlType::Q2_K => (80, 82),
+            GgmlType::Q3_K => (108, 2),
+            _ => (0, 2),
+        };
+        (src.d, src.m) = (src.loc(d), src.loc(m));
         src
     }
 

@@ -46,6 +46,11 @@ fn expert(ty: GgmlType, n: usize, k: usize, adversarial: bool, rng: &mut Rng) ->
     data
 }
 
+/// Whether `ty`'s weights are sums `fl(c·a) + b` (see [`assert_columns`]).
+fn sums(ty: GgmlType) -> bool {
+    matches!(ty, GgmlType::Q4_1 | GgmlType::Q5_1)
+}
+
 /// Column sets: none, one, the last, all in order, all backwards with repeats, a run inside one
 /// block, and random ones (in order and not).
 fn column_sets(k: usize, rng: &mut Rng) -> Vec<Vec<usize>> {
@@ -69,9 +74,9 @@ fn column_sets(k: usize, rng: &mut Rng) -> Vec<Vec<usize>> {
 }
 
 /// The reference columns, then every path's, from `stored` in `layout`; equal bit for bit, and
-/// nothing written past them. Only where Q4_1's sum meets two NaNs (`d` or the product NaN, and
-/// `m`) both must merely be NaN: Rust leaves open which operand's payload such a sum carries,
-/// and the compiler's choice differs from loop to loop.
+/// nothing written past them. Only where Q4_1's or Q5_1's sum meets two NaNs (`d` or the product
+/// NaN, and `m`) both must merely be NaN: Rust leaves open which operand's payload such a sum
+/// carries, and the compiler's choice differs from loop to loop.
 fn assert_columns(
     plain: &ExpertWeights,
     layout: Layout,
@@ -91,7 +96,7 @@ fn assert_columns(
         let (got, past) = got.split_at(columns.len() * n);
         let same = |i: usize| {
             got[i].to_bits() == want[i].to_bits()
-                || plain.ty == GgmlType::Q4_1 && got[i].is_nan() && want[i].is_nan()
+                || sums(plain.ty) && got[i].is_nan() && want[i].is_nan()
         };
         if let Some(i) = (0..got.len()).find(|&i| !same(i)) {
             panic!(
@@ -173,6 +178,38 @@ fn plain_rows_with_a_stride_and_an_odd_start_give_the_reference_columns() {
         for columns in column_sets(k, &mut rng) {
             let what = format!("{} stride {stride}", ty.name());
             assert_columns(&w, Layout::Plain, &w, &columns, &what);
+        }
+    }
+}
+
+/// The columns of every type against ggml's dequantization of whole rows
+/// ([`crate::quant::dequantize_row`]), on the best path: the reference above is one weight at
+/// a time, this is the independent check of it.
+#[test]
+fn columns_are_the_dequantized_rows() {
+    let mut rng = Rng::new(34);
+    for ty in GgmlType::QUANTIZED {
+        let (n, k) = (19, 2 * ty.block_elems());
+        for adversarial in [false, true] {
+            let data = expert(ty, n, k, adversarial, &mut rng);
+            let w = ExpertWeights::contiguous(ty, &data, k, n).unwrap();
+            let columns: Vec<usize> = (0..k).collect();
+            let mut got = vec![0f32; k * n];
+            w.dequantize_columns(&columns, &mut got).unwrap();
+            let mut row = vec![0f32; k];
+            for (r, bytes) in data.chunks_exact(ty.row_bytes(k).unwrap()).enumerate() {
+                crate::quant::dequantize_row(ty, bytes, &mut row).unwrap();
+                for (c, &want) in row.iter().enumerate() {
+                    let g = got[c * n + r];
+                    let same =
+                        g.to_bits() == want.to_bits() || sums(ty) && g.is_nan() && want.is_nan();
+                    assert!(
+                        same,
+                        "{} row {r} column {c}: {g:e}, want {want:e}",
+                        ty.name()
+                    );
+                }
+            }
         }
     }
 }

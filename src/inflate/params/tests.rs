@@ -47,7 +47,7 @@ fn rne_i32_rounds_half_to_even() {
 
 #[test]
 fn rescale_types_map_their_largest_code_to_127_with_the_smallest_stretch() {
-    for ty in GgmlType::SCALAR_ONLY {
+    for ty in GgmlType::ALL {
         let Some(Sets {
             method: sets::Method::Rescale { c_max },
             ..

@@ -28,7 +28,7 @@ fn load32(src: &[u8]) -> __m256i {
 
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
-fn store32(dst: &mut [i8; RUN], v: __m256i) {
+pub(super) fn store32(dst: &mut [i8; RUN], v: __m256i) {
     // SAFETY: `dst` is 32 writable bytes; unaligned store.
     unsafe { _mm256_storeu_si256(dst.as_mut_ptr().cast(), v) }
 }
@@ -119,7 +119,7 @@ fn widen16(src: &[u8]) -> __m256i {
 /// runs, one per 128-bit lane.
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
-fn pair_multipliers(m: &[i16]) -> __m256i {
+pub(super) fn pair_multipliers(m: &[i16]) -> __m256i {
     let pair = (m[0] as u16 as u32 | (m[1] as u16 as u32) << 16) as i32;
     #[rustfmt::skip]
     let halves = _mm256_setr_epi8(
@@ -129,39 +129,86 @@ fn pair_multipliers(m: &[i16]) -> __m256i {
     _mm256_shuffle_epi8(_mm256_set1_epi32(pair), halves)
 }
 
+/// The nibble-table types (Q4_0, IQ4_NL, MXFP4, IQ4_XS): a group of `G` runs is `GB` bytes of
+/// the row, run `g`'s 16 quant bytes at `QS + g·RS` of them (single-run blocks: `RS` the block's
+/// bytes; IQ4_XS: a super-block of 8 runs), weight `i` the low (`i < 16`) or high nibble of
+/// byte `i % 16` through the run's table `sat8((c[q]·m + 2¹⁴) >> 15)` of the scaled codes `c`.
+#[inline]
 #[target_feature(enable = "avx2,f16c")]
-pub(super) fn q4_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
-    let c: [i16; 16] = scaled_codes(GgmlType::Q4_0);
+fn nibble_rescale<const G: usize, const GB: usize, const QS: usize, const RS: usize>(
+    rows: &[&[u8]],
+    params: &TileParams,
+    tile: &mut Tile,
+    runs: usize,
+    c: &[i16; 16],
+) {
+    const { assert!(G.is_multiple_of(2) && QS + (G - 1) * RS + 16 <= GB) };
     // SAFETY: each load reads 8 of `c`'s 16 i16 (16 bytes, in bounds); unaligned.
     let [c_lo, c_hi] = [0, 8]
         .map(|at| unsafe { _mm256_broadcastsi128_si256(_mm_loadu_si128(c[at..].as_ptr().cast())) });
     let low = _mm256_set1_epi8(15);
-    // Runs r, r + 1 (blocks `b0`, `b1`, multipliers `m`): one table pair (lane 0 run r's
+    // Runs r, r + 1 (quant bytes `q0`, `q1`, multipliers `m`): one table pair (lane 0 run r's
     // table, lane 1 run r + 1's) from one pair of multiplies and one pack; it looks up both
     // runs' quant bytes at once, their low nibbles (weights 0..16) in one vector, high nibbles
     // (16..32) in another, and two lane permutes put each run together.
-    let pair =
-        |b0: &[u8; 18], b1: &[u8; 18], m: &[i16], even: &mut [i8; RUN], odd: &mut [i8; RUN]| {
-            let m = pair_multipliers(m);
-            let t = _mm256_packs_epi16(_mm256_mulhrs_epi16(c_lo, m), _mm256_mulhrs_epi16(c_hi, m));
-            let q = _mm256_set_m128i(load16(&b1[2..]), load16(&b0[2..]));
-            let first = _mm256_shuffle_epi8(t, _mm256_and_si256(q, low));
-            let second = _mm256_shuffle_epi8(t, _mm256_and_si256(_mm256_srli_epi16::<4>(q), low));
-            store32(even, _mm256_permute2x128_si256::<0x20>(first, second));
-            store32(odd, _mm256_permute2x128_si256::<0x31>(first, second));
-        };
+    let pair = |q0: &[u8], q1: &[u8], m: &[i16], even: &mut [i8; RUN], odd: &mut [i8; RUN]| {
+        let m = pair_multipliers(m);
+        let t = _mm256_packs_epi16(_mm256_mulhrs_epi16(c_lo, m), _mm256_mulhrs_epi16(c_hi, m));
+        let q = _mm256_set_m128i(load16(q1), load16(q0));
+        let first = _mm256_shuffle_epi8(t, _mm256_and_si256(q, low));
+        let second = _mm256_shuffle_epi8(t, _mm256_and_si256(_mm256_srli_epi16::<4>(q), low));
+        store32(even, _mm256_permute2x128_si256::<0x20>(first, second));
+        store32(odd, _mm256_permute2x128_si256::<0x31>(first, second));
+    };
     let m = params.m();
-    let full = runs / GROUP * GROUP;
-    for_each_block_group::<GROUP, 1, 72, _>(rows, m, tile, 0..full, |_, [blk], [m], out| {
-        let blk = blk.as_chunks::<18>().0;
-        let [[o0], [o1], [o2], [o3]] = out;
-        pair(&blk[0], &blk[1], &m[..2], o0, o1);
-        pair(&blk[2], &blk[3], &m[2..], o2, o3);
+    let full = runs / G * G;
+    for_each_block_group::<G, 1, GB, _>(rows, m, tile, 0..full, |_, [blk], [m], out| {
+        let mut out = out.into_iter();
+        for p in (0..G).step_by(2) {
+            let (Some([even]), Some([odd])) = (out.next(), out.next()) else {
+                unreachable!("G runs")
+            };
+            let at = QS + p * RS;
+            pair(&blk[at..], &blk[at + RS..], &m[p..p + 2], even, odd);
+        }
     });
-    for_each_block_group::<1, 1, 18, _>(rows, m, tile, full..runs, |_, [blk], [[m]], [[out]]| {
-        let lut = _mm256_broadcastsi128_si256(rescale_table(&c, *m));
-        store32(out, _mm256_shuffle_epi8(lut, nibbles(load16(&blk[2..]))));
-    });
+    // The last `runs % G`, one at a time (only formats of one block per run have them).
+    if full < runs {
+        for_each_block_group::<1, 1, RS, _>(
+            rows,
+            m,
+            tile,
+            full..runs,
+            |_, [blk], [[m]], [[out]]| {
+                let lut = _mm256_broadcastsi128_si256(rescale_table(c, *m));
+                store32(out, _mm256_shuffle_epi8(lut, nibbles(load16(&blk[QS..]))));
+            },
+        );
+    }
+}
+
+#[target_feature(enable = "avx2,f16c")]
+pub(super) fn q4_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
+    let c = scaled_codes(GgmlType::Q4_0);
+    nibble_rescale::<GROUP, 72, 2, 18>(rows, params, tile, runs, &c);
+}
+
+#[target_feature(enable = "avx2,f16c")]
+pub(super) fn iq4_nl(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
+    let c = scaled_codes(GgmlType::IQ4_NL);
+    nibble_rescale::<GROUP, 72, 2, 18>(rows, params, tile, runs, &c);
+}
+
+#[target_feature(enable = "avx2,f16c")]
+pub(super) fn mxfp4(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
+    let c = scaled_codes(GgmlType::MXFP4);
+    nibble_rescale::<GROUP, 68, 1, 17>(rows, params, tile, runs, &c);
+}
+
+#[target_feature(enable = "avx2,f16c")]
+pub(super) fn iq4_xs(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
+    let c = scaled_codes(GgmlType::IQ4_XS);
+    nibble_rescale::<8, 136, 8, 16>(rows, params, tile, runs, &c);
 }
 
 #[target_feature(enable = "avx2,f16c")]
@@ -418,5 +465,163 @@ pub(super) fn q6_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
         let m = spread(m);
         half(blk, 0, [m[0], m[1], m[2], m[3]], [o0, o1, o2, o3]);
         half(blk, 1, [m[4], m[5], m[6], m[7]], [o4, o5, o6, o7]);
+    });
+}
+
+/// `v` with bit `from` of each byte moved to bit `to` (other bits: garbage to mask off; a
+/// 16-bit shift, so bits cross into the neighbouring byte's far end only).
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn move_bit(v: __m256i, from: u32, to: u32) -> __m256i {
+    if from >= to {
+        _mm256_srl_epi16(v, _mm_cvtsi32_si128((from - to) as i32))
+    } else {
+        _mm256_sll_epi16(v, _mm_cvtsi32_si128((to - from) as i32))
+    }
+}
+
+#[target_feature(enable = "avx2,f16c")]
+pub(super) fn q3_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
+    // Table entry i = q2 + 4·hbit (code i - 4), scaled by 32: each set's 8 entries, twice per
+    // 128-bit lane after the pack (lane 0: the run's first set, lane 1: its second).
+    let codes = _mm256_broadcastsi128_si256(_mm_setr_epi16(-128, -96, -64, -32, 0, 32, 64, 96));
+    let (three, four) = (_mm256_set1_epi8(3), _mm256_set1_epi8(4));
+    let m = params.m_pairs();
+    // Run s of a super-block: 2-bit field s % 4 of qs[32·(s / 4)..][..32], bit s of hmask.
+    for_each_block_group::<8, 1, 110, _>(rows, m, tile, 0..runs, |_, [blk], [m], out| {
+        let hmask = load32(blk);
+        let qs = [load32(&blk[32..]), load32(&blk[64..])];
+        for (s, [out]) in out.into_iter().enumerate() {
+            let t = _mm256_mulhrs_epi16(codes, pair_multipliers(&m[s]));
+            let t = _mm256_packs_epi16(t, t);
+            let low = _mm256_and_si256(move_bit(qs[s / 4], 2 * (s as u32 % 4), 0), three);
+            let high = _mm256_and_si256(move_bit(hmask, s as u32, 2), four);
+            store32(out, _mm256_shuffle_epi8(t, _mm256_or_si256(low, high)));
+        }
+    });
+}
+
+#[target_feature(enable = "avx2,f16c")]
+pub(super) fn q2_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
+    let order = _mm256_setr_epi32(0, 4, 2, 6, 1, 5, 3, 7);
+    let (three, twelve) = (_mm256_set1_ps(3.0), _mm256_set1_epi8(12));
+    // The tables of four runs (their eight sets' `[f, g]`): lane 0 the runs' first sets, lane
+    // 1 their second ones; byte 4q + t of a lane is code q of run t's set, `sat8(rne(fl(fl(q·f)
+    // + g)))` (fl(0·f) + g = g and fl(2·f) = f + f: the same values).
+    let tables = |fg: &[[f32; 2]]| {
+        let fg: &[[f32; 2]; 8] = fg.try_into().expect("8 sets");
+        // SAFETY: `fg` is 64 readable bytes; unaligned loads.
+        let (p0, p1) = unsafe {
+            let at = fg.as_ptr().cast::<f32>();
+            (_mm256_loadu_ps(at), _mm256_loadu_ps(at.add(8)))
+        };
+        // Sets [0, 2, 4, 6 | 1, 3, 5, 7] (each run's first sets, then its second).
+        let f = _mm256_permutevar8x32_ps(_mm256_shuffle_ps::<0b10_00_10_00>(p0, p1), order);
+        let g = _mm256_permutevar8x32_ps(_mm256_shuffle_ps::<0b11_01_11_01>(p0, p1), order);
+        let e0 = _mm256_cvtps_epi32(g);
+        let e1 = _mm256_cvtps_epi32(_mm256_add_ps(f, g));
+        let e2 = _mm256_cvtps_epi32(_mm256_add_ps(_mm256_add_ps(f, f), g));
+        let e3 = _mm256_cvtps_epi32(_mm256_add_ps(_mm256_mul_ps(f, three), g));
+        _mm256_packs_epi16(_mm256_packs_epi32(e0, e1), _mm256_packs_epi32(e2, e3))
+    };
+    // Runs 4h..4h + 4 of a super-block: 2-bit field t of qs[32h..][..32] for run 4h + t.
+    let m = params.fg_pairs();
+    for_each_block_group::<8, 1, 84, _>(rows, m, tile, 0..runs, |_, [blk], [p], out| {
+        let mut out = out.into_iter();
+        for (h, fg) in p.as_flattened().chunks_exact(8).enumerate() {
+            let t = tables(fg);
+            let q = load32(&blk[16 + 32 * h..]);
+            for (run, [out]) in (0..4).zip(&mut out) {
+                let code = _mm256_and_si256(move_bit(q, 2 * run, 2), twelve);
+                let index = _mm256_or_si256(code, _mm256_set1_epi8(run as i8));
+                store32(out, _mm256_shuffle_epi8(t, index));
+            }
+        }
+    });
+}
+
+/// Binary32 codes `[4k..4k + 4, 16 + 4k..16 + 4k + 4]` for k in 0..4: [`five_bit_table`]'s.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn five_bit_codes() -> [__m256; 4] {
+    std::array::from_fn(|k| {
+        let c = 4.0 * k as f32;
+        _mm256_setr_ps(
+            c,
+            c + 1.0,
+            c + 2.0,
+            c + 3.0,
+            c + 16.0,
+            c + 17.0,
+            c + 18.0,
+            c + 19.0,
+        )
+    })
+}
+
+/// The 32-entry table of a run of Q5_1 or Q5_K, `lut[q] = sat8(rne(fl(fl(q·f) + g)))`: lane 0
+/// holds the codes 0..16, lane 1 the codes 16..32 (`codes`: [`five_bit_codes`]; `packs` works within
+/// lanes, so each lane's entries come out in order).
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn five_bit_table(codes: &[__m256; 4], [f, g]: [f32; 2]) -> __m256i {
+    let (f, g) = (_mm256_set1_ps(f), _mm256_set1_ps(g));
+    let step = |c: __m256| _mm256_cvtps_epi32(_mm256_add_ps(_mm256_mul_ps(c, f), g));
+    _mm256_packs_epi16(
+        _mm256_packs_epi32(step(codes[0]), step(codes[1])),
+        _mm256_packs_epi32(step(codes[2]), step(codes[3])),
+    )
+}
+
+/// 32 five-bit codes through a [`five_bit_table`]: `nibbles` their low four bits, `fifth` all ones
+/// where the fifth is set.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn five_bit_lookup(t: __m256i, nibbles: __m256i, fifth: __m256i) -> __m256i {
+    let low = _mm256_shuffle_epi8(_mm256_permute2x128_si256::<0x00>(t, t), nibbles);
+    let high = _mm256_shuffle_epi8(_mm256_permute2x128_si256::<0x11>(t, t), nibbles);
+    _mm256_blendv_epi8(low, high, fifth)
+}
+
+#[target_feature(enable = "avx2,f16c")]
+pub(super) fn q5_1(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
+    let codes = five_bit_codes();
+    let bits = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
+    // Byte i of the run takes byte i / 8 of qh (its weight's fifth bit is bit i % 8 there).
+    #[rustfmt::skip]
+    let spread = _mm256_setr_epi8(
+        0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+        2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3,
+    );
+    for_each_block::<1, 24, 96, _>(rows, params.fg(), tile, runs, |[blk], [fg], [out]| {
+        let qh = _mm256_set1_epi32(i32::from_le_bytes([blk[4], blk[5], blk[6], blk[7]]));
+        let fifth = _mm256_and_si256(_mm256_shuffle_epi8(qh, spread), bits);
+        let fifth = _mm256_cmpeq_epi8(fifth, bits);
+        let t = five_bit_table(&codes, fg);
+        store32(out, five_bit_lookup(t, nibbles(load16(&blk[8..])), fifth));
+    });
+}
+
+#[target_feature(enable = "avx2,f16c")]
+pub(super) fn q5_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
+    let codes = five_bit_codes();
+    let low = _mm256_set1_epi8(15);
+    // Run s of a super-block: nibble s % 2 of qs[32·(s / 2)..][..32], bit s of qh.
+    for_each_block_group::<8, 1, 176, _>(rows, params.fg(), tile, 0..runs, |_, [blk], [p], out| {
+        let qh = load32(&blk[16..]);
+        for (s, [out]) in out.into_iter().enumerate() {
+            let q = load32(&blk[48 + 32 * (s / 2)..]);
+            let nibbles = if s % 2 == 0 {
+                _mm256_and_si256(q, low)
+            } else {
+                _mm256_and_si256(_mm256_srli_epi16::<4>(q), low)
+            };
+            let bit = _mm256_set1_epi8(1 << s);
+            let fifth = _mm256_cmpeq_epi8(_mm256_and_si256(qh, bit), bit);
+            store32(
+                out,
+                five_bit_lookup(five_bit_table(&codes, p[s]), nibbles, fifth),
+            );
+        }
     });
 }

@@ -49,7 +49,7 @@ fn load32x2(a: &[u8], b: &[u8]) -> __m512i {
 /// Run `r` of two adjacent rows: 64 contiguous bytes.
 #[inline]
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
-fn store(out: &mut [[i8; RUN]; ROWS], v: __m512i) {
+pub(super) fn store(out: &mut [[i8; RUN]; ROWS], v: __m512i) {
     // SAFETY: `out` is 64 writable bytes; unaligned store.
     unsafe { _mm512_storeu_si512(out.as_mut_ptr().cast(), v) }
 }
@@ -57,7 +57,7 @@ fn store(out: &mut [[i8; RUN]; ROWS], v: __m512i) {
 /// `[m0, m0, m1, m1]`: each multiplier in all eight 16-bit lanes of two 128-bit lanes.
 #[inline]
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
-fn lane_pairs(m: &[i16; 2]) -> __m512i {
+pub(super) fn lane_pairs(m: &[i16; 2]) -> __m512i {
     let both = (m[0] as u16 as u32 | (m[1] as u16 as u32) << 16) as i32;
     #[rustfmt::skip]
     let spread = _mm512_set_epi32(
@@ -70,17 +70,27 @@ fn lane_pairs(m: &[i16; 2]) -> __m512i {
 }
 
 /// The multipliers of a group of runs of two rows, `a` (row `a`'s, `N` 16-bit items) then `b`,
-/// in one vector.
+/// in one vector: `N` = 4: `[a, b]` in every 128-bit lane; 8: `[a, a, b, b]`; 16: `[a, b]` in
+/// each 256-bit half.
 #[inline]
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
 fn group_multipliers<const N: usize>(a: &[i16; N], b: &[i16; N]) -> __m512i {
-    const { assert!(N == 4 || N == 16) };
-    // SAFETY: `a` and `b` are `2·N` readable bytes each (8 or 32); unaligned loads.
+    const { assert!(N == 4 || N == 8 || N == 16) };
+    // SAFETY: `a` and `b` are `2·N` readable bytes each (8, 16 or 32); unaligned loads.
     unsafe {
         if N == 4 {
             let v = _mm_loadl_epi64(a.as_ptr().cast());
             let v = _mm_castpd_si128(_mm_loadh_pd(_mm_castsi128_pd(v), b.as_ptr().cast()));
             _mm512_broadcast_i32x4(v)
+        } else if N == 8 {
+            let (a, b) = (
+                _mm_loadu_si128(a.as_ptr().cast()),
+                _mm_loadu_si128(b.as_ptr().cast()),
+            );
+            _mm512_inserti64x4::<1>(
+                _mm512_castsi256_si512(_mm256_broadcastsi128_si256(a)),
+                _mm256_broadcastsi128_si256(b),
+            )
         } else {
             _mm512_inserti64x4::<1>(
                 _mm512_castsi256_si512(_mm256_loadu_si256(a.as_ptr().cast())),
@@ -90,52 +100,87 @@ fn group_multipliers<const N: usize>(a: &[i16; N], b: &[i16; N]) -> __m512i {
     }
 }
 
-/// For the formats of one `BB`-byte block per run and one multiplier (Q4_0, Q5_0, Q8_0):
-/// `step([a, b], m, out)` for run `r` of every pair of tile rows (`a`, `b`: their block `r`;
-/// `m`: `[m_a, m_a, m_b, m_b]`, each multiplier in all eight 16-bit lanes of two 128-bit lanes).
-/// Runs go [`GROUP`] at a time, the group's eight multipliers loaded together and spread by one
-/// `pshufb` per run; the last `runs % GROUP` one at a time.
+/// The `pshufb` patterns that spread run `g`'s multipliers of [`group_multipliers`]`::<G>` (`G`
+/// = 4 or 8) to `[m_a, m_a, m_b, m_b]`, each in all eight 16-bit lanes of its 128-bit lane.
 #[inline]
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
-fn for_each_block_pair<const BB: usize, const GB: usize>(
-    rows: &[&[u8]],
-    params: &TileParams,
-    tile: &mut Tile,
-    runs: usize,
-    mut step: impl FnMut([&[u8; BB]; ROWS], __m512i, &mut [[i8; RUN]; ROWS]),
-) {
-    const { assert!(GB == GROUP * BB) };
-    let full = runs / GROUP * GROUP;
-    // Run g: bytes 2g, 2g + 1 (row a's multiplier) in lanes 0, 1; 8 + 2g, 9 + 2g in lanes 2, 3.
-    let spread: [__m512i; GROUP] = std::array::from_fn(|g| {
+fn group_spread<const G: usize>() -> [__m512i; G] {
+    const { assert!(G == 4 || G == 8) };
+    std::array::from_fn(|g| {
         let pair = |at: i32| at | (at + 1) << 8;
-        let (a, b) = (pair(2 * g as i32), pair(8 + 2 * g as i32));
+        // G = 4: row a's at bytes 2g, 2g + 1 of every lane, b's at 8 + 2g; G = 8: each lane
+        // holds one row's eight.
+        let (a, b) = if G == 4 {
+            (pair(2 * g as i32), pair(8 + 2 * g as i32))
+        } else {
+            (pair(2 * g as i32), pair(2 * g as i32))
+        };
         let (a, b) = (a | a << 16, b | b << 16);
         #[rustfmt::skip]
         let v = _mm512_set_epi32(b, b, b, b, b, b, b, b, a, a, a, a, a, a, a, a);
         v
-    });
+    })
+}
+
+/// Run `g`'s `RS` bytes of a group's `GB`: bytes `FIRST + g·RS..`.
+#[inline(always)]
+fn run_bytes<const GB: usize, const RS: usize, const FIRST: usize>(
+    blk: &[u8; GB],
+    g: usize,
+) -> &[u8; RS] {
+    blk[FIRST + g * RS..FIRST + (g + 1) * RS]
+        .try_into()
+        .expect("RS bytes")
+}
+
+/// For the formats of one multiplier per run: `step([a, b], m, out)` for run `r` of every
+/// pair of tile rows (`a`, `b`: their `RS` bytes of run `r`, at `FIRST + g·RS` of the group's
+/// `GB`, `g = r % G`; `m`: `[m_a, m_a, m_b, m_b]`, each multiplier in all eight 16-bit lanes of
+/// two 128-bit lanes). Runs go `G` (4 or 8) at a time, the group's multipliers loaded together
+/// and spread by one `pshufb` per run; the last `runs % G` (formats of one block per run only)
+/// one at a time.
+#[inline]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
+fn for_each_block_pair<const G: usize, const GB: usize, const RS: usize, const FIRST: usize>(
+    rows: &[&[u8]],
+    params: &TileParams,
+    tile: &mut Tile,
+    runs: usize,
+    mut step: impl FnMut([&[u8; RS]; ROWS], __m512i, &mut [[i8; RUN]; ROWS]),
+) {
+    const { assert!(FIRST + G * RS <= GB) };
+    let full = runs / G * G;
+    let spread = group_spread::<G>();
     let m = params.m();
-    for_each_block_group::<GROUP, ROWS, GB, _>(
-        rows,
-        m,
-        tile,
-        0..full,
-        |_, [a, b], [ma, mb], out| {
-            let v = group_multipliers(ma, mb);
-            let (a, b) = (a.as_chunks::<BB>().0, b.as_chunks::<BB>().0);
-            for (g, out) in out.into_iter().enumerate() {
-                step([&a[g], &b[g]], _mm512_shuffle_epi8(v, spread[g]), out);
-            }
-        },
-    );
-    for_each_block_group::<1, ROWS, BB, _>(
-        rows,
-        m,
-        tile,
-        full..runs,
-        |_, [a, b], [ma, mb], [out]| step([a, b], lane_pairs(&[ma[0], mb[0]]), out),
-    );
+    for_each_block_group::<G, ROWS, GB, _>(rows, m, tile, 0..full, |_, [a, b], [ma, mb], out| {
+        let v = if G == 4 {
+            group_multipliers::<4>(
+                ma[..4].try_into().expect("4"),
+                mb[..4].try_into().expect("4"),
+            )
+        } else {
+            group_multipliers::<8>(
+                ma[..8].try_into().expect("8"),
+                mb[..8].try_into().expect("8"),
+            )
+        };
+        for (g, out) in out.into_iter().enumerate() {
+            let (a, b) = (
+                run_bytes::<GB, RS, FIRST>(a, g),
+                run_bytes::<GB, RS, FIRST>(b, g),
+            );
+            step([a, b], _mm512_shuffle_epi8(v, spread[g]), out);
+        }
+    });
+    if full < runs {
+        for_each_block_group::<1, ROWS, RS, _>(
+            rows,
+            m,
+            tile,
+            full..runs,
+            |_, [a, b], [ma, mb], [out]| step([a, b], lane_pairs(&[ma[0], mb[0]]), out),
+        );
+    }
 }
 
 /// The four nibble vectors of two 16-byte quant runs `[qa, qb]`: lanes `[qa & 15, qa >> 4, qb &
@@ -178,23 +223,64 @@ fn code_halves(c: &[i16; 16]) -> (__m512i, __m512i) {
     }
 }
 
+/// The nibble-table types (Q4_0, IQ4_NL, MXFP4, IQ4_XS), as [`for_each_block_pair`] lays
+/// their runs out: weight `i` of a run is the low (`i < 16`) or high nibble of byte `i % 16` of
+/// its quant bytes (at `QS` of the run's bytes) through the run's table `sat8((c[q]·m + 2¹⁴) >>
+/// 15)` of the scaled codes `c`.
+#[inline]
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
-pub(super) fn q4_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
-    let (c_lo, c_hi) = code_halves(&scaled_codes(GgmlType::Q4_0));
-    for_each_block_pair::<18, 72>(rows, params, tile, runs, |[a, b], m, out| {
+fn nibble_rescale<
+    const G: usize,
+    const GB: usize,
+    const RS: usize,
+    const FIRST: usize,
+    const QS: usize,
+>(
+    rows: &[&[u8]],
+    params: &TileParams,
+    tile: &mut Tile,
+    runs: usize,
+    c: &[i16; 16],
+) {
+    let (c_lo, c_hi) = code_halves(c);
+    for_each_block_pair::<G, GB, RS, FIRST>(rows, params, tile, runs, |[a, b], m, out| {
         // Lane l: the 16-entry table of its row (codes 0..8 from c_lo, 8..16 from c_hi).
         let lut = _mm512_packs_epi16(_mm512_mulhrs_epi16(c_lo, m), _mm512_mulhrs_epi16(c_hi, m));
         store(
             out,
-            _mm512_shuffle_epi8(lut, nibbles(load16x2(&a[2..], &b[2..]))),
+            _mm512_shuffle_epi8(lut, nibbles(load16x2(&a[QS..], &b[QS..]))),
         );
     });
 }
 
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
+pub(super) fn q4_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
+    let c = scaled_codes(GgmlType::Q4_0);
+    nibble_rescale::<GROUP, 72, 18, 0, 2>(rows, params, tile, runs, &c);
+}
+
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
+pub(super) fn iq4_nl(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
+    let c = scaled_codes(GgmlType::IQ4_NL);
+    nibble_rescale::<GROUP, 72, 18, 0, 2>(rows, params, tile, runs, &c);
+}
+
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
+pub(super) fn mxfp4(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
+    let c = scaled_codes(GgmlType::MXFP4);
+    nibble_rescale::<GROUP, 68, 17, 0, 1>(rows, params, tile, runs, &c);
+}
+
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
+pub(super) fn iq4_xs(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
+    let c = scaled_codes(GgmlType::IQ4_XS);
+    nibble_rescale::<8, 136, 16, 8, 0>(rows, params, tile, runs, &c);
+}
+
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
 pub(super) fn q5_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
     let sixteen = _mm512_set1_epi8(16);
-    for_each_block_pair::<22, 88>(rows, params, tile, runs, |[a, b], m, out| {
+    for_each_block_pair::<GROUP, 88, 22, 0>(rows, params, tile, runs, |[a, b], m, out| {
         let qh = |blk: &[u8; 22]| u32::from_le_bytes([blk[2], blk[3], blk[4], blk[5]]) as u64;
         // Byte i of the vector is weight i % 32 of its row: bit i of the pair's qh.
         let fifth: __mmask64 = qh(a) | qh(b) << 32;
@@ -459,34 +545,256 @@ pub(super) fn q6_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
             m[3],
         );
     };
-    // Run t's lanes [a's first half, a's second half, b's first, b's second]: words 2t, 2t + 1
-    // of row a's 16 multipliers, 16 + 2t, 17 + 2t of row b's, each in all eight words of a lane.
-    let spread: [__m512i; 8] = std::array::from_fn(|t| {
-        let w = |l: i16| {
-            [
-                2 * t as i16,
-                2 * t as i16 + 1,
-                16 + 2 * t as i16,
-                17 + 2 * t as i16,
-            ][l as usize]
-        };
-        let (w0, w1, w2, w3) = (w(0), w(1), w(2), w(3));
+    let spread = set_pair_spread();
+    let m = params.m_pairs();
+    for_each_block_group::<8, ROWS, 210, _>(rows, m, tile, 0..runs, |_, [a, b], [ma, mb], out| {
+        let m = set_pair_multipliers(&spread, ma, mb);
+        let [o0, o1, o2, o3, o4, o5, o6, o7] = out;
+        half(a, b, 0, [m[0], m[1], m[2], m[3]], [o0, o1, o2, o3]);
+        half(a, b, 1, [m[4], m[5], m[6], m[7]], [o4, o5, o6, o7]);
+    });
+}
+
+/// The `vpermw` indices of [`set_pair_multipliers`]: run `t`'s lanes `[a's first set, a's
+/// second, b's first, b's second]` take words `2t, 2t + 1` of row a's 16 multipliers and `16 +
+/// 2t, 17 + 2t` of row b's, each in all eight words of a lane.
+#[inline]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
+fn set_pair_spread() -> [__m512i; 8] {
+    std::array::from_fn(|t| {
+        let (w0, w1) = (2 * t as i16, 2 * t as i16 + 1);
+        let (w2, w3) = (16 + w0, 16 + w1);
         #[rustfmt::skip]
         let v = _mm512_set_epi16(
             w3, w3, w3, w3, w3, w3, w3, w3, w2, w2, w2, w2, w2, w2, w2, w2,
             w1, w1, w1, w1, w1, w1, w1, w1, w0, w0, w0, w0, w0, w0, w0, w0,
         );
         v
-    });
+    })
+}
+
+/// For the formats of two sets of 16 per run (Q6_K, Q3_K): the multipliers of a group of 8
+/// runs of two rows (`ma`, `mb`), run `t`'s as `[a's first set, a's second, b's first, b's
+/// second]`, each in all eight 16-bit lanes of a 128-bit lane (`spread`: [`set_pair_spread`]).
+#[inline]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
+fn set_pair_multipliers(
+    spread: &[__m512i; 8],
+    ma: &[[i16; 2]; 8],
+    mb: &[[i16; 2]; 8],
+) -> [__m512i; 8] {
+    let v = group_multipliers::<16>(
+        ma.as_flattened().try_into().expect("16"),
+        mb.as_flattened().try_into().expect("16"),
+    );
+    std::array::from_fn(|t| _mm512_permutexvar_epi16(spread[t], v))
+}
+
+/// `v` with bit `from` of each byte moved to bit `to` (other bits: garbage to mask off; a
+/// 16-bit shift, so bits cross into the neighbouring byte's far end only).
+#[inline]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
+fn move_bit(v: __m512i, from: u32, to: u32) -> __m512i {
+    if from >= to {
+        _mm512_srl_epi16(v, _mm_cvtsi32_si128((from - to) as i32))
+    } else {
+        _mm512_sll_epi16(v, _mm_cvtsi32_si128((to - from) as i32))
+    }
+}
+
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
+pub(super) fn q3_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
+    // Table entry i = q2 + 4·hbit (code i - 4), scaled by 32: each set's 8 entries, twice per
+    // 128-bit lane after the pack.
+    let codes = _mm512_broadcast_i32x4(_mm_setr_epi16(-128, -96, -64, -32, 0, 32, 64, 96));
+    let (three, four) = (_mm512_set1_epi8(3), _mm512_set1_epi8(4));
+    let spread = set_pair_spread();
     let m = params.m_pairs();
-    for_each_block_group::<8, ROWS, 210, _>(rows, m, tile, 0..runs, |_, [a, b], [ma, mb], out| {
-        let v = group_multipliers::<16>(
-            ma.as_flattened().try_into().expect("16"),
-            mb.as_flattened().try_into().expect("16"),
+    // Run s of a super-block: 2-bit field s % 4 of qs[32·(s / 4)..][..32], bit s of hmask.
+    for_each_block_group::<8, ROWS, 110, _>(rows, m, tile, 0..runs, |_, [a, b], [ma, mb], out| {
+        let m = set_pair_multipliers(&spread, ma, mb);
+        let hmask = load32x2(a, b);
+        let qs = [load32x2(&a[32..], &b[32..]), load32x2(&a[64..], &b[64..])];
+        for (s, out) in out.into_iter().enumerate() {
+            let t = _mm512_mulhrs_epi16(codes, m[s]);
+            let t = _mm512_packs_epi16(t, t);
+            let high = _mm512_and_si512(move_bit(hmask, s as u32, 2), four);
+            // (q2 & 3) | high in one `vpternlogd` (0xec: a & c | b).
+            let q2 = move_bit(qs[s / 4], 2 * (s as u32 % 4), 0);
+            let index = _mm512_ternarylogic_epi32::<0xec>(q2, high, three);
+            store(out, _mm512_shuffle_epi8(t, index));
+        }
+    });
+}
+
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
+pub(super) fn q2_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
+    // Lanes [a's first sets, a's second sets, b's first, b's second] of four runs: row a's
+    // eight `[f, g]` at items 0..16, row b's at 16..32.
+    let f_at = _mm512_setr_epi32(0, 4, 8, 12, 2, 6, 10, 14, 16, 20, 24, 28, 18, 22, 26, 30);
+    let g_at = _mm512_add_epi32(f_at, _mm512_set1_epi32(1));
+    let (three, twelve) = (_mm512_set1_ps(3.0), _mm512_set1_epi8(12));
+    // The tables of four runs of two rows: byte 4q + t of a lane is code q of run t's set,
+    // `sat8(rne(fl(fl(q·f) + g)))` (fl(0·f) + g = g and fl(2·f) = f + f: the same values).
+    let tables = |fa: &[[f32; 2]], fb: &[[f32; 2]]| {
+        let (fa, fb): (&[[f32; 2]; 8], &[[f32; 2]; 8]) = (
+            fa.try_into().expect("8 sets"),
+            fb.try_into().expect("8 sets"),
         );
-        let m: [__m512i; 8] = std::array::from_fn(|t| _mm512_permutexvar_epi16(spread[t], v));
-        let [o0, o1, o2, o3, o4, o5, o6, o7] = out;
-        half(a, b, 0, [m[0], m[1], m[2], m[3]], [o0, o1, o2, o3]);
-        half(a, b, 1, [m[4], m[5], m[6], m[7]], [o4, o5, o6, o7]);
+        // SAFETY: `fa` and `fb` are 64 readable bytes each; unaligned loads.
+        let (va, vb) = unsafe {
+            (
+                _mm512_loadu_ps(fa.as_ptr().cast()),
+                _mm512_loadu_ps(fb.as_ptr().cast()),
+            )
+        };
+        let f = _mm512_permutex2var_ps(va, f_at, vb);
+        let g = _mm512_permutex2var_ps(va, g_at, vb);
+        let e0 = _mm512_cvtps_epi32(g);
+        let e1 = _mm512_cvtps_epi32(_mm512_add_ps(f, g));
+        let e2 = _mm512_cvtps_epi32(_mm512_add_ps(_mm512_add_ps(f, f), g));
+        let e3 = _mm512_cvtps_epi32(_mm512_add_ps(_mm512_mul_ps(f, three), g));
+        _mm512_packs_epi16(_mm512_packs_epi32(e0, e1), _mm512_packs_epi32(e2, e3))
+    };
+    // Runs 4h..4h + 4 of a super-block: 2-bit field t of qs[32h..][..32] for run 4h + t.
+    let m = params.fg_pairs();
+    for_each_block_group::<8, ROWS, 84, _>(rows, m, tile, 0..runs, |_, [a, b], [pa, pb], out| {
+        let mut out = out.into_iter();
+        let sets = pa
+            .as_flattened()
+            .chunks_exact(8)
+            .zip(pb.as_flattened().chunks_exact(8));
+        for (h, (fa, fb)) in sets.enumerate() {
+            let t = tables(fa, fb);
+            let q = load32x2(&a[16 + 32 * h..], &b[16 + 32 * h..]);
+            for (run, out) in (0..4).zip(&mut out) {
+                // (code << 2 & 12) | run in one `vpternlogd` (0xec: a & c | b).
+                let code = move_bit(q, 2 * run, 2);
+                let index =
+                    _mm512_ternarylogic_epi32::<0xec>(code, _mm512_set1_epi8(run as i8), twelve);
+                store(out, _mm512_shuffle_epi8(t, index));
+            }
+        }
+    });
+}
+
+/// Binary32 codes `[4k..4k + 4, 16 + 4k..16 + 4k + 4]` in each 256-bit half, k in 0..4:
+/// [`table32x2`]'s.
+#[inline]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
+fn codes32() -> [__m512; 4] {
+    std::array::from_fn(|k| {
+        let c = 4.0 * k as f32;
+        let (c0, c1, c2, c3) = (c, c + 1.0, c + 2.0, c + 3.0);
+        let (d0, d1, d2, d3) = (c + 16.0, c + 17.0, c + 18.0, c + 19.0);
+        #[rustfmt::skip]
+        let v = _mm512_setr_ps(
+            c0, c1, c2, c3, d0, d1, d2, d3, c0, c1, c2, c3, d0, d1, d2, d3,
+        );
+        v
+    })
+}
+
+/// The 32-entry tables of a run of two rows (Q5_1, Q5_K), `lut[q] = sat8(rne(fl(fl(q·f) + g)))`
+/// with `f`, `g` of row a in lanes 0..8 and of row b in 8..16: returns the tables of the
+/// codes 0..16 and 16..32, each as `[a, a, b, b]` (`codes`: [`codes32`]).
+#[inline]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
+fn table32x2(codes: &[__m512; 4], f: __m512, g: __m512) -> [__m512i; 2] {
+    let step = |c: __m512| _mm512_cvtps_epi32(_mm512_add_ps(_mm512_mul_ps(c, f), g));
+    let t = _mm512_packs_epi16(
+        _mm512_packs_epi32(step(codes[0]), step(codes[1])),
+        _mm512_packs_epi32(step(codes[2]), step(codes[3])),
+    );
+    // Lanes [a 0..16, a 16..32, b 0..16, b 16..32].
+    [
+        _mm512_shuffle_i32x4::<0b10_10_00_00>(t, t),
+        _mm512_shuffle_i32x4::<0b11_11_01_01>(t, t),
+    ]
+}
+
+/// Run `r`'s `f` (`at + 0`) or `g` (`at + 1`) of rows a (items 0..16 of the two-vector table)
+/// and b (16..32), for [`table32x2`]: item `2r + at` in lanes 0..8, `16 + 2r + at` in 8..16.
+#[inline]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
+fn run_spread(r: i32, at: i32) -> __m512i {
+    let (a, b) = (2 * r + at, 16 + 2 * r + at);
+    _mm512_setr_epi32(a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b)
+}
+
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
+pub(super) fn q5_1(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
+    let codes = codes32();
+    let spread: [[__m512i; 2]; GROUP] =
+        std::array::from_fn(|r| [run_spread(r as i32, 0), run_spread(r as i32, 1)]);
+    let qh = |blk: &[u8; 24]| u32::from_le_bytes([blk[4], blk[5], blk[6], blk[7]]) as u64;
+    let run = |a: &[u8; 24], b: &[u8; 24], [f, g]: [__m512; 2], out: &mut [[i8; RUN]; ROWS]| {
+        let [t_lo, t_hi] = table32x2(&codes, f, g);
+        let q = nibbles(load16x2(&a[8..], &b[8..]));
+        // Byte i of the vector is weight i % 32 of its row: bit i of the pair's qh.
+        let fifth: __mmask64 = qh(a) | qh(b) << 32;
+        let v = _mm512_shuffle_epi8(t_lo, q);
+        store(out, _mm512_mask_shuffle_epi8(v, fifth, t_hi, q));
+    };
+    let fg = params.fg();
+    let full = runs / GROUP * GROUP;
+    for_each_block_group::<GROUP, ROWS, 96, _>(rows, fg, tile, 0..full, |_, [a, b], p, out| {
+        // SAFETY: each of `p` is 32 readable bytes (four runs' [f, g]); unaligned loads.
+        let (va, vb) = unsafe {
+            (
+                _mm512_castps256_ps512(_mm256_loadu_ps(p[0].as_ptr().cast())),
+                _mm512_castps256_ps512(_mm256_loadu_ps(p[1].as_ptr().cast())),
+            )
+        };
+        let (a, b) = (a.as_chunks::<24>().0, b.as_chunks::<24>().0);
+        for (r, out) in out.into_iter().enumerate() {
+            let fg = spread[r].map(|at| _mm512_permutex2var_ps(va, at, vb));
+            run(&a[r], &b[r], fg, out);
+        }
+    });
+    for_each_block_group::<1, ROWS, 24, _>(rows, fg, tile, full..runs, |_, [a, b], p, [out]| {
+        let ([[fa, ga]], [[fb, gb]]) = (*p[0], *p[1]);
+        let pair = |x: f32, y: f32| {
+            let (x, y) = (_mm512_set1_ps(x), _mm256_set1_ps(y));
+            _mm512_castpd_ps(_mm512_insertf64x4::<1>(
+                _mm512_castps_pd(x),
+                _mm256_castps_pd(y),
+            ))
+        };
+        run(a, b, [pair(fa, fb), pair(ga, gb)], out);
+    });
+}
+
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
+pub(super) fn q5_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
+    let codes = codes32();
+    let low = _mm512_set1_epi8(15);
+    let spread: [[__m512i; 2]; 8] =
+        std::array::from_fn(|r| [run_spread(r as i32, 0), run_spread(r as i32, 1)]);
+    // Run s of a super-block: nibble s % 2 of qs[32·(s / 2)..][..32], bit s of qh.
+    let fg = params.fg();
+    for_each_block_group::<8, ROWS, 176, _>(rows, fg, tile, 0..runs, |_, [a, b], p, out| {
+        // SAFETY: each of `p` is 64 readable bytes (eight runs' [f, g]); unaligned loads.
+        let (va, vb) = unsafe {
+            (
+                _mm512_loadu_ps(p[0].as_ptr().cast()),
+                _mm512_loadu_ps(p[1].as_ptr().cast()),
+            )
+        };
+        let qh = load32x2(&a[16..], &b[16..]);
+        for (s, out) in out.into_iter().enumerate() {
+            let f = _mm512_permutex2var_ps(va, spread[s][0], vb);
+            let g = _mm512_permutex2var_ps(va, spread[s][1], vb);
+            let [t_lo, t_hi] = table32x2(&codes, f, g);
+            let q = load32x2(&a[48 + 32 * (s / 2)..], &b[48 + 32 * (s / 2)..]);
+            let nibbles = if s % 2 == 0 {
+                _mm512_and_si512(q, low)
+            } else {
+                _mm512_and_si512(_mm512_srli_epi16::<4>(q), low)
+            };
+            let fifth = _mm512_test_epi8_mask(qh, _mm512_set1_epi8(1 << s));
+            let v = _mm512_shuffle_epi8(t_lo, nibbles);
+            store(out, _mm512_mask_shuffle_epi8(v, fifth, t_hi, nibbles));
+        }
     });
 }

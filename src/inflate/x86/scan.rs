@@ -4,7 +4,7 @@
 //! halves), `cvtps2dq` rounding to nearest-even like `rne_i32`, `maxps` with the operands in
 //! `larger`'s order.
 
-use super::super::params::{PlainOps, ScanOps};
+use super::super::params::{PlainOps, ScanOps, SetOps};
 use super::load16;
 use std::arch::x86_64::*;
 
@@ -73,13 +73,13 @@ impl ScanOps for OpsAvx2 {
     #[inline(always)]
     fn q4_k_values(self, row: &[u8], ab: &mut [[f32; 2]]) -> (u16, u32) {
         // SAFETY: see `avx2_steps`.
-        unsafe { q4_k_values_avx2(row, ab) }
+        unsafe { q4_k_values_avx2::<144, 15>(row, ab) }
     }
 
     #[inline(always)]
     fn q4_1_values(self, row: &[u8], ab: &mut [[f32; 2]]) -> (u16, u32) {
         // SAFETY: see `avx2_steps`.
-        unsafe { q4_1_values_avx2(row, ab) }
+        unsafe { q4_1_values_avx2::<20, 15>(row, ab) }
     }
 
     avx2_steps!();
@@ -95,32 +95,32 @@ impl ScanOps for OpsAvx512 {
     #[inline(always)]
     fn q4_k_values(self, row: &[u8], ab: &mut [[f32; 2]]) -> (u16, u32) {
         // SAFETY: as for `halves`.
-        unsafe { q4_k_values_avx512(row, ab) }
+        unsafe { q4_k_values_avx512::<144, 15>(row, ab) }
     }
 
     #[inline(always)]
     fn q4_1_values(self, row: &[u8], ab: &mut [[f32; 2]]) -> (u16, u32) {
         // SAFETY: as for `halves`.
-        unsafe { q4_1_values_avx512(row, ab) }
+        unsafe { q4_1_values_avx512::<20, 15>(row, ab) }
     }
 
     avx2_steps!();
 }
 
-/// `table_block_max` of eight runs: `max(|b|, |15a + b|)`, `maxps` taking the second operand
-/// unless the first is larger, as `larger` does.
+/// `table_set_max` of eight sets of codes `0..=TOP`: `max(|b|, |TOP·a + b|)`, `maxps` taking the
+/// second operand unless the first is larger, as `larger` does.
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
-fn block_max(a: __m256, b: __m256) -> __m256 {
+pub(super) fn block_max<const TOP: u32>(a: __m256, b: __m256) -> __m256 {
     let sign = _mm256_set1_ps(-0.0);
-    let end = _mm256_add_ps(_mm256_mul_ps(_mm256_set1_ps(15.0), a), b);
+    let end = _mm256_add_ps(_mm256_mul_ps(_mm256_set1_ps(TOP as f32), a), b);
     _mm256_max_ps(_mm256_andnot_ps(sign, b), _mm256_andnot_ps(sign, end))
 }
 
 /// `ab[i] = [a[i], b[i]]` for eight runs.
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
-fn store_pairs(ab: &mut [[f32; 2]; 8], a: __m256, b: __m256) {
+pub(super) fn store_pairs(ab: &mut [[f32; 2]; 8], a: __m256, b: __m256) {
     let (lo, hi) = (_mm256_unpacklo_ps(a, b), _mm256_unpackhi_ps(a, b));
     // SAFETY: `ab` is 64 writable bytes; unaligned stores.
     unsafe {
@@ -133,7 +133,7 @@ fn store_pairs(ab: &mut [[f32; 2]; 8], a: __m256, b: __m256) {
 /// The largest of eight non-negative binary32 lanes, as bits.
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
-fn lane_max(v: __m256) -> u32 {
+pub(super) fn lane_max(v: __m256) -> u32 {
     let w = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
     let w = _mm_max_ps(w, _mm_movehl_ps(w, w));
     let w = _mm_max_ps(w, _mm_shuffle_ps::<1>(w, w));
@@ -143,7 +143,7 @@ fn lane_max(v: __m256) -> u32 {
 /// The largest of eight u16 lanes (`phminposuw` of their complements).
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
-fn lane_max_u16(v: __m128i) -> u16 {
+pub(super) fn lane_max_u16(v: __m128i) -> u16 {
     !(_mm_cvtsi128_si32(_mm_minpos_epu16(_mm_xor_si128(v, _mm_set1_epi8(-1)))) as u16)
 }
 
@@ -168,27 +168,31 @@ fn q4_k_unpack_constants() -> [__m128i; 5] {
 
 /// [`ScanOps::q4_k_values`] two super-blocks per step: their headers in the two 128-bit lanes
 /// of one vector, unpacked as in [`q4_k_values_avx2`], the 16 runs' values in 512-bit vectors.
+/// Also Q5_K's (`BB` 176, codes `0..=TOP` 31), whose header is Q4_K's.
 #[inline]
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
-fn q4_k_values_avx512(row: &[u8], ab: &mut [[f32; 2]]) -> (u16, u32) {
+pub(super) fn q4_k_values_avx512<const BB: usize, const TOP: u32>(
+    row: &[u8],
+    ab: &mut [[f32; 2]],
+) -> (u16, u32) {
     let [low_src, top_src, low_mask, high_nibble, top_mask] =
         q4_k_unpack_constants().map(|c| _mm256_broadcastsi128_si256(c));
     let (d_src, dmin_src) = (_mm256_set1_epi16(0x0100), _mm256_set1_epi16(0x0302));
     // `d`, `dmin`: the first two words of each header.
     let magnitude = _mm256_broadcastsi128_si256(_mm_setr_epi16(0x7fff, 0x7fff, 0, 0, 0, 0, 0, 0));
     let sign = _mm512_set1_epi32(i32::MIN);
-    let fifteen = _mm512_set1_ps(15.0);
+    let top_code = _mm512_set1_ps(TOP as f32);
     let (lo_pairs, hi_pairs) = (
         _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23),
         _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31),
     );
-    let blocks = row.as_chunks::<144>().0;
+    let blocks = row.as_chunks::<BB>().0;
     let n = blocks.len().min(ab.len() / 8);
     let (pairs, last) = blocks[..n].as_chunks::<2>();
     let (ab, ab_last) = ab[..8 * n].as_chunks_mut::<16>();
     let (mut largest, mut w_max) = (_mm256_setzero_si256(), _mm512_setzero_ps());
     // Super-blocks `b0`, `b1` into `ab`'s first 8 pairs and, if it holds 16, the next 8.
-    let mut step = |b0: &[u8; 144], b1: &[u8; 144], ab: &mut [[f32; 2]]| {
+    let mut step = |b0: &[u8; BB], b1: &[u8; BB], ab: &mut [[f32; 2]]| {
         let h = _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(load16(b0)), load16(b1));
         largest = _mm256_max_epu16(largest, _mm256_and_si256(h, magnitude));
         let x = _mm256_shuffle_epi8(h, low_src);
@@ -208,7 +212,7 @@ fn q4_k_values_avx512(row: &[u8], ab: &mut [[f32; 2]]) -> (u16, u32) {
             sign,
         ));
         // table_block_max, as in `block_max`.
-        let end = _mm512_add_ps(_mm512_mul_ps(fifteen, a), b);
+        let end = _mm512_add_ps(_mm512_mul_ps(top_code, a), b);
         let larger = _mm512_max_ps(_mm512_abs_ps(b), _mm512_abs_ps(end));
         w_max = _mm512_max_ps(w_max, larger);
         let (first, second) = ab.split_at_mut(8);
@@ -245,17 +249,21 @@ fn q4_k_values_avx512(row: &[u8], ab: &mut [[f32; 2]]) -> (u16, u32) {
 
 /// [`ScanOps::q4_k_values`] a super-block at a time: its 16-byte header (`d`, `dmin`, the
 /// packed scales) unpacked by two byte shuffles and masks into the eight scales and eight mins,
-/// widened to binary32 (exact), times `d` and `dmin`; `M_n` as a running lane maximum.
+/// widened to binary32 (exact), times `d` and `dmin`; `M_n` as a running lane maximum. Also
+/// Q5_K's (`BB` 176, codes `0..=TOP` 31), whose header is Q4_K's.
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
-fn q4_k_values_avx2(row: &[u8], ab: &mut [[f32; 2]]) -> (u16, u32) {
+pub(super) fn q4_k_values_avx2<const BB: usize, const TOP: u32>(
+    row: &[u8],
+    ab: &mut [[f32; 2]],
+) -> (u16, u32) {
     let ab = ab.as_chunks_mut::<8>().0;
     let [low_src, top_src, low_mask, high_nibble, top_mask] = q4_k_unpack_constants();
     let (d_src, dmin_src) = (_mm_set1_epi16(0x0100), _mm_set1_epi16(0x0302));
     let magnitude = _mm_setr_epi16(0x7fff, 0x7fff, 0, 0, 0, 0, 0, 0);
     let sign = _mm256_set1_ps(-0.0);
     let (mut largest, mut w_max) = (_mm_setzero_si128(), _mm256_setzero_ps());
-    for (ab, blk) in ab.iter_mut().zip(row.as_chunks::<144>().0) {
+    for (ab, blk) in ab.iter_mut().zip(row.as_chunks::<BB>().0) {
         let h = load16(blk);
         largest = _mm_max_epu16(largest, _mm_and_si128(h, magnitude));
         let x = _mm_shuffle_epi8(h, low_src);
@@ -269,7 +277,7 @@ fn q4_k_values_avx2(row: &[u8], ab: &mut [[f32; 2]]) -> (u16, u32) {
         let dmin = _mm256_cvtph_ps(_mm_shuffle_epi8(h, dmin_src));
         let a = _mm256_mul_ps(d, sc);
         let b = _mm256_xor_ps(_mm256_mul_ps(dmin, mn), sign);
-        w_max = _mm256_max_ps(w_max, block_max(a, b));
+        w_max = _mm256_max_ps(w_max, block_max::<TOP>(a, b));
         store_pairs(ab, a, b);
     }
     (lane_max_u16(largest), lane_max(w_max))
@@ -317,31 +325,35 @@ fn halves8(h: &[u16; 8]) -> __m256 {
 
 /// [`ScanOps::q4_1_values`] eight blocks per `vpgatherdd` of their first four bytes (`d`, `m`):
 /// as halves, already the pairs `[d, m]` that `vcvtph2ps` turns into `[a_j, b_j]`. A last
-/// `len % 8` with the seven before them, again; fewer than eight blocks as defined.
+/// `len % 8` with the seven before them, again; fewer than eight blocks as defined. Also
+/// Q5_1's (`BB` 24, codes `0..=TOP` 31), whose blocks start as Q4_1's.
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
-fn q4_1_values_avx2(row: &[u8], ab: &mut [[f32; 2]]) -> (u16, u32) {
-    let blocks = (row.len() / 20).min(ab.len());
+pub(super) fn q4_1_values_avx2<const BB: usize, const TOP: u32>(
+    row: &[u8],
+    ab: &mut [[f32; 2]],
+) -> (u16, u32) {
+    let blocks = (row.len() / BB).min(ab.len());
     if blocks < 8 {
-        return PlainOps.q4_1_values(row, ab);
+        return table_values_defined::<BB>(row, ab);
     }
     let index = _mm256_mullo_epi32(
         _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
-        _mm256_set1_epi32(20),
+        _mm256_set1_epi32(BB as i32),
     );
     let magnitude = _mm256_set1_epi16(0x7fff);
     let (mut largest, mut w_max) = (_mm256_setzero_si256(), _mm256_setzero_ps());
     let mut group = |first: usize| {
         let ab: &mut [[f32; 2]; 8] = (&mut ab[first..first + 8]).try_into().expect("8");
         // SAFETY: reads the first 4 bytes of blocks `first..first + 8 <= blocks`, inside `row`.
-        let h = unsafe { _mm256_i32gather_epi32::<1>(row.as_ptr().add(20 * first).cast(), index) };
+        let h = unsafe { _mm256_i32gather_epi32::<1>(row.as_ptr().add(BB * first).cast(), index) };
         largest = _mm256_max_epu16(largest, _mm256_and_si256(h, magnitude));
         let x0 = _mm256_cvtph_ps(_mm256_castsi256_si128(h));
         let x1 = _mm256_cvtph_ps(_mm256_extracti128_si256::<1>(h));
         // The eight a's and b's (in the same permuted order, which the maximum ignores).
         let a = _mm256_shuffle_ps::<0b10_00_10_00>(x0, x1);
         let b = _mm256_shuffle_ps::<0b11_01_11_01>(x0, x1);
-        w_max = _mm256_max_ps(w_max, block_max(a, b));
+        w_max = _mm256_max_ps(w_max, block_max::<TOP>(a, b));
         // SAFETY: `ab` is 64 writable bytes; unaligned stores.
         unsafe {
             let at = ab.as_mut_ptr().cast::<f32>();
@@ -365,27 +377,33 @@ fn q4_1_values_avx2(row: &[u8], ab: &mut [[f32; 2]]) -> (u16, u32) {
 /// [`ScanOps::q4_1_values`] by word permutes: the `[d, m]` of the seven blocks whose first four
 /// bytes lie in one 128-byte window of the row in one `vpermt2w`, as binary32 by one
 /// `vcvtph2ps`; the last ones from the window that ends where the blocks do; rows under 128
-/// bytes as defined.
+/// bytes as defined. Also Q5_1's (`BB` 24, codes `0..=TOP` 31).
 #[inline]
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
-fn q4_1_values_avx512(row: &[u8], ab: &mut [[f32; 2]]) -> (u16, u32) {
-    const PER_WINDOW: usize = 7;
-    let blocks = (row.len() / 20).min(ab.len());
-    let span = 20 * blocks;
+pub(super) fn q4_1_values_avx512<const BB: usize, const TOP: u32>(
+    row: &[u8],
+    ab: &mut [[f32; 2]],
+) -> (u16, u32) {
+    // Blocks whose first four bytes lie in one 128-byte window: 7 of Q4_1's, 6 of Q5_1's.
+    const { assert!(BB == 20 || BB == 24) };
+    let per_window: usize = (124 / BB) + 1;
+    let blocks = (row.len() / BB).min(ab.len());
+    let span = BB * blocks;
     if span < 128 {
-        return PlainOps.q4_1_values(row, ab);
+        return table_values_defined::<BB>(row, ab);
     }
-    // Word 2i, 2i + 1: d, m of the window's block i (lanes past 14 repeat block 0).
-    let index: [u16; 32] = std::array::from_fn(|i| (i % 14 / 2 * 10 + i % 2) as u16);
+    // Word 2i, 2i + 1: d, m of the window's block i (lanes past the window's repeat block 0).
+    let index: [u16; 32] =
+        std::array::from_fn(|i| (i % (2 * per_window) / 2 * (BB / 2) + i % 2) as u16);
     // SAFETY: `index` is 64 readable bytes; unaligned load.
     let index = unsafe { _mm512_loadu_si512(index.as_ptr().cast()) };
     let magnitude = _mm256_set1_epi16(0x7fff);
     let (mut largest, mut w_max) = (_mm256_setzero_si256(), _mm512_setzero_ps());
-    // Blocks `first..first + count` (`count <= 7`) from the window at byte `at <= 20·first`.
+    // Blocks `first..first + count` (`count <= per_window`) from the window at byte `at <= BB·first`.
     let mut window = |at: usize, first: usize, count: usize| {
         let window: &[u8; 128] = row[at..at + 128].try_into().expect("128 bytes");
         let ab = &mut ab[first..first + count];
-        let shift = _mm512_set1_epi16(((20 * first - at) / 2) as i16);
+        let shift = _mm512_set1_epi16(((BB * first - at) / 2) as i16);
         let keep = (1u32 << (2 * count)) - 1;
         // SAFETY: `window` is 128 readable bytes (two unaligned loads); the masked store
         // writes `2·count` f32 into `ab`, which is that long.
@@ -401,15 +419,15 @@ fn q4_1_values_avx512(row: &[u8], ab: &mut [[f32; 2]]) -> (u16, u32) {
             _mm512_mask_storeu_ps(ab.as_mut_ptr().cast(), keep as u16, x);
             // table_block_max, as in `block_max` (the masked-off lanes are zeros).
             let (a, b) = (_mm512_moveldup_ps(x), _mm512_movehdup_ps(x));
-            let end = _mm512_add_ps(_mm512_mul_ps(_mm512_set1_ps(15.0), a), b);
+            let end = _mm512_add_ps(_mm512_mul_ps(_mm512_set1_ps(TOP as f32), a), b);
             w_max = _mm512_max_ps(w_max, _mm512_max_ps(_mm512_abs_ps(b), _mm512_abs_ps(end)));
         }
     };
-    let windows = ((span - 128) / (PER_WINDOW * 20) + 1).min(blocks / PER_WINDOW);
+    let windows = ((span - 128) / (per_window * BB) + 1).min(blocks / per_window);
     for w in 0..windows {
-        window(w * PER_WINDOW * 20, w * PER_WINDOW, PER_WINDOW);
+        window(w * per_window * BB, w * per_window, per_window);
     }
-    let done = windows * PER_WINDOW;
+    let done = windows * per_window;
     if done < blocks {
         window(span - 128, done, blocks - done);
     }
@@ -422,6 +440,16 @@ fn q4_1_values_avx512(row: &[u8], ab: &mut [[f32; 2]]) -> (u16, u32) {
         _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(w_max))),
     );
     (lane_max_u16(largest), lane_max(w_max))
+}
+
+/// The Q4_1 (`BB` 20) or Q5_1 (24) values step as defined.
+#[inline(always)]
+fn table_values_defined<const BB: usize>(row: &[u8], ab: &mut [[f32; 2]]) -> (u16, u32) {
+    if BB == 20 {
+        PlainOps.q4_1_values(row, ab)
+    } else {
+        PlainOps.q5_1_values(row, ab)
+    }
 }
 
 /// Eight `clamp(rne(x), ±32767)` as i32 lanes.
@@ -603,7 +631,10 @@ fn gather_halves_avx512<const BB: usize, const AT: usize>(row: &[u8], out: &mut 
 /// register.
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
-fn gather_halves_avx2<const BB: usize, const AT: usize>(row: &[u8], out: &mut [u16]) -> u16 {
+pub(super) fn gather_halves_avx2<const BB: usize, const AT: usize>(
+    row: &[u8],
+    out: &mut [u16],
+) -> u16 {
     const { assert!(AT + 4 <= BB) };
     let blocks = (row.len() / BB).min(out.len());
     let index = _mm256_mullo_epi32(

@@ -77,7 +77,7 @@ fn rejects_and_declines() {
         f(&mut d);
         kind(validate(&d[0], &d[1], &d[2], &d[3]))
     };
-    assert_eq!(with(&|d| d[0].ty = 20), ErrorKind::NotHandled); // IQ4_NL
+    assert_eq!(with(&|d| d[0].ty = 30), ErrorKind::NotHandled); // BF16
     assert_eq!(with(&|d| d[0].ty = 9999), ErrorKind::NotHandled);
     assert_eq!(with(&|d| d[0].ty = -1), ErrorKind::InvalidArgument);
     assert_eq!(with(&|d| d[1].ty = 1), ErrorKind::NotHandled);

@@ -1,0 +1,207 @@
+//! The codebook types' kernels (IQ2, IQ3, IQ1) on AVX2 and AVX-512: per run, the four groups'
+//! grid entries and sign bytes from the block ([`groups`]), each weight's table index from its
+//! grid byte and sign, and one `pshufb` of the run's table of stretched codes rescaled by its
+//! set's multiplier (`pmulhrsw`, as Q4_0's tables: the scalar reference's `rescale` of the
+//! signed code).
+
+use super::super::codebook::{groups, table_codes, Codebook};
+use super::super::params::TileParams;
+use super::super::tile::{for_each_block_group, RowMajor, Tile};
+use super::avx2::{pair_multipliers, store32};
+use super::avx512::{lane_pairs, store, ROWS};
+use crate::quant::GgmlType;
+use std::arch::x86_64::*;
+
+/// A run's four groups' grid entries as one vector (group `l` in bytes `8l..8l + 8`).
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn grid_bytes(grid: [u64; 4]) -> __m256i {
+    _mm256_setr_epi64x(
+        grid[0] as i64,
+        grid[1] as i64,
+        grid[2] as i64,
+        grid[3] as i64,
+    )
+}
+
+/// Byte `8l + j` of the result: bit `j` of sign byte `l` of each 128-bit lane's word (lane 0:
+/// bytes 0, 1; lane 1: bytes 2, 3), as a spread for [`negative_mask`].
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn sign_spread() -> (__m256i, __m256i) {
+    #[rustfmt::skip]
+    let spread = _mm256_setr_epi8(
+        0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+        2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3,
+    );
+    (spread, _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64))
+}
+
+/// The table index of each weight of a run: its grid byte's magnitude index (`cb`), or'ed with
+/// `cb.negative` where its sign bit (of `signs`) is set.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn indices(cb: Codebook, grid: __m256i, signs: u32, spread: (__m256i, __m256i)) -> __m256i {
+    let magnitude = if cb.shift == 0 {
+        _mm256_add_epi8(grid, _mm256_set1_epi8(1))
+    } else {
+        let v = _mm256_srl_epi16(grid, _mm_cvtsi32_si128(cb.shift as i32));
+        _mm256_and_si256(v, _mm256_set1_epi8(cb.mask as i8))
+    };
+    let (spread, bits) = spread;
+    let s = _mm256_shuffle_epi8(_mm256_set1_epi32(signs as i32), spread);
+    let negative = _mm256_cmpeq_epi8(_mm256_and_si256(s, bits), bits);
+    let negative = _mm256_and_si256(negative, _mm256_set1_epi8(cb.negative as i8));
+    _mm256_or_si256(magnitude, negative)
+}
+
+/// The codebook kernel of `TY` (`BB`-byte blocks) on AVX2, its runs' multipliers `m` (one per
+/// run, or one per 16 weights) spread over the lanes by `spread_m`.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn avx2<const BB: usize, P: Copy>(
+    ty: GgmlType,
+    rows: &[&[u8]],
+    m: RowMajor<P>,
+    tile: &mut Tile,
+    runs: usize,
+    spread_m: impl Fn(P) -> __m256i,
+) {
+    let cb = Codebook::of(ty);
+    let c = table_codes(ty);
+    // SAFETY: each load reads 8 of `c`'s 16 i16 (16 bytes, in bounds); unaligned.
+    let [c_lo, c_hi] = [0, 8]
+        .map(|at| unsafe { _mm256_broadcastsi128_si256(_mm_loadu_si128(c[at..].as_ptr().cast())) });
+    let spread = sign_spread();
+    for_each_block_group::<8, 1, BB, _>(rows, m, tile, 0..runs, |_, [blk], [m], out| {
+        for (ib, [out]) in out.into_iter().enumerate() {
+            let (grid, signs) = groups(ty, blk, ib);
+            let index = indices(cb, grid_bytes(grid), signs, spread);
+            let m = spread_m(m[ib]);
+            let t = _mm256_packs_epi16(_mm256_mulhrs_epi16(c_lo, m), _mm256_mulhrs_epi16(c_hi, m));
+            store32(out, _mm256_shuffle_epi8(t, index));
+        }
+    });
+}
+
+/// The codebook kernel of `TY` (`BB`-byte blocks) on AVX-512, two tile rows per step (lanes 0,
+/// 1: row a's run, lanes 2, 3: row b's), the multipliers `[a's first set, a's second, b's
+/// first, b's second]` from `spread_m`.
+#[inline]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
+fn avx512<const BB: usize, P: Copy>(
+    ty: GgmlType,
+    rows: &[&[u8]],
+    m: RowMajor<P>,
+    tile: &mut Tile,
+    runs: usize,
+    spread_m: impl Fn(P, P) -> __m512i,
+) {
+    let cb = Codebook::of(ty);
+    let c = table_codes(ty);
+    // SAFETY: each load reads 8 of `c`'s 16 i16 (16 bytes, in bounds); unaligned.
+    let [c_lo, c_hi] = [0, 8]
+        .map(|at| unsafe { _mm512_broadcast_i32x4(_mm_loadu_si128(c[at..].as_ptr().cast())) });
+    // Byte 8l + j of lanes 0, 1 (row a's groups) takes byte l of the signs (row a's word), of
+    // lanes 2, 3 byte 4 + l (row b's).
+    #[rustfmt::skip]
+    let spread = _mm512_set_epi64(
+        0x0707_0707_0707_0707, 0x0606_0606_0606_0606, 0x0505_0505_0505_0505, 0x0404_0404_0404_0404,
+        0x0303_0303_0303_0303, 0x0202_0202_0202_0202, 0x0101_0101_0101_0101, 0,
+    );
+    let bits = _mm512_set1_epi64(0x8040_2010_0804_0201u64 as i64);
+    let (one, mask, negative) = (
+        _mm512_set1_epi8(1),
+        _mm512_set1_epi8(cb.mask as i8),
+        _mm512_set1_epi8(cb.negative as i8),
+    );
+    for_each_block_group::<8, ROWS, BB, _>(rows, m, tile, 0..runs, |_, [a, b], [ma, mb], out| {
+        for (ib, out) in out.into_iter().enumerate() {
+            let ((ga, sa), (gb, sb)) = (groups(ty, a, ib), groups(ty, b, ib));
+            let grid =
+                _mm512_inserti64x4::<1>(_mm512_castsi256_si512(grid_bytes(ga)), grid_bytes(gb));
+            let magnitude = if cb.shift == 0 {
+                _mm512_add_epi8(grid, one)
+            } else {
+                let v = _mm512_srl_epi16(grid, _mm_cvtsi32_si128(cb.shift as i32));
+                _mm512_and_si512(v, mask)
+            };
+            let signs = _mm512_set1_epi64((sa as u64 | (sb as u64) << 32) as i64);
+            let negatives = _mm512_test_epi8_mask(_mm512_shuffle_epi8(signs, spread), bits);
+            let index = _mm512_mask_add_epi8(magnitude, negatives, magnitude, negative);
+            let m = spread_m(ma[ib], mb[ib]);
+            let t = _mm512_packs_epi16(_mm512_mulhrs_epi16(c_lo, m), _mm512_mulhrs_epi16(c_hi, m));
+            store(out, _mm512_shuffle_epi8(t, index));
+        }
+    });
+}
+
+/// `[m_a0, m_a1, m_b0, m_b1]`: each of the four in all eight 16-bit lanes of its 128-bit lane.
+#[inline]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
+fn set_pairs([a0, a1]: [i16; 2], [b0, b1]: [i16; 2]) -> __m512i {
+    let word = |m: i16, at: u32| (m as u16 as u64) << at;
+    let all = word(a0, 0) | word(a1, 16) | word(b0, 32) | word(b1, 48);
+    #[rustfmt::skip]
+    let spread = _mm512_set_epi64(
+        0x0706_0706_0706_0706, 0x0706_0706_0706_0706, 0x0504_0504_0504_0504, 0x0504_0504_0504_0504,
+        0x0302_0302_0302_0302, 0x0302_0302_0302_0302, 0x0100_0100_0100_0100, 0x0100_0100_0100_0100,
+    );
+    _mm512_shuffle_epi8(_mm512_set1_epi64(all as i64), spread)
+}
+
+/// The per-type entry points: one multiplier per run (`m`) or two (`m_pairs`).
+macro_rules! codebook_kernels {
+    ($($name:ident: $ty:ident, $bb:literal, $sets:ident;)*) => {
+        pub(super) mod avx2_kernels {
+            use super::*;
+            $(
+                #[target_feature(enable = "avx2,f16c")]
+                pub(in super::super) fn $name(
+                    rows: &[&[u8]],
+                    params: &TileParams,
+                    tile: &mut Tile,
+                    runs: usize,
+                ) {
+                    codebook_kernels!(@avx2 $sets, GgmlType::$ty, $bb, rows, params, tile, runs);
+                }
+            )*
+        }
+        pub(super) mod avx512_kernels {
+            use super::*;
+            $(
+                #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
+                pub(in super::super) fn $name(
+                    rows: &[&[u8]],
+                    params: &TileParams,
+                    tile: &mut Tile,
+                    runs: usize,
+                ) {
+                    codebook_kernels!(@avx512 $sets, GgmlType::$ty, $bb, rows, params, tile, runs);
+                }
+            )*
+        }
+    };
+    (@avx2 one, $ty:expr, $bb:literal, $rows:ident, $p:ident, $tile:ident, $runs:ident) => {
+        avx2::<$bb, i16>($ty, $rows, $p.m(), $tile, $runs, |m| _mm256_set1_epi16(m))
+    };
+    (@avx2 two, $ty:expr, $bb:literal, $rows:ident, $p:ident, $tile:ident, $runs:ident) => {
+        avx2::<$bb, [i16; 2]>($ty, $rows, $p.m_pairs(), $tile, $runs, |m| pair_multipliers(&m))
+    };
+    (@avx512 one, $ty:expr, $bb:literal, $rows:ident, $p:ident, $tile:ident, $runs:ident) => {
+        avx512::<$bb, i16>($ty, $rows, $p.m(), $tile, $runs, |a, b| lane_pairs(&[a, b]))
+    };
+    (@avx512 two, $ty:expr, $bb:literal, $rows:ident, $p:ident, $tile:ident, $runs:ident) => {
+        avx512::<$bb, [i16; 2]>($ty, $rows, $p.m_pairs(), $tile, $runs, |a, b| set_pairs(a, b))
+    };
+}
+
+codebook_kernels! {
+    iq2_xxs: IQ2_XXS, 66, one;
+    iq2_xs: IQ2_XS, 74, two;
+    iq2_s: IQ2_S, 82, two;
+    iq3_xxs: IQ3_XXS, 98, one;
+    iq3_s: IQ3_S, 110, one;
+    iq1_s: IQ1_S, 50, one;
+    iq1_m: IQ1_M, 56, two;
+}
