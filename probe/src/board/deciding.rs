@@ -25,6 +25,10 @@ const RUN_SHAPES: [(&str, usize, usize); 5] = [
 
 const RUN_ROWS: [usize; 8] = [16, 32, 64, 128, 256, 512, 1024, 2048];
 
+/// The rows of a quick check: far enough apart that the time's growth with M stands out of the
+/// noise of a loaded machine, for the line `ork-probe model` fits to them.
+const QUICK_RUN_ROWS: [usize; 2] = [16, 128];
+
 const SYNC_BYTES: [usize; 5] = [4 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20];
 
 /// Each copying thread's buffer: beyond the CPU caches (an RK3588 has 3 MiB of L3).
@@ -187,7 +191,11 @@ fn runs_vs_m(
     effort: Effort,
     f: &mut Findings,
 ) -> Result<Vec<RunRow>, String> {
-    let rows = &RUN_ROWS[..effort.pick(2, RUN_ROWS.len())];
+    let rows: &[usize] = if effort.quick {
+        &QUICK_RUN_ROWS
+    } else {
+        &RUN_ROWS
+    };
     let shapes = &RUN_SHAPES[..effort.pick(2, RUN_SHAPES.len())];
     let mut masks: Vec<(usize, Option<CoreMask>)> = vec![(1, Some(on_core(cores[0])))];
     if cores.len() > 1 {
@@ -195,7 +203,7 @@ fn runs_vs_m(
     }
     let reps = Repeats {
         warmup: 1,
-        timed: effort.pick(2, 5),
+        timed: effort.pick(3, 5),
     };
     let mut out = Vec::new();
     for &(role, k, n) in shapes {
