@@ -10,7 +10,8 @@ mod standin;
 
 use npu_util::{slow_target, Case};
 use ork_moe::npu::{flags, Device};
-use ork_probe::timeline::{profile, SPECS};
+use ork_probe::timeline::params::index;
+use ork_probe::timeline::{profile, Origin, SPECS};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -146,7 +147,7 @@ fn check_profile(v: &Value, text: &str, backend: &str) {
     assert!(num(together, "npu") > 0.0 && num(together, "cpu") >= 0.0);
     assert!((num(together, "total") - num(together, "cpu") - num(together, "npu")).abs() < 1e-9);
     let runs = rows(v, "run_us_vs_m");
-    for (m, k, n) in [(16.0, 2048.0, 768.0), (32.0, 768.0, 2048.0)] {
+    for (m, k, n) in [(16.0, 2048.0, 768.0), (128.0, 768.0, 2048.0)] {
         assert!(
             runs.iter().any(|r| num(r, "m") == m
                 && num(r, "k") == k
@@ -166,7 +167,24 @@ fn check_profile(v: &Value, text: &str, backend: &str) {
     assert!(v.get("rknpu_driver_version").is_some());
     assert_eq!(rows(v, "thermal").len(), 0, "no --sustained: no samples");
     let loaded = profile::read(text, "profile.json").expect("the model loads it");
-    assert_eq!(loaded.params.run_us_floor, num(v, "run_us_floor"));
+    assert_eq!(loaded.params.dram_gbps, num(v, "dram_gbps"));
+    // The run measurements replace the floor and the throughput: core_tops always (the time
+    // grows with M), run_us_floor unless the line's intercept is below zero.
+    let origin = |name: &str| &loaded.origins[index(name).unwrap()];
+    assert!(
+        matches!(origin("core_tops"), Origin::ProfileFit { .. }),
+        "{:?} {:?}",
+        origin("core_tops"),
+        loaded.rejected_fits
+    );
+    match origin("run_us_floor") {
+        Origin::ProfileFit { .. } => assert!(loaded.params.run_us_floor >= 0.0),
+        _ => {
+            let why = &loaded.rejected_fits.iter().find(|r| r.0 == "run_us_floor");
+            assert!(why.expect("a reason").1.contains("negative"), "{why:?}");
+            assert_eq!(loaded.params.run_us_floor, num(v, "run_us_floor"));
+        }
+    }
 }
 
 fn all_exact(v: &Value) -> bool {
@@ -270,11 +288,20 @@ fn on_the_emulator_its_profile_models_like_the_same_parameters_given_directly() 
         "this machine's figures are not the model's defaults"
     );
 
-    // Through `ork-probe model`: --profile against every parameter given with --param.
+    // Through `ork-probe model`: --profile against every parameter given with --param, the
+    // fitted ones at their fits and the others at the profile's values.
     let profiled = model(&["--profile".into(), path.display().to_string()]);
+    let loaded = profile::read(&text, "profile.json").unwrap();
     let params: Vec<String> = SPECS
         .iter()
-        .flat_map(|s| ["--param".into(), format!("{}={}", s.name, num(&v, s.name))])
+        .zip(&loaded.origins)
+        .flat_map(|(s, origin)| {
+            let value = loaded.params.get(s.name).unwrap();
+            if !matches!(origin, Origin::ProfileFit { .. }) {
+                assert_eq!(value, num(&v, s.name), "{}", s.name);
+            }
+            ["--param".into(), format!("{}={value}", s.name)]
+        })
         .collect();
     let given = model(&params);
     // The range varies what the profile kept from the model and never what was measured or

@@ -25,12 +25,23 @@ const RUN_SHAPES: [(&str, usize, usize); 5] = [
 
 const RUN_ROWS: [usize; 8] = [16, 32, 64, 128, 256, 512, 1024, 2048];
 
+/// B bytes a run against M cycles through: beyond every cache a run could find its B in (the
+/// NPU cores' 384 KiB convolution buffers, the RK3588's 3 MiB CPU L3 the emulator's B passes
+/// through on the board, most desktop L3s), so each run reads its B from DRAM, as a run of
+/// another expert does.
+const COLD_B_BYTES: usize = 32 << 20;
+
+/// The rows of a quick check: far enough apart that the time's growth with M stands out of the
+/// noise of a loaded machine, for the line `ork-probe model` fits to them.
+const QUICK_RUN_ROWS: [usize; 2] = [16, 128];
+
 const SYNC_BYTES: [usize; 5] = [4 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20];
 
 /// Each copying thread's buffer: beyond the CPU caches (an RK3588 has 3 MiB of L3).
 const COPY_BYTES: usize = 32 << 20;
 
-/// One run of `m × k × n` on `cores` NPU cores, median µs.
+/// One run of `m × k × n` on `cores` NPU cores, median µs, its B cold: not the B of the run
+/// before it.
 pub struct RunRow {
     pub m: usize,
     pub k: usize,
@@ -187,7 +198,11 @@ fn runs_vs_m(
     effort: Effort,
     f: &mut Findings,
 ) -> Result<Vec<RunRow>, String> {
-    let rows = &RUN_ROWS[..effort.pick(2, RUN_ROWS.len())];
+    let rows: &[usize] = if effort.quick {
+        &QUICK_RUN_ROWS
+    } else {
+        &RUN_ROWS
+    };
     let shapes = &RUN_SHAPES[..effort.pick(2, RUN_SHAPES.len())];
     let mut masks: Vec<(usize, Option<CoreMask>)> = vec![(1, Some(on_core(cores[0])))];
     if cores.len() > 1 {
@@ -195,12 +210,14 @@ fn runs_vs_m(
     }
     let reps = Repeats {
         warmup: 1,
-        timed: effort.pick(2, 5),
+        timed: effort.pick(3, 5),
     };
     let mut out = Vec::new();
     for &(role, k, n) in shapes {
         for &m in rows {
-            let mut g = Gemm::new(dev, m, k, n, 40 + m as u64)?;
+            // At least two, so no run follows a run of its own B.
+            let copies = COLD_B_BYTES.div_ceil(k * n).max(2);
+            let mut g = Gemm::with_b_copies(dev, m, k, n, 40 + m as u64, copies)?;
             for &(count, mask) in &masks {
                 let (t, _, exact) = g.timed(dev, mask, reps)?;
                 let primitive = format!("run_i8 {count} core(s)");

@@ -37,13 +37,15 @@ pub(super) fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-/// One GEMM on the device with random operands and its reference result.
+/// One GEMM on the device with random operands and its reference result. B is held in one or
+/// more buffers of the same content, which the submits take in turn.
 pub(super) struct Gemm {
     m: usize,
     kp: usize,
     np: usize,
     a: Buffer<i8>,
-    b: Buffer<i8>,
+    b: Vec<Buffer<i8>>,
+    next_b: usize,
     c: Buffer<i32>,
     expected: Vec<i32>,
 }
@@ -56,6 +58,19 @@ impl Gemm {
         n: usize,
         seed: u64,
     ) -> Result<Gemm, String> {
+        Gemm::with_b_copies(dev, m, k, n, seed, 1)
+    }
+
+    /// A GEMM whose B is in `copies` buffers, each submit taking the one after the last
+    /// submit's: with two or more, no run reads the B the run before it read.
+    pub(super) fn with_b_copies(
+        dev: &Device,
+        m: usize,
+        k: usize,
+        n: usize,
+        seed: u64,
+        copies: usize,
+    ) -> Result<Gemm, String> {
         let t = dev.tiles();
         let (kp, np) = (t.pad(k), t.pad(n));
         let mut rng = Rng::new(seed);
@@ -65,13 +80,23 @@ impl Gemm {
         rng.fill_i8(&mut b);
         let mut expected = vec![0i32; t.c_len(m, np)];
         gemm::reference(&t, Shape { m, kp, np }, &a, &b, &mut expected);
-        let (a, b, c) = probe_gemm::upload(dev, &a, &b, expected.len())?;
+        let (a, first_b, c) = probe_gemm::upload(dev, &a, &b, expected.len())?;
+        let mut copies_of_b = vec![first_b];
+        for _ in 1..copies {
+            let mut copy = dev
+                .alloc::<i8>(b.len(), flags::CPU_FILLED, 0)
+                .map_err(err)?;
+            copy.write(0, &b).map_err(err)?;
+            copy.sync_to_device().map_err(err)?;
+            copies_of_b.push(copy);
+        }
         Ok(Gemm {
             m,
             kp,
             np,
             a,
-            b,
+            b: copies_of_b,
+            next_b: 0,
             c,
             expected,
         })
@@ -87,13 +112,15 @@ impl Gemm {
         dev: &Device,
         cores: Option<CoreMask>,
     ) -> Result<Report, String> {
+        let b = &self.b[self.next_b];
+        self.next_b = (self.next_b + 1) % self.b.len();
         let mm = MatMul {
             m: self.m,
             k: self.kp,
             n: self.np,
             a: &self.a,
             a_offset: 0,
-            b: &self.b,
+            b,
             b_offset: 0,
             c_offset: 0,
         };
@@ -567,4 +594,29 @@ fn pair(
         modelled_us: None,
         bit_exact: exact,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ork_moe::moe::Config;
+    use ork_moe::npu::BackendChoice;
+
+    #[test]
+    fn submits_take_the_copies_of_b_in_turn() {
+        let mut device = Config::default().device;
+        device.backend = BackendChoice::Emu;
+        let dev = Device::open(&device).unwrap();
+        let mut g = Gemm::with_b_copies(&dev, 4, 64, 64, 7, 3).unwrap();
+        // The third copy alone made wrong: only every third run reads it.
+        let len = g.b[2].as_slice().len();
+        g.b[2].write(0, &vec![1i8; len]).unwrap();
+        g.b[2].sync_to_device().unwrap();
+        let mut exact = Vec::new();
+        for _ in 0..6 {
+            g.submit(&dev, None).unwrap();
+            exact.push(g.exact().unwrap());
+        }
+        assert_eq!(exact, [true, true, false, true, true, false]);
+    }
 }

@@ -76,7 +76,13 @@ fn configs(s: &str) -> Result<Vec<ModelShape>, String> {
 
 fn profile(path: &str) -> Result<Settings, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
-    timeline::profile::read(&text, path)
+    let settings = timeline::profile::read(&text, path)?;
+    for (name, why) in &settings.rejected_fits {
+        eprintln!(
+            "model: {path}: {name} not fitted ({why}); the profile's or the model's value stands"
+        );
+    }
+    Ok(settings)
 }
 
 #[cfg(test)]

@@ -196,6 +196,13 @@ mod tests {
         let mut settings = Settings::default();
         settings.apply_override("shared_dram_gbps=18").unwrap();
         assert!(!varies(&settings, "shared_dram_gbps") && varies(&settings, "core_tops"));
+        let fitted = Origin::ProfileFit {
+            path: "b.json".into(),
+            how: "a line".into(),
+        };
+        let mut measured = settings.clone();
+        measured.origins[index("core_tops").unwrap()] = fitted;
+        assert!(!varies(&measured, "core_tops"));
         for at in [LOW, MID, HIGH] {
             let p = params_at(&settings, at);
             assert_eq!(p.shared_dram_gbps, 18.0);

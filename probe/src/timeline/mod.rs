@@ -10,8 +10,9 @@
 //! - [`price`], [`sched`], [`simulate`]: each task's solo time, the serial time, the
 //!   as-scheduled time of a list scheduler over the graph (DRAM shared among the running tasks)
 //!   and the resource lower bound;
-//! - [`params`], [`settings`], [`profile`]: the parameters with their sources, where each value
-//!   came from, and the board profile they are written to and read from;
+//! - [`params`], [`settings`], [`profile`], [`fit`]: the parameters with their sources, where each
+//!   value came from, the board profile they are written to and read from, and the lines fitted to
+//!   the profile's measurement arrays;
 //! - [`shape`]: model shapes and the dense part (priced from a published CPU-only figure).
 //!
 //! The NPU runs are priced by the emulator's cost model ([`ork_moe::npu::emu::modelled_submit`]).
@@ -21,6 +22,7 @@ pub mod builder;
 pub mod caches;
 pub mod calls;
 pub mod engine;
+pub mod fit;
 pub mod params;
 pub mod price;
 pub mod profile;

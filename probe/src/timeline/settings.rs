@@ -12,6 +12,11 @@ pub enum Origin {
     /// A board profile (its path) whose check could not measure it: the model's value when the
     /// profile was written.
     ProfileKept(String),
+    /// Fitted to a board profile's measurement array: the profile's path and how.
+    ProfileFit {
+        path: String,
+        how: String,
+    },
     /// Given on the command line.
     Override,
 }
@@ -35,6 +40,9 @@ pub struct Settings {
     /// Indexed like [`SPECS`].
     pub origins: Vec<Origin>,
     pub profile: Option<ProfileInfo>,
+    /// Parameters a board profile's measurements could not be fitted to, and why: each keeps the
+    /// value its origin gives.
+    pub rejected_fits: Vec<(&'static str, String)>,
 }
 
 impl Default for Settings {
@@ -43,6 +51,7 @@ impl Default for Settings {
             params: Params::default(),
             origins: vec![Origin::Default; SPECS.len()],
             profile: None,
+            rejected_fits: Vec::new(),
         }
     }
 }
@@ -59,25 +68,30 @@ impl Settings {
             .map_err(|_| format!("{name}: {value:?} is not a number"))?;
         self.params.set(name, x)?;
         self.origins[index(name).expect("set checked the name")] = Origin::Override;
+        self.rejected_fits.retain(|(n, _)| *n != name);
         Ok(())
     }
 
     /// One line per parameter: name, value, unit, and where the value came from (the source
-    /// text for defaults).
+    /// text for defaults), with the reason a fit to the profile's measurements was rejected.
     pub fn describe(&self) -> Vec<String> {
         SPECS
             .iter()
             .zip(&self.origins)
             .map(|(s, o)| {
                 let v = self.params.get(s.name).expect("every spec has a field");
-                let from = match o {
+                let mut from = match o {
                     Origin::Default => s.source.to_string(),
                     Origin::Profile(p) => format!("board profile {p}"),
                     Origin::ProfileKept(p) => {
                         format!("board profile {p}, not measured there: the model's value")
                     }
+                    Origin::ProfileFit { path, how } => format!("board profile {path}: {how}"),
                     Origin::Override => "set on the command line".to_string(),
                 };
+                if let Some((_, why)) = self.rejected_fits.iter().find(|r| r.0 == s.name) {
+                    from = format!("fit rejected ({why}), so: {from}");
+                }
                 format!(
                     "{:<28} {:>10} {:<12} {}",
                     s.name,
