@@ -5,8 +5,8 @@
 #
 # 1. builds the patched llama.cpp (build.sh, cached) and the tiny qwen3moe models (cached);
 # 2. test-backend-ops -b CPU -o MUL_MAT_ID with the plugin, every case (945): those of the weight types the
-#    library supports (q4_0 q4_1 q5_0 q8_0 q4_K q6_K) with ORK_MIN_ROWS=0, where its own counters must show
-#    that it handled every one; all the others with the default settings (the library declines them and
+#    library takes (every quantized type llama-quantize writes: q4_0 ... iq1_m, the list below) with
+#    ORK_MIN_ROWS=0, where its own counters must show that it handled every one; all the others with the default settings (the library declines them and
 #    ggml runs them). Every case must pass.
 # 3. discovery: LD_PRELOAD and ORK_MOE_PLUGIN both activate it, ORK_MOE=0 disables it; ggml repacks the
 #    routed experts into CPU_REPACK as without the plugin (same buffer size), and the plugin reads them there
@@ -67,7 +67,7 @@ without_plugin=(env ORK_MOE=0)
 handled() { sed -n 's/^ork-moe stats: .* handled \([0-9]*\) .*/\1/p' "$1" | tail -1; }
 
 step "test-backend-ops -b CPU -o MUL_MAT_ID (plugin active)"
-tbo_types=${ORK_E2E_TBO_TYPES:-q4_0 q4_1 q5_0 q8_0 q4_K q6_K}
+tbo_types=${ORK_E2E_TBO_TYPES:-q4_0 q4_1 q5_0 q5_1 q8_0 q2_K q3_K q4_K q5_K q6_K iq4_nl iq4_xs mxfp4 iq2_xxs iq2_xs iq2_s iq3_xxs iq3_s iq1_s iq1_m}
 tbo_cases=0
 passed_of() { grep -oE '[0-9]+/[0-9]+ tests passed' "$1" | tail -1; }
 # ORK_MIN_ROWS=0: the library takes every case of its types, including the decode-sized ones it leaves to
