@@ -19,6 +19,7 @@ mod call;
 mod config;
 mod corrections;
 pub mod desc;
+pub mod dispatch;
 mod engine;
 mod expert;
 mod gather;
