@@ -14,7 +14,7 @@
 pub mod spelling;
 
 use crate::moe::cache::{Policy, Verify};
-use crate::moe::{Config, MtMode, SmallBatch};
+use crate::moe::{Config, Dispatch, MtMode, SmallBatch};
 use crate::npu::emu::FaultPlan;
 use crate::npu::BackendChoice;
 use log::LevelFilter;
@@ -163,6 +163,16 @@ macro_rules! settings { ($emit:ident) => { $emit! {
             words: &[("1", true), ("0", false)],
             want: "1 or 0",
         },
+    }
+    ORK_DISPATCH as dispatch {
+        default: "always",
+        meaning: "which ops the library takes: `always` (every op it can), `never` (none: ggml runs them all) or `auto` (per class of op, the faster of the library's path and ggml's, measured in the running process: a patched llama.cpp reports ggml's times through `ork_observe`; docs/ENGINE.md)",
+        value: dispatch,
+        words: [
+            "always" = ORK_DISPATCH_ALWAYS => Dispatch::Always,
+            "never" = ORK_DISPATCH_NEVER => Dispatch::Never,
+            "auto" = ORK_DISPATCH_AUTO => Dispatch::Auto,
+        ],
     }
     ORK_SIMD as simd {
         default: "best",

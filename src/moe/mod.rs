@@ -39,7 +39,7 @@ mod staging;
 mod stats;
 mod submit;
 
-pub use config::{Config, MtMode, SmallBatch};
+pub use config::{Config, Dispatch, MtMode, SmallBatch};
 pub use engine::Engine;
 pub use plan::{Inputs, PairInputs, Plan};
 pub use staging::{HeldBytes, HeldWeights, PrefetchStats};

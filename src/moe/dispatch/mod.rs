@@ -8,8 +8,11 @@
 //! (heat, another process on the NPU). No clock is read here: times come in as samples, and
 //! "over time" is counted in calls.
 
+mod table;
 #[cfg(test)]
 mod tests;
+
+pub use table::{describe, Kind, OpClass, Table};
 
 /// The two ways an op can run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
