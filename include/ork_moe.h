@@ -204,6 +204,8 @@ typedef struct ork_config {
   uint32_t dense;
   // `ORK_DISPATCH_*`.
   uint32_t dispatch;
+  // For tests and benchmarks only: µs of real wall time the emulator adds to every submit.
+  uint32_t emu_slow_us;
 } ork_config;
 
 // Receives the library's log lines: `level` is `ORK_LOG_ERROR` .. `ORK_LOG_TRACE`, `message` one

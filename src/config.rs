@@ -250,6 +250,12 @@ macro_rules! settings { ($emit:ident) => { $emit! {
         value: device.emu.per_task,
         parse: FLAG,
     }
+    ORK_EMU_SLOW_US as emu_slow_us {
+        default: "0",
+        meaning: "for tests and benchmarks only: µs of real wall time the emulator adds to every submit (makes the library's path slower for real, e.g. to see `ORK_DISPATCH=auto` decline it)",
+        value: device.emu.slow_us,
+        parse: Whole,
+    }
     ORK_EMU_FAULTS as emu_faults {
         default: "",
         meaning: "faults the emulator injects, for tests: `op:N` or `op:N+` (that one and every later one), comma-separated, `op` one of `alloc`, `domain_full`, `run`, `sync_to_device`, `sync_from_device`, N counting from 1 per kind (unset: none)",

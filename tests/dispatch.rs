@@ -16,6 +16,10 @@ const SLOW: f64 = 1000.0;
 const INSTANT: f64 = 0.0;
 
 fn context_with(dispatch: u32) -> *mut ork_ctx {
+    context_slowed(dispatch, 0)
+}
+
+fn context_slowed(dispatch: u32, emu_slow_us: u32) -> *mut ork_ctx {
     // SAFETY: all zeroes is an ork_config (integers, floats and NULL strings).
     let mut cfg: ork_config = unsafe { std::mem::zeroed() };
     cfg.struct_size = size_of::<ork_config>() as u32;
@@ -25,6 +29,7 @@ fn context_with(dispatch: u32) -> *mut ork_ctx {
     cfg.cache_verify = ORK_CACHE_VERIFY_FULL;
     cfg.mt_mode = ORK_MT_COOP;
     cfg.dispatch = dispatch;
+    cfg.emu_slow_us = emu_slow_us;
     let ctx = ork_ctx_new(&cfg);
     assert!(!ctx.is_null(), "ork_ctx_new: {}", last_error());
     ctx
@@ -143,5 +148,25 @@ fn observe_rejects_what_is_no_time_and_no_call() {
     let mut d = c.d;
     d.w.ty = 9999;
     assert_ne!(observe(ctx, &d, 1.0), ORK_OK);
+    ork_ctx_free(ctx);
+}
+
+#[test]
+fn an_emulator_made_slower_for_real_is_declined_where_ggml_is_faster() {
+    // Every submit sleeps 20 ms: a call takes at least that; ggml reports 5 ms.
+    let ctx = context_slowed(ORK_DISPATCH_ALWAYS, 20_000);
+    let mut c = case();
+    let start = std::time::Instant::now();
+    assert_eq!(run(ctx, &mut c, 0, INSTANT, 1), [ORK_OK]);
+    assert!(start.elapsed() >= std::time::Duration::from_millis(20));
+    ork_ctx_free(ctx);
+
+    let ctx = context_slowed(ORK_DISPATCH_AUTO, 20_000);
+    let codes = run(ctx, &mut c, 2, 0.005, 12);
+    assert_eq!(codes[..4], WARM_UP);
+    assert!(
+        codes[4..].iter().all(|&rc| rc == ORK_NOT_HANDLED),
+        "{codes:?}"
+    );
     ork_ctx_free(ctx);
 }

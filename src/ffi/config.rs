@@ -137,6 +137,8 @@ pub struct ork_config {
     pub dense: u32,
     /// `ORK_DISPATCH_*`.
     pub dispatch: u32,
+    /// For tests and benchmarks only: µs of real wall time the emulator adds to every submit.
+    pub emu_slow_us: u32,
 }
 
 /// The bytes of the smallest `ork_config` of ABI version 1 (the fields up to `cache_verify`),
@@ -405,6 +407,7 @@ mod tests {
             ("ORK_EMU_DRAM_GBPS", "30"),
             ("ORK_EMU_STRICT", "0"),
             ("ORK_EMU_PER_TASK", "1"),
+            ("ORK_EMU_SLOW_US", "2000"),
         ];
         // Values that differ from the defaults on this machine only.
         if crate::pool::cores() > 1 {
