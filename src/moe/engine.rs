@@ -356,16 +356,6 @@ impl Engine {
         self.res.dispatch.observe(plan, Path::Ggml, seconds);
     }
 
-    /// Every class of call's verdict under `ORK_DISPATCH=auto`, with both times, one per line.
-    pub fn dispatch_verdicts(&self) -> Vec<String> {
-        self.res
-            .dispatch
-            .verdicts()
-            .iter()
-            .map(|(class, v)| format!("{class}: {}", super::dispatch::describe(v)))
-            .collect()
-    }
-
     pub fn stats(&self) -> Stats {
         let c = &self.res.counters;
         let cache = self.res.experts.stats();

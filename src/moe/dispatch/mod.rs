@@ -12,7 +12,7 @@ mod table;
 #[cfg(test)]
 mod tests;
 
-pub use table::{describe, Kind, OpClass, Table};
+pub use table::{Kind, OpClass, Table};
 
 /// The two ways an op can run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -239,6 +239,7 @@ impl Class {
     }
 
     /// Share of the measured time spent on the path not taken.
+    #[cfg(test)]
     pub fn explored_share(&self) -> f64 {
         if self.total > 0.0 {
             self.explored / self.total

@@ -114,20 +114,10 @@ impl Table {
             log::info!("dispatch: {class}: {}", describe(&after));
         }
     }
-
-    /// Every class's verdict.
-    pub fn verdicts(&self) -> Vec<(OpClass, Verdict)> {
-        let mut v: Vec<_> = lock(&self.classes)
-            .iter()
-            .map(|(k, c)| (*k, c.verdict()))
-            .collect();
-        v.sort_by_key(|(k, _)| (k.k, k.n, k.rows_bucket, k.weight));
-        v
-    }
 }
 
 /// A verdict with both times, µs per row.
-pub fn describe(v: &Verdict) -> String {
+fn describe(v: &Verdict) -> String {
     let us = |t: Option<f64>| t.map_or("-".to_owned(), |t| format!("{:.3}", t * 1e6));
     format!(
         "{} (library {} µs/row, ggml {} µs/row{})",
