@@ -51,6 +51,15 @@
 // `ork_config.prefetch_threads`: as `ORK_PREFETCH=auto` (the default) picks them.
 #define ORK_PREFETCH_AUTO UINT32_MAX
 
+// `ork_config.dispatch`: the library takes every op it can (the default) ...
+#define ORK_DISPATCH_ALWAYS 0
+
+// ... none ...
+#define ORK_DISPATCH_NEVER 1
+
+// ... or, per class of op, the faster path as measured (`ork_observe`).
+#define ORK_DISPATCH_AUTO 2
+
 // `ork_config.simd`: the kernel path (`ORK_SIMD`); a path this CPU lacks fails `ork_ctx_new`.
 #define ORK_SIMD_BEST 0
 
@@ -193,6 +202,10 @@ typedef struct ork_config {
   uint64_t prefetch_bytes;
   // Non-zero (the default): dense matmuls (`ork_mul_mat`) are taken; 0 declines them.
   uint32_t dense;
+  // `ORK_DISPATCH_*`.
+  uint32_t dispatch;
+  // For tests and benchmarks only: µs of real wall time the emulator adds to every submit.
+  uint32_t emu_slow_us;
 } ork_config;
 
 // Receives the library's log lines: `level` is `ORK_LOG_ERROR` .. `ORK_LOG_TRACE`, `message` one
@@ -407,6 +420,22 @@ ork_result ork_mul_mat_mt(struct ork_ctx *ctx,
                           const struct ork_tensor *b,
                           const struct ork_tensor *dst,
                           const struct ork_threads *th);
+
+// The caller ran a call on its own path in `seconds` of wall time: one the library declined
+// (`ORK_NOT_HANDLED` from the call itself, not from its `_check`), described as it was offered.
+// `as1` and `dst1` are NULL but for a pair (`ork_mul_mat_id_pair_mt`); `ids`, `as1` and `dst1`
+// are all NULL for a dense matmul (`ork_mul_mat_mt`). Metadata only: no tensor data is read.
+// `ORK_OK` when taken as a sample (or ignored: any `ORK_DISPATCH` but `auto`), `ORK_NOT_HANDLED`
+// for a call the library never takes, `ORK_INVALID_ARGUMENT` for bad descriptors or a time that
+// is negative or not finite.
+ork_result ork_observe(const struct ork_ctx *ctx,
+                       const struct ork_tensor *as0,
+                       const struct ork_tensor *as1,
+                       const struct ork_tensor *b,
+                       const struct ork_tensor *ids,
+                       const struct ork_tensor *dst0,
+                       const struct ork_tensor *dst1,
+                       double seconds);
 
 // Announces a `MUL_MAT_ID` call (or a pair: `as1` and `dst1` non-NULL, as
 // [`ork_mul_mat_id_pair`]) that will come, so that the library's prefetch threads

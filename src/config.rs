@@ -14,7 +14,7 @@
 pub mod spelling;
 
 use crate::moe::cache::{Policy, Verify};
-use crate::moe::{Config, MtMode, SmallBatch};
+use crate::moe::{Config, Dispatch, MtMode, SmallBatch};
 use crate::npu::emu::FaultPlan;
 use crate::npu::BackendChoice;
 use log::LevelFilter;
@@ -164,6 +164,16 @@ macro_rules! settings { ($emit:ident) => { $emit! {
             want: "1 or 0",
         },
     }
+    ORK_DISPATCH as dispatch {
+        default: "always",
+        meaning: "which ops the library takes: `always` (every op it can), `never` (none: ggml runs them all) or `auto` (per class of op, the faster of the library's path and ggml's, measured in the running process: a patched llama.cpp reports ggml's times through `ork_observe`; docs/ENGINE.md)",
+        value: dispatch,
+        words: [
+            "always" = ORK_DISPATCH_ALWAYS => Dispatch::Always,
+            "never" = ORK_DISPATCH_NEVER => Dispatch::Never,
+            "auto" = ORK_DISPATCH_AUTO => Dispatch::Auto,
+        ],
+    }
     ORK_SIMD as simd {
         default: "best",
         meaning: "kernel path: `best`, `scalar`, `ssse3`, `avx2`, `avx512`, `neon`, `dotprod` (must exist on this CPU)",
@@ -239,6 +249,12 @@ macro_rules! settings { ($emit:ident) => { $emit! {
         meaning: "`1`: the emulator runs every planned hardware task's rows on their own (slower, same bits; exercises the task plan)",
         value: device.emu.per_task,
         parse: FLAG,
+    }
+    ORK_EMU_SLOW_US as emu_slow_us {
+        default: "0",
+        meaning: "for tests and benchmarks only: µs of real wall time the emulator adds to every submit (makes the library's path slower for real, e.g. to see `ORK_DISPATCH=auto` decline it)",
+        value: device.emu.slow_us,
+        parse: Whole,
     }
     ORK_EMU_FAULTS as emu_faults {
         default: "",

@@ -9,7 +9,7 @@ use super::prefetch::ork_prefetch;
 use super::{guard, invalid, ork_ctx};
 use crate::config::spelling::*;
 use crate::moe::cache::{Policy, Verify};
-use crate::moe::{Config, Engine, Error, MtMode, SmallBatch};
+use crate::moe::{Config, Dispatch, Engine, Error, MtMode, SmallBatch};
 use crate::npu::emu::FaultPlan;
 use crate::npu::BackendChoice;
 use log::LevelFilter;
@@ -46,6 +46,13 @@ pub const ORK_MT_LEADER: u32 = 1;
 
 /// `ork_config.prefetch_threads`: as `ORK_PREFETCH=auto` (the default) picks them.
 pub const ORK_PREFETCH_AUTO: u32 = u32::MAX;
+
+/// `ork_config.dispatch`: the library takes every op it can (the default) ...
+pub const ORK_DISPATCH_ALWAYS: u32 = 0;
+/// ... none ...
+pub const ORK_DISPATCH_NEVER: u32 = 1;
+/// ... or, per class of op, the faster path as measured (`ork_observe`).
+pub const ORK_DISPATCH_AUTO: u32 = 2;
 
 /// `ork_config.simd`: the kernel path (`ORK_SIMD`); a path this CPU lacks fails `ork_ctx_new`.
 pub const ORK_SIMD_BEST: u32 = 0;
@@ -128,6 +135,10 @@ pub struct ork_config {
     pub prefetch_bytes: u64,
     /// Non-zero (the default): dense matmuls (`ork_mul_mat`) are taken; 0 declines them.
     pub dense: u32,
+    /// `ORK_DISPATCH_*`.
+    pub dispatch: u32,
+    /// For tests and benchmarks only: µs of real wall time the emulator adds to every submit.
+    pub emu_slow_us: u32,
 }
 
 /// The bytes of the smallest `ork_config` of ABI version 1 (the fields up to `cache_verify`),
@@ -387,6 +398,8 @@ mod tests {
             ("ORK_PREFETCH", "0"),
             ("ORK_PREFETCH_MB", "512"),
             ("ORK_DENSE", "0"),
+            ("ORK_DISPATCH", "never"),
+            ("ORK_DISPATCH", "auto"),
             ("ORK_LOG", "debug"),
             ("ORK_EMU_SUBMIT_US", "61.5"),
             ("ORK_EMU_TASK_US", "0"),
@@ -394,6 +407,7 @@ mod tests {
             ("ORK_EMU_DRAM_GBPS", "30"),
             ("ORK_EMU_STRICT", "0"),
             ("ORK_EMU_PER_TASK", "1"),
+            ("ORK_EMU_SLOW_US", "2000"),
         ];
         // Values that differ from the defaults on this machine only.
         if crate::pool::cores() > 1 {

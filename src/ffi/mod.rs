@@ -1,6 +1,6 @@
 //! The C ABI (`include/ork_moe.h`, generated from this folder by cbindgen), one file per family:
 //! [`config`] (the configuration and the context's life), [`tensor`] (descriptors), [`matmul`]
-//! (the calls), [`prefetch`], [`log`], [`stats`]; this file holds what they share.
+//! (the calls), [`observe`], [`prefetch`], [`log`], [`stats`]; this file holds what they share.
 //!
 //! Conventions, as in rustls-ffi:
 //! - every export runs inside [`guard`], so no panic crosses the boundary: a caught panic becomes
@@ -24,6 +24,7 @@
 pub mod config;
 pub mod log;
 pub mod matmul;
+pub mod observe;
 pub mod prefetch;
 pub mod stats;
 pub mod tensor;
@@ -31,6 +32,7 @@ pub mod tensor;
 pub use self::config::*;
 pub use self::log::*;
 pub use self::matmul::*;
+pub use self::observe::*;
 pub use self::prefetch::*;
 pub use self::stats::*;
 pub use self::tensor::*;

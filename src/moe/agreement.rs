@@ -16,6 +16,8 @@ pub(super) struct Agreement {
     nth: usize,
     /// Which `ith` joined.
     joined: Vec<AtomicBool>,
+    /// Threads that joined.
+    came: AtomicUsize,
     /// Threads done with their part before the first barrier.
     ready: AtomicUsize,
     /// The first disagreement seen as the threads joined.
@@ -29,6 +31,7 @@ impl Agreement {
         Agreement {
             nth,
             joined: (0..nth).map(|_| AtomicBool::new(false)).collect(),
+            came: AtomicUsize::new(0),
             ready: AtomicUsize::new(0),
             conflict: OnceLock::new(),
             verdict: OnceLock::new(),
@@ -37,6 +40,7 @@ impl Agreement {
 
     /// A thread with descriptor `(ith, nth)` joins the call.
     pub fn join(&self, ith: usize, nth: usize) {
+        self.came.fetch_add(1, Ordering::Relaxed);
         if nth != self.nth {
             self.conflict(format!(
                 "threads: one thread passed nth = {}, another nth = {nth}: every thread of a \
@@ -49,6 +53,11 @@ impl Agreement {
                  passed by exactly one thread"
             ));
         }
+    }
+
+    /// Whether `nth` threads joined.
+    pub fn all_joined(&self) -> bool {
+        self.came.load(Ordering::Relaxed) >= self.nth
     }
 
     fn conflict(&self, message: String) {

@@ -15,6 +15,7 @@ use crate::sync::lock;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::time::Instant;
 
 /// Identity of a cooperative call: the four data addresses. (Each thread's `nth` is checked
 /// against the call's, [`Agreement`], not part of the key: a thread with another `nth` would
@@ -187,6 +188,10 @@ pub(super) struct Call {
     /// With prefetch threads, a call that does not pause them: its threads take prefetch jobs
     /// while they wait for its NPU runs.
     pub helps_prefetch: bool,
+    /// When the first thread came: the library's time on the call ends at its result.
+    pub started: Instant,
+    /// Declined by `ORK_DISPATCH` when the first thread came: every thread returns it.
+    pub declined: Option<Error>,
 }
 
 impl Call {
@@ -195,6 +200,8 @@ impl Call {
         let rows = plan.problem.act_rows();
         Call {
             chunk: rows.div_ceil(nth),
+            started: Instant::now(),
+            declined: None,
             plan,
             key,
             nth,
@@ -306,6 +313,15 @@ impl Joining {
             joining.retain(|c| !Arc::ptr_eq(c, call));
             call.agreement.decide()
         })
+    }
+
+    /// Takes a call its threads do not run (declined) off the list once all of them came, so
+    /// that the next call with the same buffers starts fresh.
+    pub fn leave_when_all_came(&self, call: &Arc<Call>) {
+        let mut joining = lock(&self.0);
+        if call.agreement.all_joined() {
+            joining.retain(|c| !Arc::ptr_eq(c, call));
+        }
     }
 
     /// Takes `call` off the list if it is still there: a call that ends before its first

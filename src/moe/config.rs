@@ -59,6 +59,19 @@ pub struct Config {
     pub prefetch_bytes: u64,
     /// Whether dense matmuls ([`super::Engine::plan_dense`]) are taken; false declines them all.
     pub dense: bool,
+    /// Which calls are taken: all that can be, none, or those measured faster here.
+    pub dispatch: Dispatch,
+}
+
+/// Which calls the engine takes (`ORK_DISPATCH`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dispatch {
+    /// Every call it can.
+    Always,
+    /// None: the caller's own path runs them all.
+    Never,
+    /// Per class of call, the path measured faster ([`super::dispatch`]).
+    Auto,
 }
 
 impl Default for Config {
@@ -78,6 +91,7 @@ impl Default for Config {
             prefetch_cpus: Vec::new(),
             prefetch_bytes: 1 << 30,
             dense: true,
+            dispatch: Dispatch::Always,
         }
     }
 }

@@ -5,6 +5,7 @@
 
 use super::call::{Call, CallKey, Joining};
 use super::desc::TensorDesc;
+use super::dispatch::{Choice, Path};
 use super::phase1::phase1;
 use super::phase2::phase2;
 use super::plan::{Inputs, Plan};
@@ -168,6 +169,11 @@ impl Engine {
     /// [`Engine::run`], also returning the call's used experts in the order phase 2 took them
     /// (rows, cache hit or not): the board timeline model's input.
     pub fn run_traced(&self, plan: Plan, io: &Inputs) -> Result<(Stages, Vec<ExpertRun>), Error> {
+        let choice = self.res.dispatch.choose(&plan);
+        if choice.path == Path::Ggml {
+            self.note_declined();
+            return Err(declined(choice));
+        }
         let call = self.start(plan, [0; 4], 1, self.res.threads(), io);
         self.run_on_pool(&call, io);
         let r = self.end(&call);
@@ -210,8 +216,19 @@ impl Engine {
         let leader = self.res.config.mt_mode == MtMode::Leader;
         let workers = if leader { self.res.threads() } else { nth };
         let call = self.joining.join(plan, key, (ith, nth), |plan| {
-            self.start(plan, key, nth, workers, io)
+            let choice = self.res.dispatch.choose(&plan);
+            if choice.path == Path::Library {
+                return self.start(plan, key, nth, workers, io);
+            }
+            self.note_declined();
+            let mut call = Call::new(plan, key, nth, 1);
+            call.declined = Some(declined(choice));
+            call
         });
+        if let Some(e) = &call.declined {
+            self.joining.leave_when_all_came(&call);
+            return Err(e.clone());
+        }
         // A panic must not skip a barrier: the other threads would wait forever.
         let guarded = |f: &dyn Fn()| {
             if let Err(p) = panic::catch_unwind(AssertUnwindSafe(f)) {
@@ -306,6 +323,10 @@ impl Engine {
         let p = &call.plan.problem;
         match &r {
             Ok(_) => {
+                let seconds = call.started.elapsed().as_secs_f64();
+                self.res
+                    .dispatch
+                    .observe(&call.plan, Path::Library, seconds);
                 bump(&self.res.counters.handled, 1);
                 let prefetch = if self.prefetching() && log::log_enabled!(log::Level::Debug) {
                     format!("; {}", self.prefetch_stats())
@@ -327,6 +348,12 @@ impl Engine {
             Err(e) => log::debug!("failed {} K={} N={}: {e}", p.layout.name(p.wtype), p.k, p.n),
         }
         r
+    }
+
+    /// ggml's own path ran a call of `plan` (one the engine declined, or would have) in
+    /// `seconds`: a sample for `ORK_DISPATCH=auto`.
+    pub fn observe(&self, plan: &Plan, seconds: f64) {
+        self.res.dispatch.observe(plan, Path::Ggml, seconds);
     }
 
     pub fn stats(&self) -> Stats {
@@ -354,4 +381,13 @@ impl Engine {
             backend: Some(self.res.device.backend()),
         }
     }
+}
+
+/// The error of a call `ORK_DISPATCH` leaves to the caller's own path.
+fn declined(choice: Choice) -> Error {
+    Error::not_handled(if choice.explore {
+        "declined to measure the caller's own path (ORK_DISPATCH=auto)"
+    } else {
+        "declined by ORK_DISPATCH (`never`, or under `auto` measured slower than the caller's own path for calls of this class)"
+    })
 }

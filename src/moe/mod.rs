@@ -19,6 +19,7 @@ mod call;
 mod config;
 mod corrections;
 pub mod desc;
+pub mod dispatch;
 mod engine;
 mod expert;
 mod gather;
@@ -38,7 +39,7 @@ mod staging;
 mod stats;
 mod submit;
 
-pub use config::{Config, MtMode, SmallBatch};
+pub use config::{Config, Dispatch, MtMode, SmallBatch};
 pub use engine::Engine;
 pub use plan::{Inputs, PairInputs, Plan};
 pub use staging::{HeldBytes, HeldWeights, PrefetchStats};

@@ -3,6 +3,7 @@
 //! the engine's counters.
 
 use super::call::{Call, Prepared};
+use super::dispatch::Table;
 use super::expert::Experts;
 use super::scatter::QUAD;
 use super::spares::Spares;
@@ -38,6 +39,8 @@ pub(super) struct Resources {
     pub isa: Isa,
     pub experts: Experts,
     pub counters: Counters,
+    /// Which calls are taken (`ORK_DISPATCH`), and what their classes measured.
+    pub dispatch: Table,
     pub spare_a: Spares<i8>,
     pub spare_b: Spares<i8>,
     pub spare_c: Spares<i32>,
@@ -54,6 +57,7 @@ impl Resources {
             staged as u64,
         );
         Resources {
+            dispatch: Table::new(config.dispatch),
             experts,
             isa: config.device.host.isa,
             config,

@@ -33,7 +33,7 @@ static int failures = 0;
     X(cache_verify) X(mt_mode) X(emu_submit_us) X(emu_task_us) X(emu_core_tops) X(emu_dram_gbps)     \
     X(rknn_lib) X(emu_dump_dir) X(simd) X(log_level) X(emu_strict) X(emu_per_task) X(cache_policy)  \
     X(outlier_max) X(outlier_factor) X(submitters) X(emu_faults) X(rknn_dynamic_m)                 \
-    X(prefetch_threads) X(prefetch_bytes) X(dense)
+    X(prefetch_threads) X(prefetch_bytes) X(dense) X(dispatch) X(emu_slow_us)
 
 static int threads_of_this_process(void) {
     DIR *d = opendir("/proc/self/task");

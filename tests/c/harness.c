@@ -725,6 +725,49 @@ static void dense_calls(ork_ctx *emu) {
     free_problem(&p);
 }
 
+/* ORK_DISPATCH=auto as a patched llama.cpp drives it: after each call the library declined, ggml runs the op and
+ * reports its time (ork_observe). ggml's path tried twice, the library's twice, then the verdict: every call taken when
+ * ggml reports far more time than the library's path takes, every call declined when it reports none. All threads of
+ * a call return one code (run_mt gives 99 otherwise). */
+static void dispatch_calls(void) {
+    problem p;
+    alloc_problem(&p, &TYPES[0], 256, 64, 64);
+    route(&p);
+    fill_activations(&p);
+    uint8_t *dst = malloc(p.dst_bytes);
+    make_descs(&p, dst);
+    const double ggml_seconds[2] = {1000.0, 0.0};
+    for (int slow = 0; slow < 2; slow++) {
+        ork_config cfg = {.struct_size = sizeof(ork_config)};
+        ork_config_default(&cfg);
+        cfg.backend = ORK_BACKEND_EMU;
+        cfg.min_rows = 0;
+        cfg.dispatch = ORK_DISPATCH_AUTO;
+        ork_ctx *ctx = ork_ctx_new(&cfg);
+        if (!ctx) {
+            fprintf(stderr, "ork_ctx_new(dispatch auto): %s\n", ork_last_error());
+            exit(2);
+        }
+        char codes[33] = {0};
+        for (int i = 0; i < 32; i++) {
+            memset(dst, SENTINEL, p.dst_bytes);
+            ork_result rc = run_mt(ctx, &p, 4);
+            codes[i] = (char)('0' + rc);
+            if (rc == ORK_NOT_HANDLED) {
+                ork_result o = ork_observe(ctx, &p.tw, NULL, &p.tb, &p.tids, &p.tdst, NULL, ggml_seconds[slow]);
+                CHECK(o == ORK_OK, "ork_observe: %u %s", o, ork_last_error());
+            }
+        }
+        const char *want = slow == 0 ? "11000000000000000000000000000000" : "11001111111111111111111111111111";
+        CHECK(strcmp(codes, want) == 0, "dispatch with ggml at %g s: codes %s, want %s", ggml_seconds[slow], codes, want);
+        printf("dispatch auto, ggml reports %g s per call: %s\n", ggml_seconds[slow], codes);
+        CHECK(ork_observe(ctx, &p.tw, NULL, &p.tb, &p.tids, &p.tdst, NULL, -1.0) == ORK_INVALID_ARGUMENT, "negative time taken");
+        ork_ctx_free(ctx);
+    }
+    free(dst);
+    free_problem(&p);
+}
+
 int main(void) {
     int quick = getenv("QUICK") && atoi(getenv("QUICK")) != 0;
     printf("ork_moe %s, ABI %u (header %d)\n", ork_version(), ork_abi_version(), ORK_ABI_VERSION);
@@ -760,6 +803,7 @@ int main(void) {
     pair_calls(emu);
     prefetch_calls(emu);
     dense_calls(emu);
+    dispatch_calls();
     bad_input(emu, lead);
 
     ork_stats st;

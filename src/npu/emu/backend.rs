@@ -183,6 +183,7 @@ impl Backend for Emu {
             report,
             dump,
             gemms: shapes.len(),
+            slow_us: self.config.slow_us,
         }))
     }
 }

@@ -17,6 +17,8 @@ pub(super) struct EmuJob<'a> {
     pub(super) report: Report,
     pub(super) dump: Option<Dump>,
     pub(super) gemms: usize,
+    /// `Config::slow_us`.
+    pub(super) slow_us: u32,
 }
 
 /// Where a submit's buffers go (`ORK_EMU_DUMP`): its folder, the submit's sequence number, and
@@ -35,6 +37,9 @@ impl Job for EmuJob<'_> {
     }
 
     fn finish(self: Box<Self>) -> Result<Report> {
+        if self.slow_us > 0 {
+            std::thread::sleep(std::time::Duration::from_micros(self.slow_us.into()));
+        }
         if let Some(msg) = self.failure {
             return Err(Error::Device(msg));
         }

@@ -72,6 +72,9 @@ pub struct Config {
     /// Execute each planned task's rows separately: slower, same bits; exercises the strided row
     /// gather and scatter of the hardware tasks.
     pub per_task: bool,
+    /// Real wall time added to every submit, µs: makes the library's path slower for real, for
+    /// tests and benchmarks of measured dispatch (`ORK_EMU_SLOW_US`).
+    pub slow_us: u32,
     /// Operations to fail on purpose (none by default).
     pub faults: FaultPlan,
 }
@@ -85,6 +88,7 @@ impl Default for Config {
             dump: None,
             domain_bytes: DOMAIN_BYTES,
             per_task: false,
+            slow_us: 0,
             faults: FaultPlan::default(),
         }
     }
