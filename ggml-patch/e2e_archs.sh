@@ -3,10 +3,10 @@
 #
 #   ggml-patch/e2e_archs.sh [path/to/libork_moe.so]   (or ORK_MOE_LIB=...; default target/release/libork_moe.so)
 #
-# Per architecture: a synthetic model with the real model's per-layer shapes (tools/make_tiny_moe.py,
-# 2 layers, quantized to Q4_0; cached), then
+# Per architecture: a synthetic model with the real model's per-layer shapes (tools/make_tiny_moe.py: its
+# leading dense layers and 2 MoE layers, quantized to Q4_0; cached), then
 # 1. one prompt batch (-n 1) with the plugin and ORK_MIN_ROWS=0: its stats must show every call it saw
-#    handled (routed experts and dense projections), none declined, at least 3 routed calls per layer;
+#    handled (routed experts and dense projections), none declined, and at least 6 calls;
 # 2. 16 greedy tokens with the plugin (ORK_MIN_ROWS=0, so decode steps go to it too) and without, both must
 #    run; how many bytes of text agree is printed, as e2e.sh does for its models (random weights give flat
 #    logits, so the int8 activations of the plugin may flip a near-tie: a difference is reported, not failed).
@@ -40,7 +40,7 @@ bin=${ORK_LLAMA_BUILD:-$("$here/build.sh" | tail -1)}/bin
 
 # name -> the generator's arguments after the name
 declare -A fast=([granitemoe]="" [qwen2moe]="--experts 16" [gpt-oss]="--experts 8")
-all=(qwen3moe qwen2moe olmoe gpt-oss granitemoe ernie4_5-moe)
+all=(qwen3moe qwen2moe olmoe gpt-oss granitemoe ernie4_5-moe deepseek2 lfm2moe)
 case ${ORK_E2E_ARCHS:-fast} in
 fast) archs=(granitemoe qwen2moe gpt-oss) ;;
 all) archs=("${all[@]}") ;;
@@ -52,7 +52,7 @@ for arch in "${archs[@]}"; do
     t0=$SECONDS
     args=()
     [[ ${ORK_E2E_ARCHS:-fast} == fast ]] && read -ra args <<<"${fast[$arch]}"
-    model=$(ork_arch_model "$bin" "$arch" --layers 2 "${args[@]}")
+    model=$(ork_arch_model "$bin" "$arch" "${args[@]}")
     run=("$bin/llama-completion" -m "$model" -p "The quick brown fox jumps over the lazy dog" -no-cnv --temp 0
         -t "$threads" -s 1 --no-display-prompt)
     plugin=(env ORK_MOE_PLUGIN="$lib" ORK_MOE_STATS=1 ORK_MIN_ROWS=0)
@@ -60,6 +60,7 @@ for arch in "${archs[@]}"; do
         fail "$arch: prompt batch with the plugin (log: $out/$arch-prompt.log)"
     calls=$(stat "$out/$arch-prompt.log" calls) handled=$(stat "$out/$arch-prompt.log" handled)
     stats=$(grep '^ork-moe stats' "$out/$arch-prompt.log" || echo "no stats")
+    # 2 MoE layers of 3 routed calls each at least
     [[ ${calls:-0} -ge 6 && ${handled:-0} == "$calls" ]] &&
         pass "$arch: prompt batch: every call handled ($stats)" ||
         fail "$arch: prompt batch: not every call handled ($stats; log: $out/$arch-prompt.log)"

@@ -7,7 +7,7 @@ and the vocabulary (make_tiny_qwen3moe.py's byte-level BPE) are small. Weights a
 nothing, but llama.cpp builds and runs its real graph, so the MUL_MAT_ID calls are those of the real model.
 Tensor names and metadata keys follow the pinned llama.cpp (src/models/<arch>.cpp).
 
-  tools/make_tiny_moe.py ARCH OUT.gguf [--layers N] [--experts E]
+  tools/make_tiny_moe.py ARCH OUT.gguf [--layers N] [--experts E]     (ARCH: see ARCHS below)
 
 --experts E (default: the real count) trades realism for size in fast runs: an expert's shape is kept.
 Quantize with llama-quantize. Needs PyPI gguf==0.19.0 and numpy. The same arguments write the same bytes.
@@ -41,6 +41,15 @@ ARCHS = {
     # ERNIE-4.5-21B-A3B: a leading dense layer, shared experts (2 x 1536), expert-probability bias
     "ernie4_5-moe": dict(model="ERNIE-4.5-21B-A3B", hidden=2560, heads=20, heads_kv=4, head_dim=128,
                          experts=64, used=6, expert_ffn=1536, shared_ffn=3072, dense_ffn=12288, dense_lead=1),
+    # DeepSeek-V2-Lite: multi-head latent attention (no q LoRA, kv LoRA rank 512, 64 rope + 128 nope dims
+    # per head, 128 value dims), a leading dense layer, two shared experts (2 x 1408)
+    "deepseek2": dict(model="DeepSeek-V2-Lite", hidden=2048, heads=16, heads_kv=1, head_dim=576,
+                      experts=64, used=6, expert_ffn=1408, shared_ffn=2816, dense_ffn=10944, dense_lead=1,
+                      kv_lora=512, rope_dim=64, k_mla=192, v_mla=128),
+    # LFM2-8B-A1B: short-convolution layers among attention ones (here odd layers attend), two leading
+    # dense layers, sigmoid routing with an expert-probability bias
+    "lfm2moe": dict(model="LFM2-8B-A1B", hidden=2048, heads=32, heads_kv=8, head_dim=64,
+                    experts=32, used=4, expert_ffn=1792, dense_ffn=7168, dense_lead=2, conv_cache=3),
 }
 
 
@@ -72,6 +81,7 @@ class Model:
                  lambda: (0.02 * self.rng.standard_normal(shape, dtype=np.float32)).astype(np.float32))
 
     def router(self, name, e, h):
+        """An f32 matrix (routers, and kernels ggml takes in f32 only), unit-ish gain."""
         self.add(name, (e, h), np.float32,
                  lambda: (self.rng.standard_normal((e, h), dtype=np.float32) / np.sqrt(h)).astype(np.float32))
 
@@ -87,9 +97,14 @@ def add_hparams(w, arch, c, layers, experts):
     w.add_expert_count(experts)
     w.add_expert_used_count(c["used"])
     w.add_head_count(c["heads"])
-    w.add_head_count_kv(c["heads_kv"])
+    if arch == "lfm2moe":  # a kv head count of 0 makes a layer a short-convolution one
+        w.add_head_count_kv([c["heads_kv"] if il % 2 else 0 for il in range(layers)])
+        w.add_shortconv_l_cache(c["conv_cache"])
+        w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
+    else:
+        w.add_head_count_kv(c["heads_kv"])
     w.add_key_length(c["head_dim"])
-    w.add_value_length(c["head_dim"])
+    w.add_value_length(c.get("kv_lora", c["head_dim"]))
     w.add_rope_freq_base(1000000.0 if arch != "gpt-oss" else 150000.0)
     w.add_layer_norm_rms_eps(1e-6)
     if arch == "gpt-oss":
@@ -101,11 +116,48 @@ def add_hparams(w, arch, c, layers, experts):
         w.add_attention_scale(0.015625)
     if arch == "ernie4_5-moe":
         w.add_interleave_moe_layer_step(1)
+    if "dense_lead" in c:
         w.add_leading_dense_block_count(c["dense_lead"])
+    if arch == "deepseek2":
+        # llama.cpp tells V2-Lite (no q LoRA) by its layer count; a rank of 0 says the same at any depth
+        w.add_q_lora_rank(0)
+        w.add_kv_lora_rank(c["kv_lora"])
+        w.add_key_length_mla(c["k_mla"])
+        w.add_value_length_mla(c["v_mla"])
+        w.add_rope_dimension_count(c["rope_dim"])
+        w.add_expert_shared_count(c["shared_ffn"] // c["expert_ffn"])
+        w.add_expert_weights_scale(1.0)
+        w.add_expert_gating_func(gguf.ExpertGatingFuncType.SOFTMAX)
     w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
 
 
-def add_attention(m, arch, c, p):
+def add_mla_attention(m, c, p):
+    h, n, r = c["hidden"], c["heads"], c["kv_lora"]
+    m.norm(p + "attn_norm.weight", h)
+    m.norm(p + "attn_kv_a_norm.weight", r)
+    m.weight(p + "attn_q.weight", n * c["k_mla"], h)
+    m.weight(p + "attn_kv_a_mqa.weight", r + c["rope_dim"], h)
+    m.experts(p + "attn_k_b.weight", n, r, c["k_mla"] - c["rope_dim"])
+    m.experts(p + "attn_v_b.weight", n, c["v_mla"], r)
+    m.weight(p + "attn_output.weight", h, n * c["v_mla"])
+
+
+def add_short_conv(m, c, p):
+    h = c["hidden"]
+    m.norm(p + "attn_norm.weight", h)
+    # ggml's ssm_conv takes the kernel in f32 only
+    m.router(p + "shortconv.conv.weight", h, c["conv_cache"])
+    m.weight(p + "shortconv.in_proj.weight", 3 * h, h)
+    m.weight(p + "shortconv.out_proj.weight", h, h)
+
+
+def add_attention(m, arch, c, p, il):
+    if arch == "deepseek2":
+        add_mla_attention(m, c, p)
+        return
+    if arch == "lfm2moe" and il % 2 == 0:
+        add_short_conv(m, c, p)
+        return
     h, hd = c["hidden"], c["head_dim"]
     q, kv = c["heads"] * hd, c["heads_kv"] * hd
     m.norm(p + "attn_norm.weight", h)
@@ -117,7 +169,7 @@ def add_attention(m, arch, c, p):
         m.bias(p + "attn_k.bias", kv)
         m.bias(p + "attn_v.bias", kv)
     m.weight(p + "attn_output.weight", h, q)
-    if arch == "qwen3moe":
+    if arch in ("qwen3moe", "lfm2moe"):
         m.norm(p + "attn_q_norm.weight", hd)
         m.norm(p + "attn_k_norm.weight", hd)
     if arch == "olmoe":
@@ -140,7 +192,7 @@ def add_ffn(m, arch, c, p, il, e):
     m.router(p + "ffn_gate_inp.weight", e, h)
     if arch == "gpt-oss":
         m.bias(p + "ffn_gate_inp.bias", e)
-    if arch == "ernie4_5-moe":
+    if arch in ("ernie4_5-moe", "lfm2moe"):
         m.bias(p + "exp_probs_b.bias", e)
     m.experts(p + "ffn_gate_exps.weight", e, f, h)
     m.experts(p + "ffn_up_exps.weight", e, f, h)
@@ -162,13 +214,14 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("arch", choices=sorted(ARCHS))
     ap.add_argument("out", help="output .gguf path (F16)")
-    ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--layers", type=int, help="default: the leading dense layers and 2 MoE layers")
     ap.add_argument("--experts", type=int, help="routed experts per layer (default: the real model's)")
     ap.add_argument("--merges", type=int, default=400)
     ap.add_argument("--seed", type=int, default=1234)
     args = ap.parse_args()
     c = ARCHS[args.arch]
     e = args.experts or c["experts"]
+    args.layers = args.layers or c.get("dense_lead", 0) + 2
     if e < c["used"] or args.layers <= c.get("dense_lead", 0):
         ap.error(f"{args.arch} needs at least {c['used']} experts and {c.get('dense_lead', 0) + 1} layers")
 
@@ -182,12 +235,12 @@ def main():
     # embedding rows small: the tied or separate output keeps logits a few units apart
     m.add("token_embd.weight", (n_vocab, h), np.float16,
           lambda: (0.05 * m.rng.standard_normal((n_vocab, h), dtype=np.float32)).astype(np.float16))
-    m.norm("output_norm.weight", h)
+    m.norm("token_embd_norm.weight" if args.arch == "lfm2moe" else "output_norm.weight", h)
     if args.arch in ("qwen2moe", "olmoe", "gpt-oss"):  # these load no tied output
         m.weight("output.weight", n_vocab, h)
     for il in range(args.layers):
         p = f"blk.{il}."
-        add_attention(m, args.arch, c, p)
+        add_attention(m, args.arch, c, p, il)
         add_ffn(m, args.arch, c, p, il, e)
     write_tensors(w, m.tensors)
 
