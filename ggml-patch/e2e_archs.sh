@@ -40,7 +40,7 @@ bin=${ORK_LLAMA_BUILD:-$("$here/build.sh" | tail -1)}/bin
 
 # name -> the generator's arguments after the name
 declare -A fast=([granitemoe]="" [qwen2moe]="--experts 16" [gpt-oss]="--experts 8")
-all=(qwen3moe qwen2moe olmoe gpt-oss granitemoe ernie4_5-moe deepseek2 lfm2moe)
+all=(qwen3moe qwen35moe qwen2moe olmoe gpt-oss granitemoe ernie4_5-moe deepseek2 lfm2moe)
 case ${ORK_E2E_ARCHS:-fast} in
 fast) archs=(granitemoe qwen2moe gpt-oss) ;;
 all) archs=("${all[@]}") ;;

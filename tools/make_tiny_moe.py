@@ -50,6 +50,11 @@ ARCHS = {
     # dense layers, sigmoid routing with an expert-probability bias
     "lfm2moe": dict(model="LFM2-8B-A1B", hidden=2048, heads=32, heads_kv=8, head_dim=64,
                     experts=32, used=4, expert_ffn=1792, dense_ffn=7168, dense_lead=2, conv_cache=3),
+    # Qwen3.5/3.6-35B-A3B: gated delta-net layers among gated attention ones (here every second layer
+    # attends), 256 experts plus a gated shared expert
+    "qwen35moe": dict(model="Qwen3.6-35B-A3B", hidden=2048, heads=16, heads_kv=2, head_dim=256,
+                      experts=256, used=8, expert_ffn=512, shared_ffn=512,
+                      linear_k_heads=16, linear_v_heads=32, linear_head_dim=128, conv_kernel=4),
 }
 
 
@@ -118,6 +123,15 @@ def add_hparams(w, arch, c, layers, experts):
         w.add_interleave_moe_layer_step(1)
     if "dense_lead" in c:
         w.add_leading_dense_block_count(c["dense_lead"])
+    if arch == "qwen35moe":
+        w.add_full_attention_interval(2)
+        w.add_rope_dimension_count(64)
+        w.add_rope_dimension_sections([11, 11, 10, 0])
+        w.add_ssm_conv_kernel(c["conv_kernel"])
+        w.add_ssm_inner_size(c["linear_v_heads"] * c["linear_head_dim"])
+        w.add_ssm_state_size(c["linear_head_dim"])
+        w.add_ssm_time_step_rank(c["linear_v_heads"])
+        w.add_ssm_group_count(c["linear_k_heads"])
     if arch == "deepseek2":
         # llama.cpp tells V2-Lite (no q LoRA) by its layer count; a rank of 0 says the same at any depth
         w.add_q_lora_rank(0)
@@ -151,6 +165,20 @@ def add_short_conv(m, c, p):
     m.weight(p + "shortconv.out_proj.weight", h, h)
 
 
+def add_gated_delta_net(m, c, p):
+    h, d = c["hidden"], c["linear_head_dim"]
+    key, value, v_heads = c["linear_k_heads"] * d, c["linear_v_heads"] * d, c["linear_v_heads"]
+    m.weight(p + "attn_qkv.weight", 2 * key + value, h)
+    m.weight(p + "attn_gate.weight", value, h)
+    m.router(p + "ssm_conv1d.weight", 2 * key + value, c["conv_kernel"])  # f32 for ssm_conv
+    m.bias(p + "ssm_dt.bias", v_heads)
+    m.bias(p + "ssm_a", v_heads)
+    m.weight(p + "ssm_beta.weight", v_heads, h)
+    m.weight(p + "ssm_alpha.weight", v_heads, h)
+    m.norm(p + "ssm_norm.weight", d)
+    m.weight(p + "ssm_out.weight", h, value)
+
+
 def add_attention(m, arch, c, p, il):
     if arch == "deepseek2":
         add_mla_attention(m, c, p)
@@ -161,7 +189,11 @@ def add_attention(m, arch, c, p, il):
     h, hd = c["hidden"], c["head_dim"]
     q, kv = c["heads"] * hd, c["heads_kv"] * hd
     m.norm(p + "attn_norm.weight", h)
-    m.weight(p + "attn_q.weight", q, h)
+    if arch == "qwen35moe" and il % 2 == 0:
+        add_gated_delta_net(m, c, p)
+        return
+    # qwen35moe's q projection also yields the output gate
+    m.weight(p + "attn_q.weight", 2 * q if arch == "qwen35moe" else q, h)
     m.weight(p + "attn_k.weight", kv, h)
     m.weight(p + "attn_v.weight", kv, h)
     if arch in ("qwen2moe", "gpt-oss"):
@@ -169,7 +201,7 @@ def add_attention(m, arch, c, p, il):
         m.bias(p + "attn_k.bias", kv)
         m.bias(p + "attn_v.bias", kv)
     m.weight(p + "attn_output.weight", h, q)
-    if arch in ("qwen3moe", "lfm2moe"):
+    if arch in ("qwen3moe", "lfm2moe", "qwen35moe"):
         m.norm(p + "attn_q_norm.weight", hd)
         m.norm(p + "attn_k_norm.weight", hd)
     if arch == "olmoe":
@@ -182,8 +214,8 @@ def add_attention(m, arch, c, p, il):
 
 def add_ffn(m, arch, c, p, il, e):
     h, f = c["hidden"], c["expert_ffn"]
-    # gpt-oss's FFN norm is named post_attention_norm
-    m.norm(p + ("post_attention_norm.weight" if arch == "gpt-oss" else "ffn_norm.weight"), h)
+    # gpt-oss's and qwen35moe's FFN norm is named post_attention_norm
+    m.norm(p + ("post_attention_norm.weight" if arch in ("gpt-oss", "qwen35moe") else "ffn_norm.weight"), h)
     if il < c.get("dense_lead", 0):
         m.weight(p + "ffn_gate.weight", c["dense_ffn"], h)
         m.weight(p + "ffn_up.weight", c["dense_ffn"], h)
@@ -203,7 +235,7 @@ def add_ffn(m, arch, c, p, il, e):
         m.bias(p + "ffn_down_exps.bias", e, h)
     if "shared_ffn" in c:
         s = c["shared_ffn"]
-        if arch == "qwen2moe":
+        if arch in ("qwen2moe", "qwen35moe"):
             m.router(p + "ffn_gate_inp_shexp.weight", 1, h)
         m.weight(p + "ffn_gate_shexp.weight", s, h)
         m.weight(p + "ffn_up_shexp.weight", s, h)
