@@ -29,12 +29,16 @@ pub struct TensorInfo {
     pub name: String,
     pub dims: Vec<u64>,
     pub type_id: u32,
+    /// Byte offset of its data from [`Header::data_start`].
+    pub offset: u64,
 }
 
 #[derive(Clone, Debug, Default)]
 pub struct Header {
     pub kv: BTreeMap<String, Value>,
     pub tensors: Vec<TensorInfo>,
+    /// File offset of the tensor data: the header's end aligned to `general.alignment`.
+    pub data_start: u64,
 }
 
 // A header larger than these is not a model this probe can be asked about: refuse it rather
@@ -48,12 +52,15 @@ fn bad(what: String) -> io::Error {
 
 struct Reader<R> {
     r: R,
+    /// Bytes read so far.
+    pos: u64,
 }
 
 impl<R: Read> Reader<R> {
     fn bytes<const N: usize>(&mut self) -> io::Result<[u8; N]> {
         let mut b = [0; N];
         self.r.read_exact(&mut b)?;
+        self.pos += N as u64;
         Ok(b)
     }
     fn u32(&mut self) -> io::Result<u32> {
@@ -76,6 +83,7 @@ impl<R: Read> Reader<R> {
         }
         let mut b = vec![0; n as usize];
         self.r.read_exact(&mut b)?;
+        self.pos += n;
         String::from_utf8(b).map_err(|e| bad(format!("string: {e}")))
     }
 
@@ -124,7 +132,7 @@ impl<R: Read> Reader<R> {
 /// Reads the header of the GGUF stream `r` (its first bytes): the key/value pairs and the
 /// tensor table, stopping before the tensor data.
 pub fn read_header(r: impl Read) -> io::Result<Header> {
-    let mut r = Reader { r };
+    let mut r = Reader { r, pos: 0 };
     if &r.bytes::<4>()? != b"GGUF" {
         return Err(bad("not a GGUF file (magic)".into()));
     }
@@ -148,13 +156,16 @@ pub fn read_header(r: impl Read) -> io::Result<Header> {
         }
         let dims = (0..n_dims).map(|_| r.u64()).collect::<io::Result<_>>()?;
         let type_id = r.u32()?;
-        let _offset = r.u64()?;
+        let offset = r.u64()?;
         header.tensors.push(TensorInfo {
             name,
             dims,
             type_id,
+            offset,
         });
     }
+    let align = header.int("general.alignment").unwrap_or(32).max(1);
+    header.data_start = r.pos.div_ceil(align) * align;
     Ok(header)
 }
 
@@ -183,6 +194,26 @@ impl Header {
             Value::Ints(v) => v.iter().max().and_then(|&m| u64::try_from(m).ok()),
             _ => None,
         }
+    }
+
+    /// Each tensor's bytes, in table order, from the offsets (the next tensor's, or the end of
+    /// a file of `file_len` bytes): every type's size without a table of block sizes; the
+    /// alignment padding after a tensor (under 32 bytes) counts as its own.
+    pub fn tensor_bytes(&self, file_len: u64) -> Result<Vec<u64>, String> {
+        let mut starts: Vec<u64> = self.tensors.iter().map(|t| t.offset).collect();
+        starts.sort_unstable();
+        let data_len = file_len
+            .checked_sub(self.data_start)
+            .ok_or("file shorter than its header")?;
+        self.tensors
+            .iter()
+            .map(|t| {
+                let next = starts.partition_point(|&s| s <= t.offset);
+                let end = starts.get(next).copied().unwrap_or(data_len);
+                end.checked_sub(t.offset)
+                    .ok_or_else(|| format!("{}: data beyond the file's end", t.name))
+            })
+            .collect()
     }
 
     pub fn tensor(&self, name: &str) -> Option<&TensorInfo> {

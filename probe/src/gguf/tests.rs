@@ -45,11 +45,14 @@ impl Writer {
         v.iter().for_each(|s| self.string(s));
     }
     fn tensor(&mut self, name: &str, dims: &[u64], type_id: u32) {
+        self.tensor_at(name, dims, type_id, 0);
+    }
+    fn tensor_at(&mut self, name: &str, dims: &[u64], type_id: u32, offset: u64) {
         self.string(name);
         self.0.extend((dims.len() as u32).to_le_bytes());
         dims.iter().for_each(|d| self.0.extend(d.to_le_bytes()));
         self.0.extend(type_id.to_le_bytes());
-        self.0.extend(0u64.to_le_bytes());
+        self.0.extend(offset.to_le_bytes());
     }
 }
 
@@ -137,4 +140,20 @@ fn a_header_without_experts_is_no_moe_model() {
     w.tensor("blk.0.ffn_up.weight", &[64, 128], 1);
     let h = read_header(&w.0[..]).unwrap();
     assert!(model_shape(&h, "t").unwrap_err().contains("not a MoE"));
+}
+
+#[test]
+fn tensor_bytes_from_offsets_and_file_length() {
+    // listed out of data order, as a writer may
+    let mut w = Writer::new(3, 1);
+    w.kv_str("general.architecture", "t");
+    w.tensor_at("b", &[4], 1, 96);
+    w.tensor_at("a", &[4], 1, 0);
+    w.tensor_at("c", &[4], 1, 160);
+    let header_len = w.0.len() as u64;
+    let h = read_header(&w.0[..]).unwrap();
+    assert_eq!(h.data_start, header_len.div_ceil(32) * 32);
+    assert_eq!(h.tensor_bytes(h.data_start + 200).unwrap(), [64, 96, 40]);
+    assert!(h.tensor_bytes(h.data_start + 100).is_err());
+    assert!(h.tensor_bytes(h.data_start - 1).is_err());
 }
