@@ -13,7 +13,7 @@
 # ORK_E2E_ARCHS selects: "fast" (default, the CI subset: granitemoe with its 40 experts, qwen2moe's shared
 # expert and gpt-oss's K = 2880 with per-expert biases, each with fewer experts than the real model; about
 # 2 minutes on 2 cores once cached), "all" (every architecture with its real expert count: several GB of
-# F16 while generating, about 15 minutes), or a space-separated list of architecture names.
+# F16 while generating; an estimated 15-20 minutes), or a space-separated list of architecture names.
 # gpt-oss's experts are Q4_0 here (its real files ship MXFP4, which the library takes only where its type
 # list has MXFP4). Logs: ggml-patch/work/e2e-archs/. Env: ORK_CACHE, ORK_E2E_THREADS, ORK_LLAMA_BUILD.
 set -euo pipefail
