@@ -102,3 +102,35 @@ ork_qwen3moe_models() {
 ork_tiny_models() {
     ork_qwen3moe_models "${1:-}" tiny-qwen3moe
 }
+
+# Characters two files agree on from the start (cmp's exit status 1 on a difference is not a failure here).
+common_prefix() {
+    { cmp "$1" "$2" 2>/dev/null || true; } | sed -n 's/.* byte \([0-9]*\),.*/\1/p' | awk '{ print $1 - 1 }' | grep . ||
+        wc -c <"$1"
+}
+
+# A synthetic model of one MoE architecture (tools/make_tiny_moe.py, quantized to Q4_0 by llama-quantize),
+# cached by the hash of the generators and the arguments; prints the Q4_0 GGUF's path. $1 = a folder holding
+# llama-quantize; the rest: the generator's arguments (the architecture first).
+ork_arch_model() {
+    local repo models bin=$1 t0
+    shift
+    repo=$(cd "$ork_patch_dir/.." && pwd)
+    models=$ork_cache/tiny-$1-$( (cat "$repo/tools/make_tiny_moe.py" "$repo/tools/make_tiny_qwen3moe.py"; echo "$*") |
+        sha256sum | cut -c1-12)
+    mkdir -p "$models"
+    (
+        flock 8
+        if [[ ! -f $models/done ]]; then
+            rm -f "$models"/*.gguf "$models"/*.log
+            t0=$SECONDS
+            python3 "$repo/tools/make_tiny_moe.py" "$1" "$models/f16.gguf" "${@:2}" >&2
+            "$bin/llama-quantize" "$models/f16.gguf" "$models/Q4_0.gguf" Q4_0 >"$models/quantize-Q4_0.log" 2>&1 ||
+                { tail -20 "$models/quantize-Q4_0.log" >&2; die "llama-quantize $1 Q4_0 failed"; }
+            log "$1: generated and quantized to Q4_0 ($(du -h "$models/Q4_0.gguf" | cut -f1)) in $((SECONDS - t0)) s"
+            rm "$models/f16.gguf"
+            touch "$models/done"
+        fi
+    ) 8>"$models.lock" || exit 1
+    echo "$models/Q4_0.gguf"
+}

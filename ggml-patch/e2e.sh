@@ -22,6 +22,8 @@
 #    (thread 0 runs the library's pool while ggml's other threads wait) against the cooperative default;
 #    then decode alone (-p 0 -n 128 -r 5), plain and plugin interleaved, two rounds, with their ratio (the
 #    plugin declines every decode call and ggml runs its repacked kernels: the ratio should be about 1).
+# 6. the MoE architectures of the pinned llama.cpp with their real expert shapes (e2e_archs.sh: a fast
+#    subset by default, every architecture with ORK_E2E_ARCHS=all).
 # Logs: ggml-patch/work/e2e/ (git-ignored). Env: ORK_CACHE, ORK_E2E_BENCH=0 skips step 5,
 # ORK_E2E_THREADS (default nproc), ORK_E2E_TBO_ALL=0 skips the cases of the other types,
 # ORK_E2E_TBO_TYPES (default: the six supported types), ORK_LLAMA_BUILD (use this llama.cpp build dir
@@ -136,9 +138,6 @@ gen() { # $1 = output prefix; rest = env prefix. 32 greedy tokens; the text to $
         -t "$threads" -s 1 --no-display-prompt "${gen_extra[@]}" </dev/null >"$prefix.txt" 2>"$prefix.log" ||
         fail "llama-completion (log: $prefix.log)"
 }
-common_prefix() { # characters two files agree on from the start
-    cmp "$1" "$2" 2>/dev/null | sed -n 's/.* byte \([0-9]*\),.*/\1/p' | awk '{ print $1 - 1 }' | grep . || wc -c <"$1"
-}
 gen_extra=()
 # The stand-in librknnrt of the Rust tests (tests/standin), for the rknn backend's run below.
 standin=$out/librknnrt-standin.so
@@ -252,6 +251,9 @@ if [[ ${ORK_E2E_BENCH:-1} != 0 ]]; then
             awk '{ r[NR] = $1 } END { printf "%.3f", (NR % 2) ? r[(NR + 1) / 2] : (r[NR / 2] + r[NR / 2 + 1]) / 2 }')"
     done
 fi
+
+step "MoE architectures (e2e_archs.sh, ORK_E2E_ARCHS=${ORK_E2E_ARCHS:-fast})"
+ORK_LLAMA_BUILD=$build "$here/e2e_archs.sh" "$lib" || fail "e2e_archs.sh"
 
 echo
 if ((failures)); then

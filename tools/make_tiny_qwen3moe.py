@@ -96,6 +96,46 @@ def train_bpe(text, n_merges):
     return tokens, [f"{a} {b}" for a, b in merges]
 
 
+def add_vocabulary(w, n_merges):
+    """Adds the byte-level BPE tokenizer trained on TEXT to writer `w`; returns its token list."""
+    tokens, merges = train_bpe(TEXT, n_merges)
+    tokens += SPECIAL_TOKENS
+    # Pad the vocabulary to a multiple of 32 rows so every quant type can hold the embedding.
+    while len(tokens) % 32:
+        tokens.append(f"[PAD{len(tokens)}]")
+    token_types = [gguf.TokenType.NORMAL] * len(tokens)
+    for i, t in enumerate(tokens):
+        if t in SPECIAL_TOKENS:
+            token_types[i] = gguf.TokenType.CONTROL
+        elif t.startswith("[PAD"):
+            token_types[i] = gguf.TokenType.UNUSED
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("qwen2")
+    w.add_token_list(tokens)
+    w.add_token_types(token_types)
+    w.add_token_merges(merges)
+    w.add_bos_token_id(tokens.index("<|endoftext|>"))
+    w.add_eos_token_id(tokens.index("<|im_end|>"))
+    w.add_pad_token_id(tokens.index("<|endoftext|>"))
+    w.add_add_bos_token(False)
+    return tokens
+
+
+def write_tensors(w, tensors):
+    """Writes the header, then each (name, shape, dtype, make) tensor's data, made one at a time (a
+    real-scale model's experts are GBs), and closes `w`. `shape` is numpy's: ggml's ne reversed."""
+    for name, shape, dtype, _ in tensors:
+        w.add_tensor_info(name, shape, dtype, int(np.prod(shape)) * dtype.itemsize)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    for name, shape, dtype, make in tensors:
+        data = make()
+        assert data.shape == shape and data.dtype == dtype, name
+        w.write_tensor_data(data)
+    w.close()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out", help="output .gguf path (F16)")
@@ -117,19 +157,6 @@ def main():
     if args.experts < 16 or args.experts_used > args.experts:
         ap.error("need at least 16 experts and experts-used <= experts")
 
-    tokens, merges = train_bpe(TEXT, args.merges)
-    tokens += SPECIAL_TOKENS
-    # Pad the vocabulary to a multiple of 32 rows so every quant type can hold the embedding.
-    while len(tokens) % 32:
-        tokens.append(f"[PAD{len(tokens)}]")
-    token_types = [gguf.TokenType.NORMAL] * len(tokens)
-    for i, t in enumerate(tokens):
-        if t in SPECIAL_TOKENS:
-            token_types[i] = gguf.TokenType.CONTROL
-        elif t.startswith("[PAD"):
-            token_types[i] = gguf.TokenType.UNUSED
-    n_vocab = len(tokens)
-
     h, f, e, hd = args.hidden, args.expert_ffn, args.experts, args.head_dim
     w = gguf.GGUFWriter(args.out, "qwen3moe")
     w.add_name("ork-moe tiny qwen3moe" + (" (outliers)" if args.outliers else ""))
@@ -147,16 +174,7 @@ def main():
     w.add_rope_freq_base(1000000.0)
     w.add_layer_norm_rms_eps(1e-6)
     w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
-
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("qwen2")
-    w.add_token_list(tokens)
-    w.add_token_types(token_types)
-    w.add_token_merges(merges)
-    w.add_bos_token_id(tokens.index("<|endoftext|>"))
-    w.add_eos_token_id(tokens.index("<|im_end|>"))
-    w.add_pad_token_id(tokens.index("<|endoftext|>"))
-    w.add_add_bos_token(False)
+    n_vocab = len(add_vocabulary(w, args.merges))
 
     rng = np.random.default_rng(args.seed)
 
@@ -215,16 +233,7 @@ def main():
         add_weight(p + "ffn_up_exps.weight", e, f, h, fan_in=h)
         add_weight(p + "ffn_down_exps.weight", e, h, f, fan_in=f)
 
-    for name, shape, dtype, _ in tensors:
-        w.add_tensor_info(name, shape, dtype, int(np.prod(shape)) * dtype.itemsize)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_ti_data_to_file()
-    for name, shape, dtype, make in tensors:
-        data = make()
-        assert data.shape == shape and data.dtype == dtype, name
-        w.write_tensor_data(data)
-    w.close()
+    write_tensors(w, tensors)
 
     if args.text_out:
         with open(args.text_out, "w") as out:

@@ -2,4 +2,5 @@
 //! `ork-probe model` runs, the board check (`ork-probe board`) writes the parameters of, and the
 //! integration tests load profiles with.
 
+pub mod gguf;
 pub mod timeline;

@@ -10,6 +10,7 @@ mod accuracy;
 mod bench;
 mod board;
 mod columns;
+mod coverage;
 mod decline;
 mod gemm;
 mod inflate;
@@ -46,7 +47,7 @@ struct Cli {
     options: Options,
 }
 
-/// Each subcommand but `model` takes every option of [`Options`] and uses those that apply to it.
+/// Each subcommand but `model` and `coverage` takes every option of [`Options`] and uses those that apply to it.
 #[derive(Subcommand)]
 enum Command {
     /// (default) The M0 viability sweep: per expert shape, weight type and rows per expert,
@@ -85,6 +86,10 @@ enum Command {
     /// inflate per type and core type, memcpy, shared DRAM, the engine's CPU stages); writes the
     /// board profile JSON (--profile) that `model --profile` and ORK_EMU_PROFILE load
     Board(Options),
+    /// Per GGUF model file, the share of its routed-expert and attention bytes whose weight type
+    /// the library takes (ork_supports_type), from the headers (its own options: ork-probe
+    /// coverage --help)
+    Coverage(coverage::Options),
 }
 
 const AFTER_HELP: &str = "\
@@ -100,6 +105,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let (opts, run): (Options, Run) = match cli.command.unwrap_or(Command::Sweep(cli.options)) {
         Command::Model(o) => return finish(model::run(*o)),
+        Command::Coverage(o) => return finish(coverage::run(o)),
         Command::Sweep(o) => (o, sweep::run),
         Command::Inflate(o) => (o, inflate::run),
         Command::Repacked(o) => (o, repacked::run),

@@ -27,6 +27,7 @@ use modelled::{full_weight_bytes, Board};
 pub use options::Options;
 use ork_moe::moe::Config;
 use ork_moe::quant::GgmlType;
+use ork_probe::gguf;
 use ork_probe::timeline::{ModelShape, Settings, UbatchModel};
 use std::process::ExitCode;
 use std::time::Instant;
@@ -90,7 +91,12 @@ pub fn run(o: Options) -> Result<ExitCode, String> {
 
 /// The board model's parameters and the library's configuration from `o`, each with a warning
 /// where the results would mislead.
-fn setup(o: Options) -> Result<Setup, String> {
+fn setup(mut o: Options) -> Result<Setup, String> {
+    if let Some(path) = o.gguf.clone() {
+        let (shape, ty) = from_gguf(&path)?;
+        o.configs = vec![shape];
+        o.types = vec![ty];
+    }
     let settings = o.settings()?;
     let mut cfg = ork_moe::config::from_env()?;
     if let Some(mb) = o.cache_mb {
@@ -128,6 +134,48 @@ fn setup(o: Options) -> Result<Setup, String> {
         }
     }
     Ok(Setup { o, settings, cfg })
+}
+
+/// The shape and expert type of the GGUF model at `path`, from its header.
+fn from_gguf(path: &std::path::Path) -> Result<(ModelShape, GgmlType), String> {
+    let shown = path.display();
+    let file = std::fs::File::open(path).map_err(|e| format!("{shown}: {e}"))?;
+    let header =
+        gguf::read_header(std::io::BufReader::new(file)).map_err(|e| format!("{shown}: {e}"))?;
+    let shape = gguf::model_shape(&header, "gguf").map_err(|e| format!("{shown}: {e}"))?;
+    // A name per shape, for the tables and the synthetic weights' cache file; one string for
+    // the process's lifetime.
+    let name = format!(
+        "{}-{}x{}x{}",
+        header.arch().unwrap_or("gguf"),
+        shape.hidden,
+        shape.expert_ff,
+        shape.n_expert
+    );
+    let shape = ModelShape {
+        name: name.leak(),
+        ..shape
+    };
+    let id = gguf::expert_type(&header).expect("model_shape found the experts");
+    let ty = GgmlType::from_id(id as i32)
+        .filter(|t| GgmlType::QUANTIZED.contains(t))
+        .ok_or_else(|| format!("{shown}: expert type {id} is not one the engine takes"))?;
+    eprintln!(
+        "model: {shown}: {}, {} layers, hidden {}, {} experts ({} used) of FFN {}, shared FFN {}, \
+         heads {}/{} of {}, experts {}",
+        header.arch().unwrap_or("?"),
+        shape.layers,
+        shape.hidden,
+        shape.n_expert,
+        shape.n_used,
+        shape.expert_ff,
+        shape.shared_ff,
+        shape.heads,
+        shape.kv_heads,
+        shape.head_dim,
+        ty.name()
+    );
+    Ok((shape, ty))
 }
 
 /// One case: its layers run through the engine ubatch by ubatch, each ubatch modelled.

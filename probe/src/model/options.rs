@@ -13,9 +13,14 @@ use std::path::PathBuf;
 #[derive(Args, Clone, Debug)]
 #[command(args_override_self = true)]
 pub struct Options {
-    /// qwen3-30b-a3b, qwen1.5-moe-a2.7b
+    /// qwen3-30b-a3b, qwen1.5-moe-a2.7b, gpt-oss-20b, olmoe-1b-7b, granite-3.0-3b-a800m,
+    /// ernie-4.5-21b-a3b, deepseek-v2-lite, lfm2-8b-a1b, qwen3.6-35b-a3b
     #[arg(long = "config", value_name = "C,...", value_parser = configs, default_value = "qwen3-30b-a3b")]
     pub configs: ::std::vec::Vec<ModelShape>,
+    /// A GGUF model file: its shapes, expert count and expert type (read from the header; the
+    /// weights are not read) replace --config and --types
+    #[arg(long, value_name = "FILE")]
+    pub gguf: Option<PathBuf>,
     /// Expert weight types (a K that is not whole blocks of the type uses q5_0, as
     /// llama-quantize does)
     #[arg(long, value_name = "T,...", value_parser = types, default_value = "q4_0,q4_K")]
@@ -69,8 +74,10 @@ impl Options {
 
 fn configs(s: &str) -> Result<Vec<ModelShape>, String> {
     list(s, |c| {
-        ModelShape::named(c)
-            .ok_or_else(|| format!("unknown model {c:?}: qwen3-30b-a3b, qwen1.5-moe-a2.7b"))
+        ModelShape::named(c).ok_or_else(|| {
+            let names: Vec<_> = ModelShape::NAMED.iter().map(|s| s.name).collect();
+            format!("unknown model {c:?}: {}", names.join(", "))
+        })
     })
 }
 

@@ -52,7 +52,124 @@ impl ModelShape {
         shared_ff: 5632,
     };
 
-    pub const NAMED: [ModelShape; 2] = [ModelShape::QWEN3_30B_A3B, ModelShape::QWEN15_MOE_A27B];
+    /// gpt-oss-20b (24 layers, 32 experts, 4 used, hidden 2880 = expert FFN, 64 query / 8
+    /// KV heads of 64; its expert biases are ggml's additions after MUL_MAT_ID).
+    pub const GPT_OSS_20B: ModelShape = ModelShape {
+        name: "gpt-oss-20b",
+        layers: 24,
+        hidden: 2880,
+        heads: 64,
+        kv_heads: 8,
+        head_dim: 64,
+        n_expert: 32,
+        n_used: 4,
+        expert_ff: 2880,
+        shared_ff: 0,
+    };
+
+    /// OLMoE-1B-7B (16 layers, 64 experts, 8 used, hidden 2048, expert FFN 1024, 16 heads of
+    /// 128).
+    pub const OLMOE_1B_7B: ModelShape = ModelShape {
+        name: "olmoe-1b-7b",
+        layers: 16,
+        hidden: 2048,
+        heads: 16,
+        kv_heads: 16,
+        head_dim: 128,
+        n_expert: 64,
+        n_used: 8,
+        expert_ff: 1024,
+        shared_ff: 0,
+    };
+
+    /// granite-3.0-3b-a800m (32 layers, 40 experts, 8 used, hidden 1536, expert FFN 512, 24
+    /// query / 8 KV heads of 64).
+    pub const GRANITE_3B_A800M: ModelShape = ModelShape {
+        name: "granite-3.0-3b-a800m",
+        layers: 32,
+        hidden: 1536,
+        heads: 24,
+        kv_heads: 8,
+        head_dim: 64,
+        n_expert: 40,
+        n_used: 8,
+        expert_ff: 512,
+        shared_ff: 0,
+    };
+
+    /// ERNIE-4.5-21B-A3B (28 layers, the first dense, priced as MoE; 64 experts, 6 used,
+    /// hidden 2560, expert FFN 1536, shared experts 2 x 1536; 20 query / 4 KV heads of 128).
+    pub const ERNIE45_21B_A3B: ModelShape = ModelShape {
+        name: "ernie-4.5-21b-a3b",
+        layers: 28,
+        hidden: 2560,
+        heads: 20,
+        kv_heads: 4,
+        head_dim: 128,
+        n_expert: 64,
+        n_used: 6,
+        expert_ff: 1536,
+        shared_ff: 3072,
+    };
+
+    /// DeepSeek-V2-Lite (27 layers, the first dense, priced as MoE; 64 experts, 6 used, hidden
+    /// 2048, expert FFN 1408, shared 2 x 1408). Its latent attention is priced as 16 heads of 192.
+    pub const DEEPSEEK_V2_LITE: ModelShape = ModelShape {
+        name: "deepseek-v2-lite",
+        layers: 27,
+        hidden: 2048,
+        heads: 16,
+        kv_heads: 16,
+        head_dim: 192,
+        n_expert: 64,
+        n_used: 6,
+        expert_ff: 1408,
+        shared_ff: 2816,
+    };
+
+    /// LFM2-8B-A1B (24 layers, the first two dense, priced as MoE; 32 experts, 4 used, hidden
+    /// 2048, expert FFN 1792). Its short-convolution layers are priced as attention (32 / 8 heads
+    /// of 64), which overstates their dense part.
+    pub const LFM2_8B_A1B: ModelShape = ModelShape {
+        name: "lfm2-8b-a1b",
+        layers: 24,
+        hidden: 2048,
+        heads: 32,
+        kv_heads: 8,
+        head_dim: 64,
+        n_expert: 32,
+        n_used: 4,
+        expert_ff: 1792,
+        shared_ff: 0,
+    };
+
+    /// Qwen3.6-35B-A3B (qwen35moe: 40 layers, 256 experts, 8 used, hidden 2048, expert FFN 512,
+    /// a shared expert of 512). Its delta-net layers are priced as attention (16 / 2 heads of
+    /// 256).
+    pub const QWEN36_35B_A3B: ModelShape = ModelShape {
+        name: "qwen3.6-35b-a3b",
+        layers: 40,
+        hidden: 2048,
+        heads: 16,
+        kv_heads: 2,
+        head_dim: 256,
+        n_expert: 256,
+        n_used: 8,
+        expert_ff: 512,
+        shared_ff: 512,
+    };
+
+    pub const NAMED: [ModelShape; 9] = [
+        ModelShape::QWEN3_30B_A3B,
+        ModelShape::QWEN15_MOE_A27B,
+        ModelShape::GPT_OSS_20B,
+        ModelShape::OLMOE_1B_7B,
+        ModelShape::GRANITE_3B_A800M,
+        ModelShape::ERNIE45_21B_A3B,
+        ModelShape::DEEPSEEK_V2_LITE,
+        ModelShape::LFM2_8B_A1B,
+        ModelShape::QWEN36_35B_A3B,
+    ];
 
     pub fn named(name: &str) -> Option<ModelShape> {
         ModelShape::NAMED.iter().copied().find(|s| s.name == name)

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# The MoE architectures of the pinned llama.cpp end to end through the plugin (run by e2e.sh, or alone).
+#
+#   ggml-patch/e2e_archs.sh [path/to/libork_moe.so]   (or ORK_MOE_LIB=...; default target/release/libork_moe.so)
+#
+# Per architecture: a synthetic model with the real model's per-layer shapes (tools/make_tiny_moe.py: its
+# leading dense layers and 2 MoE layers, quantized to Q4_0; cached), then
+# 1. one prompt batch (-n 1) with the plugin and ORK_MIN_ROWS=0: its stats must show every call it saw
+#    handled (routed experts and dense projections), none declined, and at least 6 calls;
+# 2. 16 greedy tokens with the plugin (ORK_MIN_ROWS=0, so decode steps go to it too) and without, both must
+#    run; how many bytes of text agree is printed, as e2e.sh does for its models (random weights give flat
+#    logits, so the int8 activations of the plugin may flip a near-tie: a difference is reported, not failed).
+# ORK_E2E_ARCHS selects: "fast" (default, the CI subset: granitemoe with its 40 experts, qwen2moe's shared
+# expert and gpt-oss's K = 2880 with per-expert biases, each with fewer experts than the real model; about
+# 2 minutes on 2 cores once cached), "all" (every architecture with its real expert count: several GB of
+# F16 while generating; an estimated 15-20 minutes), or a space-separated list of architecture names.
+# gpt-oss's experts are Q4_0 here (its real files ship MXFP4, which the library takes only where its type
+# list has MXFP4). Logs: ggml-patch/work/e2e-archs/. Env: ORK_CACHE, ORK_E2E_THREADS, ORK_LLAMA_BUILD.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/.." && pwd)
+lib=${1:-${ORK_MOE_LIB:-$repo/target/release/libork_moe.so}}
+threads=${ORK_E2E_THREADS:-$(nproc)}
+out=$here/work/e2e-archs
+failures=0
+
+die() { echo "e2e_archs.sh: error: $*" >&2; exit 1; }
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+pass() { echo "ok: $*"; }
+log() { echo "e2e_archs.sh: $*" >&2; }
+# shellcheck source=common.sh
+source "$here/common.sh"
+
+[[ -f $lib ]] || die "plugin library not found: $lib (cargo build --release, or pass its path)"
+lib=$(cd "$(dirname "$lib")" && pwd)/$(basename "$lib")
+rm -rf "$out"
+mkdir -p "$out"
+bin=${ORK_LLAMA_BUILD:-$("$here/build.sh" | tail -1)}/bin
+
+# name -> the generator's arguments after the name
+declare -A fast=([granitemoe]="" [qwen2moe]="--experts 16" [gpt-oss]="--experts 8")
+all=(qwen3moe qwen35moe qwen2moe olmoe gpt-oss granitemoe ernie4_5-moe deepseek2 lfm2moe)
+case ${ORK_E2E_ARCHS:-fast} in
+fast) archs=(granitemoe qwen2moe gpt-oss) ;;
+all) archs=("${all[@]}") ;;
+*) read -ra archs <<<"$ORK_E2E_ARCHS" ;;
+esac
+
+stat() { sed -n "s/^ork-moe stats:.* $2 \([0-9]*\).*/\1/p" "$1" | tail -1; }
+for arch in "${archs[@]}"; do
+    t0=$SECONDS
+    args=()
+    [[ ${ORK_E2E_ARCHS:-fast} == fast ]] && read -ra args <<<"${fast[$arch]}"
+    model=$(ork_arch_model "$bin" "$arch" "${args[@]}")
+    run=("$bin/llama-completion" -m "$model" -p "The quick brown fox jumps over the lazy dog" -no-cnv --temp 0
+        -t "$threads" -s 1 --no-display-prompt)
+    plugin=(env ORK_MOE_PLUGIN="$lib" ORK_MOE_STATS=1 ORK_MIN_ROWS=0)
+    "${plugin[@]}" "${run[@]}" -n 1 </dev/null >"$out/$arch-prompt.txt" 2>"$out/$arch-prompt.log" ||
+        fail "$arch: prompt batch with the plugin (log: $out/$arch-prompt.log)"
+    calls=$(stat "$out/$arch-prompt.log" calls) handled=$(stat "$out/$arch-prompt.log" handled)
+    stats=$(grep '^ork-moe stats' "$out/$arch-prompt.log" || echo "no stats")
+    # 2 MoE layers of 3 routed calls each at least
+    [[ ${calls:-0} -ge 6 && ${handled:-0} == "$calls" ]] &&
+        pass "$arch: prompt batch: every call handled ($stats)" ||
+        fail "$arch: prompt batch: not every call handled ($stats; log: $out/$arch-prompt.log)"
+    env ORK_MOE=0 "${run[@]}" -n 16 --ignore-eos </dev/null >"$out/$arch-plain.txt" 2>"$out/$arch-plain.log" ||
+        fail "$arch: plain run (log: $out/$arch-plain.log)"
+    "${plugin[@]}" "${run[@]}" -n 16 --ignore-eos </dev/null >"$out/$arch-plugin.txt" 2>"$out/$arch-plugin.log" ||
+        fail "$arch: plugin run (log: $out/$arch-plugin.log)"
+    [[ -s $out/$arch-plain.txt ]] || fail "$arch: the plain run wrote no text (log: $out/$arch-plain.log)"
+    echo "$arch: 16 greedy tokens: plugin and plain texts agree on the first $(common_prefix "$out/$arch-plain.txt" \
+        "$out/$arch-plugin.txt") of $(wc -c <"$out/$arch-plain.txt") bytes; $(grep '^ork-moe stats' "$out/$arch-plugin.log") ($((SECONDS - t0)) s)"
+done
+
+((failures == 0)) || { echo "e2e_archs.sh: $failures check(s) failed (logs: $out)"; exit 1; }
+echo "e2e_archs.sh: ${archs[*]}: all checks passed (logs: $out)"
