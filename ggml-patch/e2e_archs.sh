@@ -9,7 +9,10 @@
 #    handled (routed experts and dense projections), none declined, and at least 6 calls;
 # 2. 16 greedy tokens with the plugin (ORK_MIN_ROWS=0, so decode steps go to it too) and without, both must
 #    run; how many bytes of text agree is printed, as e2e.sh does for its models (random weights give flat
-#    logits, so the int8 activations of the plugin may flip a near-tie: a difference is reported, not failed).
+#    logits, so the int8 activations of the plugin may flip a near-tie: a difference is reported, not failed);
+# 3. llama-perplexity --kl-divergence of the plugin run (the prompt batches go to it) against the plain run on
+#    the generator's embedded text: the mean KLD must stay below ORK_E2E_KLD_MAX (default 0.02; the tiny
+#    qwen3moe of e2e.sh gives about 0.005).
 # ORK_E2E_ARCHS selects: "fast" (default, the CI subset: granitemoe with its 40 experts, qwen2moe's shared
 # expert and gpt-oss's K = 2880 with per-expert biases, each with fewer experts than the real model; about
 # 2 minutes on 2 cores once cached), "all" (every architecture with its real expert count: several GB of
@@ -47,6 +50,11 @@ all) archs=("${all[@]}") ;;
 *) read -ra archs <<<"$ORK_E2E_ARCHS" ;;
 esac
 
+# the text the generators' tokenizer was trained on, the perplexity runs' input
+text=$out/text.txt
+python3 -c "import sys; sys.path.insert(0, '$repo/tools'); import make_tiny_qwen3moe as g; print(g.TEXT * 40)" >"$text"
+kld_max=${ORK_E2E_KLD_MAX:-0.02}
+
 stat() { sed -n "s/^ork-moe stats:.* $2 \([0-9]*\).*/\1/p" "$1" | tail -1; }
 for arch in "${archs[@]}"; do
     t0=$SECONDS
@@ -71,6 +79,15 @@ for arch in "${archs[@]}"; do
     [[ -s $out/$arch-plain.txt ]] || fail "$arch: the plain run wrote no text (log: $out/$arch-plain.log)"
     echo "$arch: 16 greedy tokens: plugin and plain texts agree on the first $(common_prefix "$out/$arch-plain.txt" \
         "$out/$arch-plugin.txt") of $(wc -c <"$out/$arch-plain.txt") bytes; $(grep '^ork-moe stats' "$out/$arch-plugin.log") ($((SECONDS - t0)) s)"
+    ppl=("$bin/llama-perplexity" -m "$model" -f "$text" -c 128 --chunks 4 -b 128 -t "$threads"
+        --kl-divergence-base "$out/$arch.kld")
+    env ORK_MOE=0 "${ppl[@]}" >"$out/$arch-ppl-plain.log" 2>&1 || fail "$arch: perplexity (plain; log: $out/$arch-ppl-plain.log)"
+    env ORK_MOE_PLUGIN="$lib" "${ppl[@]}" --kl-divergence >"$out/$arch-ppl-plugin.log" 2>&1 ||
+        fail "$arch: perplexity --kl-divergence (plugin; log: $out/$arch-ppl-plugin.log)"
+    kld=$(sed -n 's/^Mean *KLD: *\([0-9.e+-]*\).*/\1/p' "$out/$arch-ppl-plugin.log")
+    awk -v k="${kld:-nan}" -v m="$kld_max" 'BEGIN { exit !(k + 0 == k && k < m) }' &&
+        pass "$arch: KLD plugin vs plain $kld (< $kld_max)" ||
+        fail "$arch: KLD plugin vs plain ${kld:-missing} (bound $kld_max; log: $out/$arch-ppl-plugin.log)"
 done
 
 ((failures == 0)) || { echo "e2e_archs.sh: $failures check(s) failed (logs: $out)"; exit 1; }
