@@ -6,6 +6,9 @@ mod mmid;
 
 use mmid::*;
 use ork_moe::ffi::*;
+use ork_moe::moe::{Config, Dispatch, Engine};
+use ork_moe::npu::emu::{self, FaultPlan};
+use ork_moe::npu::Device;
 use ork_moe::quant::GgmlType;
 use ork_moe::testutil::Rng;
 
@@ -169,4 +172,78 @@ fn an_emulator_made_slower_for_real_is_declined_where_ggml_is_faster() {
         "{codes:?}"
     );
     ork_ctx_free(ctx);
+}
+
+/// Device faults while `auto` decides a class (ggml's path explored, the library's first timed
+/// calls) and after: every call gives the exact result, or declines with `dst` untouched, or
+/// fails with the documented device code and `dst` old or final, on every thread alike; a failed
+/// call is not taken as a time; the emulator holds no device memory once the context is freed.
+#[test]
+fn device_faults_while_auto_explores_give_the_exact_result_or_the_documented_code() {
+    for faults in [
+        "alloc:1",
+        "run:1",
+        "sync_from_device:2",
+        "run:3+",
+        "alloc:1+",
+    ] {
+        let (device, monitor) = Device::emu_monitored(emu::Config {
+            faults: FaultPlan::parse(faults).unwrap(),
+            ..emu::Config::default()
+        });
+        let config = Config {
+            min_rows: 0,
+            cache_bytes: 0,
+            dispatch: Dispatch::Auto,
+            ..Config::default()
+        };
+        let ctx = ork_ctx_from_engine(Engine::with_device(config, device).expect("engine"));
+        let mut c = case();
+        let want = expected(&c.d, &c.memory());
+        let (mut exact, mut failed) = (0, 0);
+        for i in 0..16 {
+            c.dst.bytes_mut().fill(SENTINEL);
+            let all = call_mt(ctx, &c.d, 1 + i % 2);
+            let rc = all[0].0;
+            assert!(
+                all.iter().all(|(r, _)| *r == rc),
+                "{faults}: call {i}: {all:?}"
+            );
+            match rc {
+                ORK_OK => {
+                    check_dst(&c.dst, c.d.dst.addr, &want)
+                        .unwrap_or_else(|e| panic!("{faults}: call {i}: {e}"));
+                    exact += 1;
+                }
+                ORK_NOT_HANDLED => {
+                    assert!(
+                        c.dst.bytes().iter().all(|&x| x == SENTINEL),
+                        "{faults}: call {i}"
+                    );
+                    assert_eq!(observe(ctx, &c.d, SLOW), ORK_OK, "{}", last_error());
+                }
+                ORK_DEVICE_ERROR | ORK_OUT_OF_MEMORY => {
+                    check_old_or_final(&c.dst, c.d.dst.addr, &want)
+                        .unwrap_or_else(|e| panic!("{faults}: call {i}: {e}"));
+                    failed += 1;
+                }
+                rc => panic!("{faults}: call {i}: {rc}: {}", last_error()),
+            }
+        }
+        assert!(
+            monitor.ops().injected >= 1,
+            "{faults}: no fault was injected"
+        );
+        assert!(failed >= 1, "{faults}: no call saw its fault");
+        if !faults.ends_with('+') {
+            // ggml reported as slower: once the fault is past, the class is the library's.
+            assert!(exact >= 8, "{faults}: {exact} exact calls");
+        }
+        ork_ctx_free(ctx);
+        assert_eq!(
+            monitor.domain_used(),
+            [0; 8],
+            "{faults}: device memory leaked"
+        );
+    }
 }
