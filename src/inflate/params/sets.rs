@@ -352,7 +352,7 @@ pub(in crate::inflate) trait SetOps: Copy {
 #[inline(always)]
 fn codebook_values(ty: GgmlType, row: &[u8], e: &mut [f32]) -> (u16, u32) {
     let per_block = e.len() / (row.len() / ty.block_bytes());
-    let (mut largest, mut e_max) = (0, 0);
+    let mut largest = 0;
     for (blk, e) in row
         .chunks_exact(ty.block_bytes())
         .zip(e.chunks_exact_mut(per_block))
@@ -364,10 +364,9 @@ fn codebook_values(ty: GgmlType, row: &[u8], e: &mut [f32]) -> (u16, u32) {
         };
         largest = largest.max(h & 0x7fff);
         codebook_sets(ty, finite_half_to_f32(h), blk, e);
-        for e in e {
-            e_max = e_max.max(e.to_bits() & 0x7fff_ffff);
-        }
     }
+    // One pass over the row's sets, not a reduction per block.
+    let e_max = e.iter().fold(0, |m, e| m.max(e.to_bits() & 0x7fff_ffff));
     (largest, e_max)
 }
 

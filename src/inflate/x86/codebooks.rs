@@ -9,6 +9,7 @@ use super::super::params::TileParams;
 use super::super::tile::{for_each_block_group, RowMajor, Tile};
 use super::avx2::{pair_multipliers, store32};
 use super::avx512::{lane_pairs, store, ROWS};
+use crate::quant::grids::IQ3S_GRID;
 use crate::quant::GgmlType;
 use std::arch::x86_64::*;
 
@@ -118,8 +119,11 @@ fn avx512<const BB: usize, P: Copy>(
     for_each_block_group::<8, ROWS, BB, _>(rows, m, tile, 0..runs, |_, [a, b], [ma, mb], out| {
         for (ib, out) in out.into_iter().enumerate() {
             let ((ga, sa), (gb, sb)) = (groups(ty, a, ib), groups(ty, b, ib));
-            let grid =
-                _mm512_inserti64x4::<1>(_mm512_castsi256_si512(grid_bytes(ga)), grid_bytes(gb));
+            let grid = if ty == GgmlType::IQ3_S {
+                iq3_s_grid(a, b, ib)
+            } else {
+                _mm512_inserti64x4::<1>(_mm512_castsi256_si512(grid_bytes(ga)), grid_bytes(gb))
+            };
             let magnitude = if cb.shift == 0 {
                 _mm512_add_epi8(grid, one)
             } else {
@@ -134,6 +138,29 @@ fn avx512<const BB: usize, P: Copy>(
             store(out, _mm512_shuffle_epi8(t, index));
         }
     });
+}
+
+/// IQ3_S's grid entries of run `ib` of blocks `a` (dwords 0..8) and `b` (8..16), as
+/// [`groups`] reads them, in one 16-lane gather: the compiler's own vectorisation of the scalar
+/// lookups takes four narrow gathers and their shuffles.
+#[inline]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
+fn iq3_s_grid(a: &[u8], b: &[u8], ib: usize) -> __m512i {
+    let q = |blk: &[u8]| {
+        let q: [u8; 8] = blk[2 + 8 * ib..10 + 8 * ib].try_into().expect("8 bytes");
+        i64::from_le_bytes(q)
+    };
+    // Lane i's index: byte i of the two runs' codes, bit i of their high bits as bit 8.
+    let low = _mm512_cvtepu8_epi32(_mm_set_epi64x(q(b), q(a)));
+    let qh = _mm512_set1_epi32(a[66 + ib] as i32 | (b[66 + ib] as i32) << 8);
+    #[rustfmt::skip]
+    let bit = _mm512_setr_epi32(
+        1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768,
+    );
+    let high = _mm512_test_epi32_mask(qh, bit);
+    let index = _mm512_mask_or_epi32(low, high, low, _mm512_set1_epi32(256));
+    // SAFETY: every index is below 512, the table's length; 4-byte entries.
+    unsafe { _mm512_i32gather_epi32::<4>(index, IQ3S_GRID.as_ptr().cast()) }
 }
 
 /// `[m_a0, m_a1, m_b0, m_b1]`: each of the four in all eight 16-bit lanes of its 128-bit lane.
