@@ -2,7 +2,7 @@
 //! - `quant::dequantize_row` never panics, and accepts exactly a whole row of blocks;
 //! - `inflate::inflate_expert_with` gives the same bits (weights and channel scales) or the same
 //!   error on every kernel path this CPU has as on the scalar reference;
-//! - a NaN or infinite fp16 scale gives `NonFiniteScale` naming the first row that has one and
+//! - a NaN or infinite block scale gives `NonFiniteScale` naming the first row that has one and
 //!   one of its bad blocks; otherwise every weight is within its bound of ggml's value
 //!   (`|w - s_n·q8| <= s_n·(1 + 2⁻⁷)`, docs/ACCURACY.md).
 #![no_main]
@@ -14,9 +14,7 @@ use libfuzzer_sys::fuzz_target;
 use ork_moe::inflate::{inflate_expert_with, ExpertWeights, InflateError};
 use ork_moe::isa::Isa;
 use ork_moe::layout::Tiles;
-use ork_moe::quant::fp16::f16_to_f32;
 use ork_moe::quant::{dequantize_row, GgmlType};
-use ork_moe::testutil::half_offsets;
 
 fuzz_target!(|data: &[u8]| {
     let mut b = Bytes::new(data);
@@ -101,15 +99,17 @@ fuzz_target!(|data: &[u8]| {
         );
         return;
     }
-    let bb = ty.block_bytes();
+    // A block whose scale is NaN or infinite (an fp16 field, IQ1_M's nibble-assembled fp16 or
+    // MXFP4's e8m0 0xff) dequantizes to at least one non-finite value, zero codes included
+    // (inf · 0 is NaN); finite scales give finite weights.
+    let (bb, be) = (ty.block_bytes(), ty.block_elems());
     let bad_blocks = |r: usize| -> Vec<usize> {
         let row = &bytes[r * stride..r * stride + row_bytes];
+        let mut block = vec![0f32; be];
         (0..row_bytes / bb)
             .filter(|&i| {
-                half_offsets(ty).iter().any(|&o| {
-                    let h = u16::from_le_bytes([row[i * bb + o], row[i * bb + o + 1]]);
-                    !f16_to_f32(h).is_finite()
-                })
+                dequantize_row(ty, &row[i * bb..(i + 1) * bb], &mut block).unwrap();
+                block.iter().any(|w| !w.is_finite())
             })
             .collect()
     };
