@@ -2,8 +2,8 @@
 //! - `quant::dequantize_row` never panics, and accepts exactly a whole row of blocks;
 //! - `inflate::inflate_expert_with` gives the same bits (weights and channel scales) or the same
 //!   error on every kernel path this CPU has as on the scalar reference;
-//! - a NaN or infinite block scale gives `NonFiniteScale` naming the first row that has one and
-//!   one of its bad blocks; otherwise every weight is within its bound of ggml's value
+//! - a block ggml dequantizes to a non-finite value (for MXFP4, one whose E8M0 byte can give
+//!   one) makes `NonFiniteScale` name the first row that has one and one of its bad blocks; otherwise every weight is within its bound of ggml's value
 //!   (`|w - s_n·q8| <= s_n·(1 + 2⁻⁷)`, docs/ACCURACY.md).
 #![no_main]
 
@@ -14,7 +14,7 @@ use libfuzzer_sys::fuzz_target;
 use ork_moe::inflate::{inflate_expert_with, ExpertWeights, InflateError};
 use ork_moe::isa::Isa;
 use ork_moe::layout::Tiles;
-use ork_moe::quant::{dequantize_row, GgmlType};
+use ork_moe::quant::{dequantize_row, GgmlType, MXFP4_E8M0_FINITE_MAX};
 
 fuzz_target!(|data: &[u8]| {
     let mut b = Bytes::new(data);
@@ -99,17 +99,25 @@ fuzz_target!(|data: &[u8]| {
         );
         return;
     }
-    // A block whose scale is NaN or infinite (an fp16 field, IQ1_M's nibble-assembled fp16 or
-    // MXFP4's e8m0 0xff) dequantizes to at least one non-finite value, zero codes included
-    // (inf · 0 is NaN); finite scales give finite weights.
+    // A block is bad when ggml dequantizes it to a non-finite value: a NaN or infinite fp16
+    // scale (IQ1_M's nibble-assembled one included) does so whatever the codes (inf · 0 is NaN).
+    // An MXFP4 block is bad by its E8M0 byte alone, above MXFP4_E8M0_FINITE_MAX, where only
+    // its larger codes overflow; every other block is finite.
     let (bb, be) = (ty.block_bytes(), ty.block_elems());
     let bad_blocks = |r: usize| -> Vec<usize> {
         let row = &bytes[r * stride..r * stride + row_bytes];
         let mut block = vec![0f32; be];
         (0..row_bytes / bb)
             .filter(|&i| {
-                dequantize_row(ty, &row[i * bb..(i + 1) * bb], &mut block).unwrap();
-                block.iter().any(|w| !w.is_finite())
+                let raw = &row[i * bb..(i + 1) * bb];
+                dequantize_row(ty, raw, &mut block).unwrap();
+                let non_finite = block.iter().any(|w| !w.is_finite());
+                if ty == GgmlType::MXFP4 {
+                    let above = raw[0] > MXFP4_E8M0_FINITE_MAX;
+                    assert!(above || !non_finite, "E8M0 {} overflows", raw[0]);
+                    return above;
+                }
+                non_finite
             })
             .collect()
     };

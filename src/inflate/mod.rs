@@ -64,7 +64,8 @@
 //!
 //! **Special rows.** A row whose scales are all zero (`M_n = 0` or `E_n = 0`) gets `s_n = 0` and
 //! all-zero weights. A NaN or infinite fp16 scale is an error, [`InflateError::NonFiniteScale`];
-//! so is MXFP4's E8M0 255 (NaN to ggml's validation).
+//! so is an MXFP4 E8M0 byte above [`MXFP4_E8M0_FINITE_MAX`](crate::quant::MXFP4_E8M0_FINITE_MAX)
+//! (255 is NaN to ggml's validation; 253 and 254 make ggml's larger weights infinite).
 //! Padding channels (`n..pad(n)`) get zero weights and scale 0, padding depth (`k..pad(k)`) zero
 //! weights. Subnormal fp16 scales are ordinary finite values (f16→f32 is exact).
 //!

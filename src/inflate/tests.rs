@@ -90,7 +90,7 @@ fn zero_row_gives_zero_weights_and_nan_is_an_error() {
         let second = &mut bad[ty.block_bytes()..];
         match ty {
             GgmlType::IQ1_M => crate::testutil::set_iq1m_scale(second, 0x7e00),
-            GgmlType::MXFP4 => second[0] = 0xff,
+            GgmlType::MXFP4 => second[0] = crate::quant::MXFP4_E8M0_FINITE_MAX + 1,
             _ => {
                 let at = crate::testutil::half_offsets(ty)[0];
                 second[at..at + 2].copy_from_slice(&0x7e00u16.to_le_bytes());
@@ -188,4 +188,16 @@ fn iq2_xxs_codes_scale_to_the_int8_range() {
     let expect = |c: i32| ((3 * -c * 15610 + (1 << 14)) >> 15) as i8;
     assert_eq!(q[32..40], [43, 8, 8, 8, 8, 8, 8, 8].map(expect));
     assert_eq!(q[40..48], [25, 25, 8, 8, 8, 8, 8, 8].map(expect));
+}
+
+#[test]
+fn mxfp4_takes_every_e8m0_whose_weights_ggml_keeps_finite() {
+    // Codes -12 (low nibbles 0xf) and 12 (high nibbles 0x7) at E8M0 252: ∓1.5·2^127, the
+    // largest finite MXFP4 weights.
+    let top = crate::quant::MXFP4_E8M0_FINITE_MAX;
+    let mut row = vec![top];
+    row.extend([0x7fu8; 16]);
+    let (q, s) = inflate_one_row(GgmlType::MXFP4, &row, 32);
+    assert_eq!(s as f64, 2f64.powi(top as i32 - 128) / 8.0);
+    assert!(q[..16].iter().all(|&x| x == -96) && q[16..32].iter().all(|&x| x == 96));
 }

@@ -41,6 +41,11 @@ pub fn iq4xs_scale(ib: usize, scales_h: [u8; 2], scales_l: &[u8; 4]) -> i32 {
     (low as u16 | (high << 4)) as i32
 }
 
+/// The largest E8M0 byte whose MXFP4 block ggml dequantizes to finite weights whatever its
+/// codes: `12·2^(252 - 128)` fits f32, while 253 and 254 overflow to infinity for codes of
+/// magnitude 8 and 4 and up, and 255 is NaN to ggml's row validation.
+pub const MXFP4_E8M0_FINITE_MAX: u8 = 252;
+
 /// ggml's `ggml_e8m0_to_fp32_half`: `2^(x - 128)` for an E8M0 byte `x` (255 included, which
 /// ggml's row validation rejects as NaN but its dequantization maps to `2^127`).
 #[inline]

@@ -7,7 +7,7 @@
 
 use super::{code_scale, finite_half_to_f32, q4k_scales_mins, table_range};
 use super::{table_set_max, ScanOps, Scratch, TileParams, NON_FINITE};
-use crate::quant::{e8m0_to_f32_half, iq1m_scale, iq4xs_scale, q3k_scales};
+use crate::quant::{e8m0_to_f32_half, iq1m_scale, iq4xs_scale, q3k_scales, MXFP4_E8M0_FINITE_MAX};
 use crate::quant::{Block, BlockMxfp4, GgmlType};
 
 /// How a type's weights become int8 (module docs of `inflate`).
@@ -203,8 +203,9 @@ fn power_of_two_rows(
     let x = &mut fields[..stride];
     for (j, ((row, m), scale)) in rows.iter().zip(&mut params).zip(scales).enumerate() {
         let x_max = ops.mxfp4_exponents(row, x);
-        if x_max == 0xff {
-            return Err((j, x.iter().position(|&x| x == 0xff).expect("found")));
+        if x_max > MXFP4_E8M0_FINITE_MAX {
+            let above = x.iter().position(|&x| x > MXFP4_E8M0_FINITE_MAX as u16);
+            return Err((j, above.expect("found")));
         }
         ops.mxfp4_multipliers(x, x_max, m);
         *scale = e8m0_to_f32_half(x_max) * 0.125;
