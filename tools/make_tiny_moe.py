@@ -55,6 +55,12 @@ ARCHS = {
     "qwen35moe": dict(model="Qwen3.6-35B-A3B", hidden=2048, heads=16, heads_kv=2, head_dim=256,
                       experts=256, used=8, expert_ffn=512, shared_ffn=512,
                       linear_k_heads=16, linear_v_heads=32, linear_head_dim=128, conv_kernel=4),
+    # Gemma-4-26B-A4B: sliding-window layers (8 kv heads of 256) among full-attention ones (2 kv heads of
+    # 512, keys doubling as values; here every second layer), proportional RoPE on the full layers, a dense
+    # GELU MLP beside the experts in every layer, gate and up experts fused in one tensor
+    "gemma4": dict(model="Gemma-4-26B-A4B", hidden=2816, heads=16, heads_kv=8, head_dim=256,
+                   experts=128, used=8, expert_ffn=704, dense_ffn=2112,
+                   full_heads_kv=2, full_head_dim=512, window=1024),
 }
 
 
@@ -102,6 +108,9 @@ def add_hparams(w, arch, c, layers, experts):
     w.add_expert_count(experts)
     w.add_expert_used_count(c["used"])
     w.add_head_count(c["heads"])
+    if arch == "gemma4":
+        add_gemma4_hparams(w, c, layers)
+        return
     if arch == "lfm2moe":  # a kv head count of 0 makes a layer a short-convolution one
         w.add_head_count_kv([c["heads_kv"] if il % 2 else 0 for il in range(layers)])
         w.add_shortconv_l_cache(c["conv_cache"])
@@ -143,6 +152,58 @@ def add_hparams(w, arch, c, layers, experts):
         w.add_expert_weights_scale(1.0)
         w.add_expert_gating_func(gguf.ExpertGatingFuncType.SOFTMAX)
     w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
+
+
+def gemma4_full(il):
+    """Whether gemma4 layer `il` attends to the full context (the others slide)."""
+    return il % 2 == 1
+
+
+def add_gemma4_hparams(w, c, layers):
+    full = [gemma4_full(il) for il in range(layers)]
+    w.add_head_count_kv([c["full_heads_kv"] if f else c["heads_kv"] for f in full])
+    w.add_sliding_window_pattern([not f for f in full])
+    w.add_sliding_window(c["window"])
+    w.add_key_length(c["full_head_dim"])
+    w.add_value_length(c["full_head_dim"])
+    w.add_key_length_swa(c["head_dim"])
+    w.add_value_length_swa(c["head_dim"])
+    w.add_rope_dimension_count(c["full_head_dim"])
+    w.add_rope_dimension_count_swa(c["head_dim"])
+    w.add_rope_freq_base(1000000.0)
+    w.add_rope_freq_base_swa(10000.0)
+    w.add_shared_kv_layers(0)
+    w.add_embedding_length_per_layer_input(0)
+    w.add_final_logit_softcapping(30.0)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
+
+
+def add_gemma4_layer(m, c, p, il, e):
+    h, f = c["hidden"], c["expert_ffn"]
+    full = gemma4_full(il)
+    hd = c["full_head_dim"] if full else c["head_dim"]
+    kv = (c["full_heads_kv"] if full else c["heads_kv"]) * hd
+    m.norm(p + "attn_norm.weight", h)
+    m.weight(p + "attn_q.weight", c["heads"] * hd, h)
+    m.weight(p + "attn_k.weight", kv, h)
+    if not full:
+        m.weight(p + "attn_v.weight", kv, h)
+    m.weight(p + "attn_output.weight", h, c["heads"] * hd)
+    m.norm(p + "attn_q_norm.weight", hd)
+    m.norm(p + "attn_k_norm.weight", hd)
+    m.norm(p + "post_attention_norm.weight", h)
+    m.norm(p + "layer_output_scale.weight", 1)
+    for name in ("ffn_norm", "post_ffw_norm", "pre_ffw_norm_2", "post_ffw_norm_1", "post_ffw_norm_2"):
+        m.norm(p + name + ".weight", h)
+    m.weight(p + "ffn_gate.weight", c["dense_ffn"], h)
+    m.weight(p + "ffn_up.weight", c["dense_ffn"], h)
+    m.weight(p + "ffn_down.weight", h, c["dense_ffn"])
+    m.router(p + "ffn_gate_inp.weight", e, h)
+    m.norm(p + "ffn_gate_inp.scale", h)
+    m.experts(p + "ffn_gate_up_exps.weight", e, 2 * f, h)
+    m.experts(p + "ffn_down_exps.weight", e, h, f)
+    m.norm(p + "ffn_down_exps.scale", e)
 
 
 def add_mla_attention(m, c, p):
@@ -270,8 +331,17 @@ def main():
     m.norm("token_embd_norm.weight" if args.arch == "lfm2moe" else "output_norm.weight", h)
     if args.arch in ("qwen2moe", "olmoe", "gpt-oss"):  # these load no tied output
         m.weight("output.weight", n_vocab, h)
+    if args.arch == "gemma4":
+        # proportional RoPE: a quarter of the full layers' head rotates, the rest keeps a frequency factor
+        # of 1e30 (convert_hf_to_gguf's ROPE_FREQS)
+        rot = c["full_head_dim"] // 8
+        m.add("rope_freqs.weight", (c["full_head_dim"] // 2,), np.float32,
+              lambda: np.array([1.0] * rot + [1e30] * (c["full_head_dim"] // 2 - rot), dtype=np.float32))
     for il in range(args.layers):
         p = f"blk.{il}."
+        if args.arch == "gemma4":
+            add_gemma4_layer(m, c, p, il, e)
+            continue
         add_attention(m, args.arch, c, p, il)
         add_ffn(m, args.arch, c, p, il, e)
     write_tensors(w, m.tensors)

@@ -236,10 +236,16 @@ pub fn model_shape(h: &Header, name: &'static str) -> Result<ModelShape, String>
         need("embedding_length")?,
         need("attention.head_count")?,
     );
-    let expert = first_layer_tensor(h, "ffn_up_exps.weight")
-        .ok_or_else(|| format!("{arch}: no ffn_up_exps tensor (not a MoE model?)"))?;
-    let [k, ff, n_expert] = expert.dims[..] else {
+    let (layer, expert) =
+        routed_up(h).ok_or_else(|| format!("{arch}: no ffn_up_exps tensor (not a MoE model?)"))?;
+    let [k, up_width, n_expert] = expert.dims[..] else {
         return Err(format!("{}: dims {:?}", expert.name, expert.dims));
+    };
+    // gemma4 fuses gate and up: one tensor twice the expert width.
+    let ff = if expert.name.ends_with("ffn_gate_up_exps.weight") {
+        up_width / 2
+    } else {
+        up_width
     };
     if k as usize != hidden {
         return Err(format!(
@@ -247,7 +253,11 @@ pub fn model_shape(h: &Header, name: &'static str) -> Result<ModelShape, String>
             expert.name
         ));
     }
-    let shared_ff = first_layer_tensor(h, "ffn_up_shexp.weight").map_or(0, |t| t.dims[1] as usize);
+    // A shared expert, or (gemma4) a dense MLP beside the experts of the same layer.
+    let shared_ff = ["ffn_up_shexp.weight", "ffn_up.weight"]
+        .iter()
+        .find_map(|suffix| h.tensor(&format!("blk.{layer}.{suffix}")))
+        .map_or(0, |t| t.dims[1] as usize);
     // Latent attention (deepseek2) keeps one latent "KV head" of key_length; its per-head
     // query/key width is key_length_mla, priced as that many full heads.
     let mla = h.arch_int("attention.key_length_mla").map(|v| v as usize);
@@ -271,23 +281,23 @@ pub fn model_shape(h: &Header, name: &'static str) -> Result<ModelShape, String>
     })
 }
 
-/// The routed experts' weight type: that of the first layer's `ffn_up_exps` (llama-quantize's
-/// mixes may give down another type; the board model prices one).
+/// The routed experts' weight type: that of the first expert layer's up (or fused gate+up)
+/// tensor (llama-quantize's mixes may give down another type; the board model prices one).
 pub fn expert_type(h: &Header) -> Option<u32> {
-    first_layer_tensor(h, "ffn_up_exps.weight").map(|t| t.type_id)
+    routed_up(h).map(|(_, t)| t.type_id)
 }
 
-/// `blk.N.{suffix}` of the lowest N that has it (leading dense layers have no experts).
-fn first_layer_tensor<'a>(h: &'a Header, suffix: &str) -> Option<&'a TensorInfo> {
+/// The lowest layer with routed experts and its `ffn_up_exps` (or gemma4's fused
+/// `ffn_gate_up_exps`) tensor; leading dense layers have none.
+fn routed_up(h: &Header) -> Option<(usize, &TensorInfo)> {
     h.tensors
         .iter()
         .filter_map(|t| {
             let (layer, tail) = t.name.strip_prefix("blk.")?.split_once('.')?;
-            (tail == suffix).then_some(())?;
+            matches!(tail, "ffn_up_exps.weight" | "ffn_gate_up_exps.weight").then_some(())?;
             Some((layer.parse::<usize>().ok()?, t))
         })
         .min_by_key(|&(layer, _)| layer)
-        .map(|(_, t)| t)
 }
 
 #[cfg(test)]

@@ -104,6 +104,27 @@ fn model_shape_from_header() {
 }
 
 #[test]
+fn gemma4s_fused_gate_up_and_dense_mlp_beside_the_experts() {
+    let mut w = Writer::new(3, 5);
+    w.kv_str("general.architecture", "gemma4");
+    w.kv_u32("gemma4.block_count", 30);
+    w.kv_u32("gemma4.embedding_length", 2816);
+    w.kv_u32("gemma4.attention.head_count", 16);
+    w.kv_u32("gemma4.expert_used_count", 8);
+    w.tensor("blk.0.ffn_up.weight", &[2816, 2112], 2);
+    w.tensor("blk.0.ffn_gate_up_exps.weight", &[2816, 1408, 128], 12);
+    w.tensor("blk.0.ffn_down_exps.weight", &[704, 2816, 128], 14);
+    w.0.extend([0xAA; 64]);
+    let h = read_header(&w.0[..]).unwrap();
+    let s = model_shape(&h, "t").unwrap();
+    assert_eq!(
+        (s.n_expert, s.n_used, s.expert_ff, s.shared_ff),
+        (128, 8, 704, 2112)
+    );
+    assert_eq!(expert_type(&h), Some(12));
+}
+
+#[test]
 fn every_truncation_is_an_error() {
     let full = qwen2moe_like();
     let header_len = full.len() - 64;

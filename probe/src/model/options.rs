@@ -14,7 +14,7 @@ use std::path::PathBuf;
 #[command(args_override_self = true)]
 pub struct Options {
     /// qwen3-30b-a3b, qwen1.5-moe-a2.7b, gpt-oss-20b, olmoe-1b-7b, granite-3.0-3b-a800m,
-    /// ernie-4.5-21b-a3b, deepseek-v2-lite, lfm2-8b-a1b, qwen3.6-35b-a3b
+    /// ernie-4.5-21b-a3b, deepseek-v2-lite, lfm2-8b-a1b, qwen3.6-35b-a3b, gemma-4-26b-a4b
     #[arg(long = "config", value_name = "C,...", value_parser = configs, default_value = "qwen3-30b-a3b")]
     pub configs: ::std::vec::Vec<ModelShape>,
     /// A GGUF model file: its shapes, expert count and expert type (read from the header; the

@@ -159,7 +159,24 @@ impl ModelShape {
         shared_ff: 512,
     };
 
-    pub const NAMED: [ModelShape; 9] = [
+    /// Gemma-4-26B-A4B (gemma4: 30 layers, 128 experts, 8 used, hidden 2816, expert FFN 704, a
+    /// dense GELU MLP of 2112 beside the experts in every layer, priced as a shared expert).
+    /// Attention priced as its 25 sliding-window layers' (16 / 8 heads of 256); the 5 full
+    /// layers' 2 KV heads of 512 are close to that.
+    pub const GEMMA4_26B_A4B: ModelShape = ModelShape {
+        name: "gemma-4-26b-a4b",
+        layers: 30,
+        hidden: 2816,
+        heads: 16,
+        kv_heads: 8,
+        head_dim: 256,
+        n_expert: 128,
+        n_used: 8,
+        expert_ff: 704,
+        shared_ff: 2112,
+    };
+
+    pub const NAMED: [ModelShape; 10] = [
         ModelShape::QWEN3_30B_A3B,
         ModelShape::QWEN15_MOE_A27B,
         ModelShape::GPT_OSS_20B,
@@ -169,6 +186,7 @@ impl ModelShape {
         ModelShape::DEEPSEEK_V2_LITE,
         ModelShape::LFM2_8B_A1B,
         ModelShape::QWEN36_35B_A3B,
+        ModelShape::GEMMA4_26B_A4B,
     ];
 
     pub fn named(name: &str) -> Option<ModelShape> {
