@@ -22,7 +22,9 @@
 #    (thread 0 runs the library's pool while ggml's other threads wait) against the cooperative default;
 #    then decode alone (-p 0 -n 128 -r 5), plain and plugin interleaved, two rounds, with their ratio (the
 #    plugin declines every decode call and ggml runs its repacked kernels: the ratio should be about 1).
-# 6. the MoE architectures of the pinned llama.cpp with their real expert shapes (e2e_archs.sh: a fast
+# 6. measured dispatch (ORK_DISPATCH=auto): with the library's path made slower for real (ORK_EMU_SLOW_US) its
+#    calls must be declined once measured, every verdict ggml; without, the verdicts are printed;
+# 7. the MoE architectures of the pinned llama.cpp with their real expert shapes (e2e_archs.sh: a fast
 #    subset by default, every architecture with ORK_E2E_ARCHS=all).
 # Logs: ggml-patch/work/e2e/ (git-ignored). Env: ORK_CACHE, ORK_E2E_BENCH=0 skips step 5,
 # ORK_E2E_THREADS (default nproc), ORK_E2E_TBO_ALL=0 skips the cases of the other types,
@@ -251,6 +253,30 @@ if [[ ${ORK_E2E_BENCH:-1} != 0 ]]; then
             awk '{ r[NR] = $1 } END { printf "%.3f", (NR % 2) ? r[(NR + 1) / 2] : (r[NR / 2] + r[NR / 2 + 1]) / 2 }')"
     done
 fi
+
+step "measured dispatch: ORK_DISPATCH=auto with the library's path made slower for real (ORK_EMU_SLOW_US) and as it is"
+# llama-bench -p 512 -n 0 -r 5 (six prompt batches with the warm-up): each class of call runs the library's
+# path twice, ggml's (reported through ork_observe) twice, then the faster. 50 ms per emulator submit makes
+# the library's path several times slower than ggml's on most classes (a large dense projection may still
+# win): most calls must then be declined, with at least one ggml verdict logged. Without the slowdown the
+# verdicts are printed, not checked (the winner on a loaded 2-core machine may vary).
+for slow in 50000 0; do
+    name=$out/dispatch-slow$slow
+    "${with_plugin[@]}" ORK_DISPATCH=auto ORK_DISPATCH_CACHE=off ORK_EMU_SLOW_US=$slow ORK_LOG=info \
+        "$bin/llama-bench" -m "$models/Q4_0.gguf" -p 512 -n 0 -t "$threads" -r 5 -o md -v >"$name.log" 2>&1 ||
+        fail "llama-bench with ORK_DISPATCH=auto, ORK_EMU_SLOW_US=$slow (log: $name.log)"
+    stats=$(grep '^ork-moe stats' "$name.log" | tail -1)
+    verdicts=$(sed -n 's/.*dispatch: \(.*\): \(library\|ggml\) (.*/\2/p' "$name.log" | sort | uniq -c | xargs)
+    echo "ORK_EMU_SLOW_US=$slow: $(grep -E '^\| .*pp512' "$name.log" | awk -F'|' '{ print $(NF - 1) }' | xargs) t/s; ${stats:-no stats}; verdicts: ${verdicts:-none}"
+    [[ $slow != 0 ]] || continue
+    declined=$(sed -n 's/^ork-moe stats: .* declined \([0-9]*\) .*/\1/p' <<<"$stats")
+    taken=$(handled "$name.log")
+    if ((${declined:-0} > ${taken:-0})) && grep -q 'dispatch: .*: ggml (' "$name.log"; then
+        pass "a slower library path is declined after measuring it: $taken calls taken, $declined declined"
+    else
+        fail "ORK_DISPATCH=auto kept a slower library path (${stats:-no stats}; log: $name.log)"
+    fi
+done
 
 step "MoE architectures (e2e_archs.sh, ORK_E2E_ARCHS=${ORK_E2E_ARCHS:-fast})"
 ORK_LLAMA_BUILD=$build "$here/e2e_archs.sh" "$lib" || fail "e2e_archs.sh"

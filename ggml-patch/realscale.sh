@@ -25,13 +25,21 @@
 #   dense0    the library with ORK_DENSE=0: it takes the MUL_MAT_IDs only, ggml runs the attention projections
 #   stream    the library with ORK_CACHE_MB=$ORK_REALSCALE_STREAM_MB (default 64): the share of the experts
 #             that stays resident is then that of the whole Qwen3-30B-A3B in 1 GiB (47 layers' 27 GB)
+#   auto      the library with ORK_DISPATCH=auto (per class of op, the faster of its path and ggml's, as
+#             measured in the run; ORK_DISPATCH_CACHE=off so every run starts undecided)
+#   slow      the library with ORK_DISPATCH=always and ORK_EMU_SLOW_US=$ORK_REALSCALE_SLOW_US (default 40000
+#             µs added to every emulator submit): a library slower than ggml, as a board that disagrees
+#             with the model would be
+#   autoslow  the same slowdown under ORK_DISPATCH=auto: what measured dispatch saves of it
 # and prints tokens/s and library/ggml ratios, then the library's counters (calls handled; cache hits and
 # misses from its debug log) per pp512 ubatch; it fails if an ubatch after the first has no misses (the
 # experts did not stream). Logs: ggml-patch/work/realscale/ (git-ignored).
 #
 # Env: ORK_CACHE, ORK_LLAMA_BUILD (a llama.cpp build dir instead of build.sh's), ORK_REALSCALE_THREADS
 # (default nproc), ORK_REALSCALE_ROUNDS (3), ORK_REALSCALE_REPS (3), ORK_REALSCALE_TYPES ("Q4_0 Q4_K_M"),
-# ORK_REALSCALE_MODES ("plain norepack library library0 stream"), ORK_REALSCALE_STREAM_MB (64).
+# ORK_REALSCALE_MODES ("plain norepack library library0 stream"), ORK_REALSCALE_STREAM_MB (64),
+# ORK_REALSCALE_SLOW_US (40000). The measured-dispatch comparison:
+#   ORK_REALSCALE_MODES="plain library auto slow autoslow" ggml-patch/realscale.sh
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -43,6 +51,7 @@ reps=${ORK_REALSCALE_REPS:-3}
 types=${ORK_REALSCALE_TYPES:-Q4_0 Q4_K_M}
 modes=${ORK_REALSCALE_MODES:-plain norepack library library0 stream}
 stream_mb=${ORK_REALSCALE_STREAM_MB:-64}
+slow_us=${ORK_REALSCALE_SLOW_US:-40000}
 layers=4
 gen_args=(--layers $layers --experts 128 --embd-std 1)
 out=$here/work/realscale
@@ -81,7 +90,11 @@ bench() {
     library0) run=(env ORK_MOE_PLUGIN="$lib" ORK_MOE_STATS=1 ORK_LOG=debug) args=(--repack 0) ;;
     dense0) run=(env ORK_MOE_PLUGIN="$lib" ORK_MOE_STATS=1 ORK_LOG=debug ORK_DENSE=0) ;;
     stream) run=(env ORK_MOE_PLUGIN="$lib" ORK_MOE_STATS=1 ORK_LOG=debug ORK_CACHE_MB="$stream_mb") ;;
-    *) die "unknown mode $mode (plain, norepack, library, library0, dense0, stream)" ;;
+    auto) run=(env ORK_MOE_PLUGIN="$lib" ORK_MOE_STATS=1 ORK_LOG=debug ORK_DISPATCH=auto ORK_DISPATCH_CACHE=off) ;;
+    slow) run=(env ORK_MOE_PLUGIN="$lib" ORK_MOE_STATS=1 ORK_LOG=debug ORK_DISPATCH=always ORK_EMU_SLOW_US="$slow_us") ;;
+    autoslow) run=(env ORK_MOE_PLUGIN="$lib" ORK_MOE_STATS=1 ORK_LOG=debug ORK_DISPATCH=auto ORK_DISPATCH_CACHE=off
+        ORK_EMU_SLOW_US="$slow_us") ;;
+    *) die "unknown mode $mode (plain, norepack, library, library0, dense0, stream, auto, slow, autoslow)" ;;
     esac
     # -v: llama-bench passes the library's log lines (through the patch into ggml's log) to stderr
     "${run[@]}" "$bin/llama-bench" -m "$models/$q.gguf" -p 512 -n 128 -t "$threads" -r "$reps" "${args[@]}" \
@@ -138,6 +151,12 @@ for q in $types; do
         [[ $mode == plain || $mode == norepack ]] && continue
         log=$out/$q-$mode-$rounds.log
         grep '^ork-moe stats' "$log" | sed "s/^/$q $mode: /" || die "no library stats in $log"
+        if [[ $mode == auto || $mode == autoslow ]]; then
+            # measured dispatch declines some calls (to time ggml's path, or for good): cache counters do not
+            # add up per ubatch, so show the verdicts instead
+            grep -E 'dispatch: ' "$log" | sed "s/^.*dispatch: /$q $mode: /" | sort | uniq -c || true
+            continue
+        fi
         # The debug line of every handled call ends with the cache's running totals.
         awk -v q="$q" -v mode="$mode" -v per="$calls_per_ubatch" '
             /^ork-moe: handled / && / of 128 experts / && /cache hits/ {
