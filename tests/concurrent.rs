@@ -74,6 +74,7 @@ fn prefetch_context(prefetch: u32) -> *mut ork_ctx {
     let mut cfg: ork_config = unsafe { std::mem::zeroed() };
     cfg.struct_size = size_of::<ork_config>() as u32;
     ork_config_default(&mut cfg);
+    cfg.dispatch = ORK_DISPATCH_ALWAYS;
     cfg.backend = ORK_BACKEND_EMU;
     cfg.min_rows = 0;
     cfg.cache_bytes = 0;

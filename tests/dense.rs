@@ -119,6 +119,7 @@ fn dense_matmuls_ggml_keeps_are_declined_and_bad_ones_rejected() {
     let mut cfg: ork_config = unsafe { std::mem::zeroed() };
     cfg.struct_size = size_of::<ork_config>() as u32;
     ork_config_default(&mut cfg);
+    cfg.dispatch = ORK_DISPATCH_ALWAYS;
     (cfg.backend, cfg.min_rows, cfg.dense) = (ORK_BACKEND_EMU, 8, 0);
     let off = ork_ctx_new(&cfg);
     assert!(!off.is_null(), "{}", last_error());

@@ -12,7 +12,7 @@ use ork_moe::inflate::{from_plain, ExpertWeights, Layout};
 use ork_moe::isa::Isa;
 use ork_moe::moe::desc::{weight_code, TensorDesc, GGML_TYPE_I32};
 use ork_moe::moe::{
-    Config, Engine, ErrorKind, HeldBytes, HeldWeights, Inputs, PairInputs, PrefetchStats,
+    Config, Dispatch, Engine, ErrorKind, HeldBytes, HeldWeights, Inputs, PairInputs, PrefetchStats,
 };
 use ork_moe::npu::{rknn, BackendChoice, DeviceConfig};
 use ork_moe::quant::{dequantize_row, GgmlType};
@@ -300,6 +300,7 @@ fn engine_with_submitters(n: usize) -> Engine {
         device,
         min_rows: 0,
         submitters: Some(n),
+        dispatch: Dispatch::Always,
         ..Config::default()
     })
     .expect("the emulator opens")
@@ -333,6 +334,7 @@ fn engine_with(backend: BackendChoice, threads: usize, isa: Isa) -> Engine {
         device,
         // Every call through the device path, whatever its size.
         min_rows: 0,
+        dispatch: Dispatch::Always,
         ..Config::default()
     })
     .expect("the backend opens")
@@ -990,6 +992,7 @@ fn engine_prefetching_on(device: DeviceConfig, threads: usize, bytes: u64) -> En
         cache_bytes: 0,
         prefetch_threads: Some(threads),
         prefetch_bytes: bytes,
+        dispatch: Dispatch::Always,
         ..Config::default()
     })
     .expect("the backend opens")
@@ -1066,6 +1069,7 @@ fn by_default_prefetch_threads_run_on_the_cpus_given() {
             cache_bytes: 0,
             prefetch_threads,
             prefetch_cpus: vec![ork_moe::pool::allowed_cpus()[0]],
+            dispatch: Dispatch::Always,
             ..Config::default()
         })
         .expect("the emulator opens")

@@ -11,7 +11,7 @@ mod mmid;
 
 use mmid::*;
 use ork_moe::ffi::*;
-use ork_moe::moe::{Config, Engine, MtMode};
+use ork_moe::moe::{Config, Dispatch, Engine, MtMode};
 use ork_moe::npu::emu::{self, Fault, FaultOp, FaultPlan, Monitor, OpCounts};
 use ork_moe::npu::Device;
 use ork_moe::quant::GgmlType;
@@ -64,6 +64,7 @@ fn faulty_context(entry: Entry, faults: FaultPlan) -> (*mut ork_ctx, Monitor) {
             Entry::Piped(_) => Some(SUBMITTERS),
             _ => None,
         },
+        dispatch: Dispatch::Always,
         ..Config::default()
     };
     let engine = Engine::with_device(config, device).expect("engine");
@@ -200,6 +201,7 @@ fn domain_too_small_for_one_expert_is_out_of_memory() {
     });
     let config = Config {
         min_rows: 0,
+        dispatch: Dispatch::Always,
         ..Config::default()
     };
     let ctx = ork_ctx_from_engine(Engine::with_device(config, device).unwrap());
@@ -226,6 +228,7 @@ fn a_streaming_call_holds_the_buffers_of_the_experts_in_flight_only() {
             min_rows: 0,
             cache_bytes: 0,
             submitters: matches!(entry, Entry::Piped(_)).then_some(SUBMITTERS),
+            dispatch: Dispatch::Always,
             ..Config::default()
         };
         let ctx = ork_ctx_from_engine(Engine::with_device(config, device).unwrap());

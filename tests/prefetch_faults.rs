@@ -15,7 +15,7 @@ mod standin;
 
 use mmid::*;
 use ork_moe::ffi::*;
-use ork_moe::moe::{Config, Engine};
+use ork_moe::moe::{Config, Dispatch, Engine};
 use ork_moe::npu::emu::{self, FaultPlan, Monitor};
 use ork_moe::npu::{rknn, BackendChoice, Device, DeviceConfig};
 use ork_moe::quant::GgmlType;
@@ -36,6 +36,7 @@ fn prefetching(faults: &str) -> (*mut ork_ctx, Monitor) {
         min_rows: 0,
         cache_bytes: 0,
         prefetch_threads: Some(PREFETCH_THREADS),
+        dispatch: Dispatch::Always,
         ..Config::default()
     };
     let engine = Engine::with_device(config, device).expect("engine");
@@ -157,6 +158,7 @@ fn on_runtime(lib: &str) -> *mut ork_ctx {
         min_rows: 0,
         cache_bytes: 0,
         prefetch_threads: Some(1),
+        dispatch: Dispatch::Always,
         ..Config::default()
     };
     ork_ctx_from_engine(Engine::new(config).expect("the stand-in opens"))

@@ -122,7 +122,7 @@ fn main() -> ExitCode {
 
 /// The library's configuration, parsed once; the options override it.
 fn library_config(opts: &Options) -> Result<Config, String> {
-    let mut cfg = ork_moe::config::from_env()?;
+    let mut cfg = options::library_config_from_env()?;
     if let Some(t) = opts.threads {
         cfg.device.host.threads = ork_moe::config::threads(t);
     }

@@ -5,6 +5,7 @@ use super::bench::A3B_SHAPES;
 use clap::Args;
 use ork_moe::inflate::Layout;
 use ork_moe::isa::Isa;
+use ork_moe::moe::{Config, Dispatch};
 use ork_moe::npu::BackendChoice;
 use ork_moe::quant::GgmlType;
 use std::path::PathBuf;
@@ -96,6 +97,15 @@ impl Options {
 }
 
 /// The comma-separated items of `s` (empty ones skipped, each trimmed), each parsed.
+/// The library's configuration from its environment variables, parsed once, for measuring the
+/// library's own path: measured dispatch takes every call, since nothing here runs ggml's path
+/// for it to compare with.
+pub fn library_config_from_env() -> Result<Config, String> {
+    let mut cfg = ork_moe::config::from_env()?;
+    cfg.dispatch = Dispatch::Always;
+    Ok(cfg)
+}
+
 pub fn list<T>(s: &str, parse: impl Fn(&str) -> Result<T, String>) -> Result<Vec<T>, String> {
     s.split(',')
         .filter(|p| !p.is_empty())

@@ -91,7 +91,7 @@ impl Default for Config {
             prefetch_cpus: Vec::new(),
             prefetch_bytes: 1 << 30,
             dense: true,
-            dispatch: Dispatch::Always,
+            dispatch: Dispatch::Auto,
         }
     }
 }

@@ -242,6 +242,7 @@ static ork_ctx *new_ctx(int backend, uint32_t min_rows, uint32_t mode, uint32_t 
     ork_config cfg = {.struct_size = sizeof(ork_config)};
     ork_config_default(&cfg);
     cfg.backend = backend;
+    cfg.dispatch = ORK_DISPATCH_ALWAYS; /* every call taken: nothing left to time ggml */
     cfg.cache_bytes = (uint64_t)512 << 20; /* below the big shapes' working set: evictions happen */
     cfg.min_rows = min_rows;
     cfg.min_rows_mode = mode;
@@ -629,6 +630,7 @@ static void prefetch_calls(ork_ctx *emu) {
     cfg.min_rows = 0;
     cfg.cache_bytes = 0; /* every expert comes from the prefetch or from the call */
     cfg.prefetch_threads = 2;
+    cfg.dispatch = ORK_DISPATCH_ALWAYS;
     ork_ctx *pf = ork_ctx_new(&cfg);
     CHECK(pf != NULL, "prefetch context: %s", ork_last_error());
     if (!pf) return;
@@ -711,6 +713,7 @@ static void dense_calls(ork_ctx *emu) {
     ork_config cfg = {.struct_size = sizeof(ork_config)};
     ork_config_default(&cfg);
     cfg.backend = ORK_BACKEND_EMU;
+    cfg.dispatch = ORK_DISPATCH_ALWAYS; /* every call taken: nothing left to time ggml */
     cfg.min_rows = 0;
     cfg.dense = 0;
     ork_ctx *off = ork_ctx_new(&cfg);

@@ -146,6 +146,7 @@ static ork_ctx *new_ctx(uint32_t mt_mode, uint32_t prefetch, const char *faults,
     ork_config cfg = {.struct_size = sizeof(ork_config)};
     ork_config_default(&cfg);
     cfg.backend = ORK_BACKEND_EMU;
+    cfg.dispatch = ORK_DISPATCH_ALWAYS; /* every call taken: nothing left to time ggml */
     cfg.min_rows = 0;
     cfg.mt_mode = mt_mode;
     cfg.prefetch_threads = prefetch;
@@ -523,6 +524,7 @@ static void prefetch_answers(void) {
     ork_config cfg = {.struct_size = sizeof(ork_config)};
     ork_config_default(&cfg);
     cfg.backend = ORK_BACKEND_EMU;
+    cfg.dispatch = ORK_DISPATCH_ALWAYS; /* every call taken: nothing left to time ggml */
     cfg.prefetch_threads = 1;
     cfg.min_rows = 64; /* N_TOKENS * N_USED / N_EXPERT = 8 rows per expert: a small batch */
     ork_ctx *decline = ork_ctx_new(&cfg);
@@ -592,6 +594,7 @@ static void faults_during_prefetch(void) {
         ork_config cfg = {.struct_size = sizeof(ork_config)};
         ork_config_default(&cfg);
         cfg.backend = ORK_BACKEND_EMU;
+        cfg.dispatch = ORK_DISPATCH_ALWAYS; /* every call taken: nothing left to time ggml */
         cfg.min_rows = 0;
         cfg.cache_bytes = 0;
         cfg.prefetch_threads = 2;

@@ -196,6 +196,7 @@ pub fn context(backend: i32, min_rows: u32, min_rows_mode: u32, mt_mode: u32) ->
     let mut cfg: ork_config = unsafe { std::mem::zeroed() };
     cfg.struct_size = size_of::<ork_config>() as u32;
     ork_config_default(&mut cfg);
+    cfg.dispatch = ORK_DISPATCH_ALWAYS;
     cfg.backend = backend;
     cfg.core_mask = 7;
     cfg.cache_bytes = 64 << 20;

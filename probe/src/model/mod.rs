@@ -98,7 +98,7 @@ fn setup(mut o: Options) -> Result<Setup, String> {
         o.types = vec![ty];
     }
     let settings = o.settings()?;
-    let mut cfg = ork_moe::config::from_env()?;
+    let mut cfg = crate::options::library_config_from_env()?;
     if let Some(mb) = o.cache_mb {
         cfg.cache_bytes = mb << 20;
     }
