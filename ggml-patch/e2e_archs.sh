@@ -14,12 +14,15 @@
 #    the generator's embedded text: the mean KLD must stay below ORK_E2E_KLD_MAX (default 0.02; the tiny
 #    qwen3moe of e2e.sh gives about 0.005).
 # ORK_E2E_ARCHS selects: "fast" (default, the CI subset: granitemoe with its 40 experts, qwen2moe's shared
-# expert and gpt-oss's K = 2880 with per-expert biases, each with fewer experts than the real model; about
-# 2 minutes on 2 cores once cached), "all" (every architecture with its real expert count: several GB of
-# F16 while generating; an estimated 15-20 minutes), or a space-separated list of architecture names.
+# expert, gpt-oss's K = 2880 with per-expert biases and gemma4's fused gate+up experts beside a dense
+# MLP, each with fewer experts than the real model), "all" (every architecture with its real expert
+# count: several GB of F16 while generating), or a space-separated list of architecture names.
 # gpt-oss's experts are Q4_0 here (its real files ship MXFP4, which the library takes only where its type
 # list has MXFP4). Logs: ggml-patch/work/e2e-archs/. Env: ORK_CACHE, ORK_E2E_THREADS, ORK_LLAMA_BUILD.
 set -euo pipefail
+# The checks count the calls the library handled: it takes every call here (measured dispatch, the default,
+# leaves some to ggml to time its path) unless the caller chooses another ORK_DISPATCH.
+export ORK_DISPATCH=${ORK_DISPATCH:-always}
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/.." && pwd)
@@ -42,10 +45,10 @@ mkdir -p "$out"
 bin=${ORK_LLAMA_BUILD:-$("$here/build.sh" | tail -1)}/bin
 
 # name -> the generator's arguments after the name
-declare -A fast=([granitemoe]="" [qwen2moe]="--experts 16" [gpt-oss]="--experts 8")
-all=(qwen3moe qwen35moe qwen2moe olmoe gpt-oss granitemoe ernie4_5-moe deepseek2 lfm2moe)
+declare -A fast=([granitemoe]="" [qwen2moe]="--experts 16" [gpt-oss]="--experts 8" [gemma4]="--experts 16")
+all=(qwen3moe qwen35moe qwen2moe olmoe gpt-oss granitemoe ernie4_5-moe deepseek2 lfm2moe gemma4)
 case ${ORK_E2E_ARCHS:-fast} in
-fast) archs=(granitemoe qwen2moe gpt-oss) ;;
+fast) archs=(granitemoe qwen2moe gpt-oss gemma4) ;;
 all) archs=("${all[@]}") ;;
 *) read -ra archs <<<"$ORK_E2E_ARCHS" ;;
 esac
