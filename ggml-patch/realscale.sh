@@ -27,9 +27,10 @@
 #             that stays resident is then that of the whole Qwen3-30B-A3B in 1 GiB (47 layers' 27 GB)
 #   auto      the library with ORK_DISPATCH=auto (per class of op, the faster of its path and ggml's, as
 #             measured in the run; ORK_DISPATCH_CACHE=off so every run starts undecided)
-#   slow      the library with ORK_DISPATCH=always and ORK_EMU_SLOW_US=$ORK_REALSCALE_SLOW_US (default 40000
-#             µs added to every emulator submit): a library slower than ggml, as a board that disagrees
-#             with the model would be
+#   slow      the library with ORK_DISPATCH=always and ORK_EMU_SLOW_US=$ORK_REALSCALE_SLOW_US µs added to
+#             every emulator submit: a library slower than ggml, as a board that disagrees with the model
+#             would be. A pp512 ubatch makes about 540 submits, so the default 4000 adds about 2.2 s, about
+#             twice ggml's time on a quiet 2-core machine (slow / plain in the ratios shows what it was)
 #   autoslow  the same slowdown under ORK_DISPATCH=auto: what measured dispatch saves of it
 # and prints tokens/s and library/ggml ratios, then the library's counters (calls handled; cache hits and
 # misses from its debug log) per pp512 ubatch; it fails if an ubatch after the first has no misses (the
@@ -38,7 +39,7 @@
 # Env: ORK_CACHE, ORK_LLAMA_BUILD (a llama.cpp build dir instead of build.sh's), ORK_REALSCALE_THREADS
 # (default nproc), ORK_REALSCALE_ROUNDS (3), ORK_REALSCALE_REPS (3), ORK_REALSCALE_TYPES ("Q4_0 Q4_K_M"),
 # ORK_REALSCALE_MODES ("plain norepack library library0 stream"), ORK_REALSCALE_STREAM_MB (64),
-# ORK_REALSCALE_SLOW_US (40000). The measured-dispatch comparison:
+# ORK_REALSCALE_SLOW_US (4000). The measured-dispatch comparison:
 #   ORK_REALSCALE_MODES="plain library auto slow autoslow" ggml-patch/realscale.sh
 set -euo pipefail
 # `library` and its variants are the library's path on every call; auto and autoslow set measured dispatch.
@@ -53,7 +54,7 @@ reps=${ORK_REALSCALE_REPS:-3}
 types=${ORK_REALSCALE_TYPES:-Q4_0 Q4_K_M}
 modes=${ORK_REALSCALE_MODES:-plain norepack library library0 stream}
 stream_mb=${ORK_REALSCALE_STREAM_MB:-64}
-slow_us=${ORK_REALSCALE_SLOW_US:-40000}
+slow_us=${ORK_REALSCALE_SLOW_US:-4000}
 layers=4
 gen_args=(--layers $layers --experts 128 --embd-std 1)
 out=$here/work/realscale
