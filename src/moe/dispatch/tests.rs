@@ -224,7 +224,13 @@ fn a_ggml_that_never_reports_leaves_the_library_taking_everything() {
 
 #[test]
 fn a_remembered_verdict_holds_from_the_first_call() {
-    let mut c = Class::remembered(Path::Ggml, 2.0, 1.0);
+    let mut c = Class::remembered(&Remembered {
+        path: Path::Ggml,
+        library: 2.0,
+        ggml: 1.0,
+        library_samples: 3,
+        ggml_samples: 4,
+    });
     let choices = drive(&mut c, 0..100, fixed(2.0, 1.0));
     assert!(choices.iter().all(|x| x.path == Path::Ggml || x.explore));
     assert!(!choices[0].explore);
