@@ -182,6 +182,14 @@ macro_rules! settings { ($emit:ident) => { $emit! {
             Ok(())
         },
     }
+    ORK_MOE_STATS {
+        default: "0",
+        meaning: "anything but `0`: when the process exits, each class of op's `ORK_DISPATCH=auto` verdict with both times is printed to stderr (the ggml patch, which reads it too, prints the counters)",
+        apply: |c, v| {
+            c.print_verdicts = v != "0";
+            Ok(())
+        },
+    }
     ORK_SIMD as simd {
         default: "best",
         meaning: "kernel path: `best`, `scalar`, `ssse3`, `avx2`, `avx512`, `neon`, `dotprod` (must exist on this CPU)",

@@ -386,3 +386,45 @@ fn a_file_for_another_key_or_damaged_is_not_used_and_is_replaced() {
     ork_set_log_callback(None, std::ptr::null_mut());
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Set in the child process of [`verdicts_are_printed_at_exit_with_ork_moe_stats`]: the folder
+/// of its cache.
+const CHILD: &str = "ORK_DISPATCH_TEST_CHILD";
+
+/// The child's part: decides a class on a context it never frees, then exits.
+#[test]
+fn child_leaves_a_decided_context_to_the_exit() {
+    let Some(dir) = std::env::var_os(CHILD) else {
+        return;
+    };
+    let ctx = context_in(Path::new(&dir), &[("ORK_MOE_STATS", "1")]);
+    assert_eq!(run(ctx, &mut case(), 0, SLOW, 8)[..4], WARM_UP);
+}
+
+#[test]
+fn verdicts_are_printed_at_exit_with_ork_moe_stats() {
+    let dir = scratch("exit");
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "child_leaves_a_decided_context_to_the_exit"])
+        .env(CHILD, &dir)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let printed: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("ork-moe dispatch: "))
+        .collect();
+    assert_eq!(printed.len(), 1, "{stderr}");
+    assert!(
+        printed[0].starts_with(
+            "ork-moe dispatch: routed type 2 K=64 N=32 rows/expert 8..15: library (library "
+        ),
+        "{stderr}"
+    );
+    assert!(
+        printed[0].contains(" samples, ggml 20833333.333 µs/row of 2)"),
+        "{stderr}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

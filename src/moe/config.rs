@@ -64,6 +64,8 @@ pub struct Config {
     pub dispatch: Dispatch,
     /// Where `auto`'s verdicts are remembered between runs; `None`: not remembered.
     pub dispatch_cache: Option<PathBuf>,
+    /// Whether a context prints its dispatch verdicts when the process exits (`ORK_MOE_STATS`).
+    pub print_verdicts: bool,
 }
 
 /// Which calls the engine takes (`ORK_DISPATCH`).
@@ -96,6 +98,7 @@ impl Default for Config {
             dense: true,
             dispatch: Dispatch::Always,
             dispatch_cache: None,
+            print_verdicts: false,
         }
     }
 }

@@ -120,6 +120,21 @@ impl Table {
         }
     }
 
+    /// Saves the verdicts that changed since the last save (at the engine's end, or the
+    /// process's).
+    pub fn save_changes(&self) {
+        let Some(memory) = &self.memory else { return };
+        let verdicts = {
+            let mut state = lock(&self.state);
+            if !state.saving.dirty {
+                return;
+            }
+            state.saving.dirty = false;
+            remembered(&state.classes)
+        };
+        memory.save(&verdicts);
+    }
+
     /// Every class's verdict, in the classes' order.
     pub fn verdicts(&self) -> Vec<(OpClass, Verdict)> {
         let mut all: Vec<_> = lock(&self.state)
@@ -133,12 +148,8 @@ impl Table {
 }
 
 impl Drop for Table {
-    /// Saves what changed since the last save.
     fn drop(&mut self) {
-        let state = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
-        if let (Some(memory), true) = (&self.memory, state.saving.dirty) {
-            memory.save(&remembered(&state.classes));
-        }
+        self.save_changes();
     }
 }
 
