@@ -366,7 +366,7 @@ impl Engine {
         self.res.dispatch.verdicts()
     }
 
-    /// Saves the verdicts that changed since the cache file was last written.
+    /// Saves the verdicts that changed after the cache file was last written.
     pub fn save_dispatch(&self) {
         self.res.dispatch.save_changes();
     }

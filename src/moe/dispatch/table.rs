@@ -29,10 +29,10 @@ struct State {
 /// When the cache file is due to be written.
 #[derive(Default)]
 pub(super) struct Saving {
-    /// A verdict changed since the last save.
+    /// A verdict changed after the last save.
     dirty: bool,
     saved_once: bool,
-    /// Seconds measured since the last save.
+    /// Seconds measured after the last save.
     measured: f64,
 }
 
@@ -120,7 +120,7 @@ impl Table {
         }
     }
 
-    /// Saves the verdicts that changed since the last save (at the engine's end, or the
+    /// Saves the verdicts that changed after the last save (at the engine's end, or the
     /// process's).
     pub fn save_changes(&self) {
         let Some(memory) = &self.memory else { return };
