@@ -338,7 +338,7 @@ pub extern "C" fn ork_ctx_new(cfg: *const ork_config) -> *mut ork_ctx {
 /// emulator with injected faults. Free it with `ork_ctx_free`.
 pub fn ork_ctx_from_engine(engine: Engine) -> *mut ork_ctx {
     let ctx = Box::into_raw(Box::new(ork_ctx { engine }));
-    super::stats::watch_until_exit(ctx);
+    super::exit::watch_until_exit(ctx);
     ctx
 }
 
@@ -355,7 +355,7 @@ pub fn ork_ctx_engine<'a>(ctx: *const ork_ctx) -> Option<&'a Engine> {
 pub extern "C" fn ork_ctx_free(ctx: *mut ork_ctx) {
     let _ = guard(|| {
         if !ctx.is_null() {
-            super::stats::forget(ctx);
+            super::exit::forget(ctx);
             // SAFETY: `ctx` came from `ork_ctx_new` and is freed once, by contract.
             drop(unsafe { Box::from_raw(ctx) });
         }

@@ -31,6 +31,9 @@ use std::io::{self, Read};
 use std::path::{Path as FsPath, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+#[cfg(test)]
+mod tests;
+
 /// The first line: the format and its version.
 pub const HEADER: &str = "ork-moe dispatch verdicts 1";
 /// Larger files are not read.

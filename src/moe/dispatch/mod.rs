@@ -9,8 +9,6 @@
 //! "over time" is counted in calls.
 
 pub mod memory;
-#[cfg(test)]
-mod memory_tests;
 mod op_class;
 mod table;
 #[cfg(test)]

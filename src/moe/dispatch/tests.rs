@@ -1,3 +1,4 @@
+use super::table::{Saving, SAVE_EVERY};
 use super::*;
 
 const P: Params = Params::DEFAULT;
@@ -246,4 +247,21 @@ fn times_that_are_no_times_are_ignored() {
     assert_eq!(c.verdict().library, None);
     c.observe(&P, Path::Library, 0, 3.0);
     assert_eq!(c.verdict().library, Some(3.0));
+}
+
+#[test]
+fn the_file_is_saved_at_the_first_verdict_then_at_most_every_interval_of_measured_time() {
+    let mut s = Saving::default();
+    assert!(!s.due(false, 0.4), "nothing decided yet");
+    assert!(s.due(true, 0.1), "the first verdict is saved at once");
+    assert!(!s.due(true, 0.5 * SAVE_EVERY));
+    assert!(!s.due(false, 0.4 * SAVE_EVERY));
+    assert!(
+        s.due(false, 0.2 * SAVE_EVERY),
+        "a change, an interval later"
+    );
+    assert!(!s.due(false, 10.0 * SAVE_EVERY), "nothing changed");
+    assert!(s.due(true, f64::NAN), "a change long after the last save");
+    assert!(!s.due(true, 0.9 * SAVE_EVERY));
+    assert!(s.due(false, 0.1 * SAVE_EVERY));
 }

@@ -1,7 +1,5 @@
-use super::memory::{parse, render, Memory, Verdicts, HEADER, MAX_CLASSES};
-use super::table::{Saving, SAVE_EVERY};
+use super::super::{Choice, Class, Kind, OpClass, Params, Path, Remembered};
 use super::*;
-use crate::testutil::Rng;
 use std::path::PathBuf;
 
 const P: Params = Params::DEFAULT;
@@ -236,7 +234,7 @@ fn damaged_files_are_rejected_or_read_as_valid_verdicts() {
     let (_, verdicts) = sample();
     let good = render(KEY, &verdicts).into_bytes();
     let alphabet = b"class routed pair dense library ggml end key 0123456789.e-+\n ";
-    let mut rng = Rng::new(27);
+    let mut rng = crate::testutil::Rng::new(27);
     let mut accepted = 0;
     for round in 0..20_000 {
         let mut bytes = good.clone();
@@ -270,21 +268,4 @@ fn damaged_files_are_rejected_or_read_as_valid_verdicts() {
     }
     // Damage that keeps a file valid exists (a digit for a digit): some are accepted.
     assert!(accepted > 0);
-}
-
-#[test]
-fn the_file_is_saved_at_the_first_verdict_then_at_most_every_interval_of_measured_time() {
-    let mut s = Saving::default();
-    assert!(!s.due(false, 0.4), "nothing decided yet");
-    assert!(s.due(true, 0.1), "the first verdict is saved at once");
-    assert!(!s.due(true, 0.5 * SAVE_EVERY));
-    assert!(!s.due(false, 0.4 * SAVE_EVERY));
-    assert!(
-        s.due(false, 0.2 * SAVE_EVERY),
-        "a change, an interval later"
-    );
-    assert!(!s.due(false, 10.0 * SAVE_EVERY), "nothing changed");
-    assert!(s.due(true, f64::NAN), "a change long after the last save");
-    assert!(!s.due(true, 0.9 * SAVE_EVERY));
-    assert!(s.due(false, 0.1 * SAVE_EVERY));
 }
