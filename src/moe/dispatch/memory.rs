@@ -218,10 +218,6 @@ impl Memory {
             .then(|| Memory::new(path, key(device, config)))
     }
 
-    pub fn path(&self) -> &FsPath {
-        &self.path
-    }
-
     /// The file's verdicts for this key; none when it is missing, made for another key, or
     /// malformed (then with a warning).
     pub fn load(&self) -> Verdicts {
