@@ -20,7 +20,7 @@ cargo +nightly fuzz build
 echo "build: $(( $(date +%s) - start )) s"
 
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(validate decode call profile dense pair)
+[ ${#targets[@]} -gt 0 ] || targets=(validate decode call profile dense pair verdicts)
 for target in "${targets[@]}"; do
     corpus=target/corpus/$target
     mkdir -p "$corpus"

@@ -95,7 +95,7 @@ macro_rules! settings { ($emit:ident) => { $emit! {
     }
     ORK_MIN_ROWS as min_rows {
         default: "8",
-        meaning: "mean rows per used expert below which a call is not sent to the NPU",
+        meaning: "mean rows per used expert below which a call is not sent to the NPU; under `ORK_DISPATCH=auto`, such calls are measured and decided like any other class instead",
         value: min_rows,
         parse: Whole,
     }
@@ -173,6 +173,22 @@ macro_rules! settings { ($emit:ident) => { $emit! {
             "never" = ORK_DISPATCH_NEVER => Dispatch::Never,
             "auto" = ORK_DISPATCH_AUTO => Dispatch::Auto,
         ],
+    }
+    ORK_DISPATCH_CACHE {
+        default: "$XDG_CACHE_HOME/ork-moe/dispatch",
+        meaning: "where `ORK_DISPATCH=auto` remembers its verdicts between runs, so a second run starts decided: a file (a small text file per machine, keyed by backend, runtime and library version; one a different key left is replaced) or `off`; unset: `ork-moe/dispatch` in `$XDG_CACHE_HOME`, else in `~/.cache`",
+        apply: |c, v| {
+            c.dispatch_cache = (!v.eq_ignore_ascii_case("off")).then(|| PathBuf::from(v));
+            Ok(())
+        },
+    }
+    ORK_MOE_STATS {
+        default: "0",
+        meaning: "anything but `0`: when the process exits, each class of op's `ORK_DISPATCH=auto` verdict with both times is printed to stderr (the ggml patch, which reads it too, prints the counters)",
+        apply: |c, v| {
+            c.print_verdicts = v != "0";
+            Ok(())
+        },
     }
     ORK_SIMD as simd {
         default: "best",
@@ -330,7 +346,10 @@ pub fn from_env() -> Result<Config, String> {
 
 /// [`from_env`] over any source of variables (tests use a map).
 pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Config, String> {
-    let mut c = Config::default();
+    let mut c = Config {
+        dispatch_cache: default_dispatch_cache(&get),
+        ..Config::default()
+    };
     for var in VARS {
         let Some(raw) = get(var.name) else { continue };
         let v = raw.trim();
@@ -340,6 +359,20 @@ pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Config, Strin
         (var.apply)(&mut c, v).map_err(|want| format!("{}={raw:?}: expected {want}", var.name))?;
     }
     Ok(c)
+}
+
+/// `ORK_DISPATCH_CACHE` when unset: in the XDG cache folder (`$XDG_CACHE_HOME`, an absolute
+/// path, else `$HOME/.cache`); `None` when there is neither.
+fn default_dispatch_cache(get: &impl Fn(&str) -> Option<String>) -> Option<PathBuf> {
+    let xdg = get("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute());
+    let home = || {
+        get("HOME")
+            .filter(|h| !h.is_empty())
+            .map(|h| PathBuf::from(h).join(".cache"))
+    };
+    Some(xdg.or_else(home)?.join("ork-moe").join("dispatch"))
 }
 
 /// `n` threads per call, 0 meaning every core; never more than the cores. Counting them starts no
@@ -374,7 +407,8 @@ mod tests {
         for var in VARS {
             let documented = match var.name {
                 // Defaults that are no value of the variable: the runtime's default names, no dump.
-                "ORK_RKNN_LIB" | "ORK_EMU_DUMP" | "ORK_EMU_FAULTS" | "ORK_EMU_PROFILE" => continue,
+                "ORK_RKNN_LIB" | "ORK_EMU_DUMP" | "ORK_EMU_FAULTS" | "ORK_EMU_PROFILE"
+                | "ORK_DISPATCH_CACHE" => continue,
                 _ => parse(&[(var.name, var.default)]),
             };
             assert_eq!(documented, Ok(Config::default()), "{}", var.name);
@@ -448,6 +482,23 @@ mod tests {
             let e = parse(&[(name, value)]).unwrap_err();
             assert!(e.starts_with(&format!("{name}=")), "{e}");
             assert!(e.contains("expected"), "{e}");
+        }
+    }
+
+    #[test]
+    fn the_dispatch_cache_is_in_the_xdg_cache_folder_a_chosen_file_or_off() {
+        let file = |vars: &[(&str, &str)]| parse(vars).unwrap().dispatch_cache;
+        let cache = |p: &str| Some(PathBuf::from(p).join("ork-moe/dispatch"));
+        assert_eq!(file(&[]), None, "no home, no cache");
+        assert_eq!(file(&[("HOME", "/home/u")]), cache("/home/u/.cache"));
+        let both = [("HOME", "/home/u"), ("XDG_CACHE_HOME", "/var/c")];
+        assert_eq!(file(&both), cache("/var/c"));
+        let relative = [("HOME", "/home/u"), ("XDG_CACHE_HOME", "c")];
+        assert_eq!(file(&relative), cache("/home/u/.cache"));
+        let chosen = [("HOME", "/home/u"), ("ORK_DISPATCH_CACHE", "/tmp/v")];
+        assert_eq!(file(&chosen), Some(PathBuf::from("/tmp/v")));
+        for off in ["off", "OFF"] {
+            assert_eq!(file(&[("HOME", "/h"), ("ORK_DISPATCH_CACHE", off)]), None);
         }
     }
 

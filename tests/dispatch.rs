@@ -1,16 +1,22 @@
 //! `ORK_DISPATCH` through the C ABI: the verdicts that follow from the times `ork_observe`
-//! reports for ggml's path, the same answer on every thread of a cooperative call, and `never`.
+//! reports for ggml's path, the same answer on every thread of a cooperative call, and `never`;
+//! the verdicts a context remembers for the next one (`ORK_DISPATCH_CACHE`).
 //! The library's own times are real, so ggml's reported times sit far on either side of them.
 
 mod mmid;
 
 use mmid::*;
 use ork_moe::ffi::*;
+use ork_moe::moe::dispatch::memory::parse;
+use ork_moe::moe::dispatch::OpClass;
 use ork_moe::moe::{Config, Dispatch, Engine};
 use ork_moe::npu::emu::{self, FaultPlan};
 use ork_moe::npu::Device;
 use ork_moe::quant::GgmlType;
 use ork_moe::testutil::Rng;
+use std::ffi::{c_char, c_void, CStr};
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, Once};
 
 /// K, N, experts, slots, tokens, activation rows per token.
 const SHAPE: [usize; 6] = [64, 32, 4, 2, 24, 1];
@@ -23,12 +29,19 @@ fn context_with(dispatch: u32) -> *mut ork_ctx {
 }
 
 fn context_slowed(dispatch: u32, emu_slow_us: u32) -> *mut ork_ctx {
+    context_full(dispatch, emu_slow_us, 0)
+}
+
+fn context_full(dispatch: u32, emu_slow_us: u32, min_rows: u32) -> *mut ork_ctx {
+    // These contexts start undecided: no verdict of another test or run is read.
+    static NO_CACHE: Once = Once::new();
+    NO_CACHE.call_once(|| std::env::set_var("ORK_DISPATCH_CACHE", "off"));
     // SAFETY: all zeroes is an ork_config (integers, floats and NULL strings).
     let mut cfg: ork_config = unsafe { std::mem::zeroed() };
     cfg.struct_size = size_of::<ork_config>() as u32;
     ork_config_default(&mut cfg);
     cfg.backend = ORK_BACKEND_EMU;
-    cfg.min_rows = 0;
+    cfg.min_rows = min_rows;
     cfg.cache_verify = ORK_CACHE_VERIFY_FULL;
     cfg.mt_mode = ORK_MT_COOP;
     cfg.dispatch = dispatch;
@@ -109,6 +122,25 @@ fn auto_takes_a_class_where_ggml_is_slower_and_declines_it_where_ggml_is_faster(
         let mut s = ork_stats::default();
         assert_eq!(ork_ctx_stats(ctx, &mut s), ORK_OK);
         assert_eq!((s.calls, s.handled, s.declined), (40, 2, 38), "nth {nth}");
+        ork_ctx_free(ctx);
+    }
+}
+
+/// The case's calls have 12 rows per expert: below `ORK_MIN_ROWS=16`.
+#[test]
+fn under_auto_calls_below_min_rows_are_measured_like_any_class() {
+    let mut c = case();
+    let ctx = context_full(ORK_DISPATCH_ALWAYS, 0, 16);
+    assert_eq!(check(ctx, &c.d), ORK_NOT_HANDLED);
+    assert!(last_error().contains("ORK_MIN_ROWS"), "{}", last_error());
+    assert_eq!(observe(ctx, &c.d, INSTANT), ORK_NOT_HANDLED);
+    ork_ctx_free(ctx);
+    for (ggml, verdict) in [(SLOW, ORK_OK), (INSTANT, ORK_NOT_HANDLED)] {
+        let ctx = context_full(ORK_DISPATCH_AUTO, 0, 16);
+        assert_eq!(check(ctx, &c.d), ORK_OK, "{}", last_error());
+        let codes = run(ctx, &mut c, 2, ggml, 20);
+        assert_eq!(codes[..4], WARM_UP);
+        assert!(codes[4..].iter().all(|&rc| rc == verdict), "{codes:?}");
         ork_ctx_free(ctx);
     }
 }
@@ -246,4 +278,176 @@ fn device_faults_while_auto_explores_give_the_exact_result_or_the_documented_cod
             "{faults}: device memory leaked"
         );
     }
+}
+
+/// A context on the emulator under `auto` configured from `vars` as from the environment, with
+/// `XDG_CACHE_HOME` at `cache`.
+fn context_in(cache: &Path, vars: &[(&str, &str)]) -> *mut ork_ctx {
+    let xdg = cache.to_str().unwrap();
+    let mut all = vec![
+        ("XDG_CACHE_HOME", xdg),
+        ("ORK_BACKEND", "emu"),
+        ("ORK_MIN_ROWS", "0"),
+        ("ORK_CACHE_VERIFY", "full"),
+        ("ORK_DISPATCH", "auto"),
+    ];
+    all.extend_from_slice(vars);
+    let config = ork_moe::config::from_lookup(|name| {
+        all.iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| v.to_string())
+    })
+    .unwrap();
+    ork_ctx_from_engine(Engine::new(config).expect("engine"))
+}
+
+/// An empty folder of its own.
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("ork-dispatch-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Where a context with `XDG_CACHE_HOME` at `cache` remembers its verdicts.
+fn cache_file(cache: &Path) -> PathBuf {
+    cache.join("ork-moe/dispatch")
+}
+
+#[test]
+fn a_second_context_starts_from_the_verdicts_the_first_remembered() {
+    let dir = scratch("second");
+    for (ggml, verdict) in [(SLOW, ORK_OK), (INSTANT, ORK_NOT_HANDLED)] {
+        let _ = std::fs::remove_file(cache_file(&dir));
+        let ctx = context_in(&dir, &[]);
+        let mut c = case();
+        let codes = run(ctx, &mut c, 0, ggml, 8);
+        assert_eq!(codes[..4], WARM_UP);
+        // Saved as soon as the class is decided, not only when the context ends.
+        let text = std::fs::read_to_string(cache_file(&dir)).expect("saved");
+        assert!(text.starts_with("ork-moe dispatch verdicts 1\n"), "{text}");
+        ork_ctx_free(ctx);
+
+        let ctx = context_in(&dir, &[]);
+        let codes = run(ctx, &mut c, 3, ggml, 40);
+        assert!(codes.iter().all(|&rc| rc == verdict), "{codes:?}");
+        ork_ctx_free(ctx);
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn off_remembers_nothing() {
+    let dir = scratch("off");
+    for _ in 0..2 {
+        let ctx = context_in(&dir, &[("ORK_DISPATCH_CACHE", "off")]);
+        let codes = run(ctx, &mut case(), 0, SLOW, 8);
+        assert_eq!(codes[..4], WARM_UP);
+        ork_ctx_free(ctx);
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A cache file's key and the path of each class.
+fn verdicts_of(text: &str) -> (String, Vec<(OpClass, &'static str)>) {
+    let (key, read) = parse(text).expect("a valid cache file");
+    (key, read.iter().map(|(c, r)| (*c, r.path.name())).collect())
+}
+
+fn verdicts(file: &Path) -> (String, Vec<(OpClass, &'static str)>) {
+    verdicts_of(&std::fs::read_to_string(file).unwrap())
+}
+
+static WARNINGS: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// Keeps the warnings.
+unsafe extern "C" fn keep_warnings(_user: *mut c_void, level: u32, message: *const c_char) {
+    // SAFETY: a line the library passes, valid during the call.
+    let line = unsafe { CStr::from_ptr(message) }.to_string_lossy();
+    if level == ORK_LOG_WARN {
+        WARNINGS.lock().unwrap().push(line.into_owned());
+    }
+}
+
+#[test]
+fn a_file_for_another_key_or_damaged_is_not_used_and_is_replaced() {
+    log_install(::log::LevelFilter::Warn);
+    ork_set_log_callback(Some(keep_warnings), std::ptr::null_mut());
+    let dir = scratch("damaged");
+    let file = cache_file(&dir);
+    let ctx = context_in(&dir, &[]);
+    run(ctx, &mut case(), 0, SLOW, 8);
+    ork_ctx_free(ctx);
+    let good = std::fs::read_to_string(&file).unwrap();
+    let other_version = good.replace(" library=", " library=0.0.0-");
+    assert_ne!(other_version, good);
+    let damaged = [
+        good[..good.len() - 3].to_owned(),
+        good.replace("class routed", "class routed "),
+        "\u{0}\u{ff}garbage".to_owned(),
+    ];
+    for (i, text) in std::iter::once(&other_version).chain(&damaged).enumerate() {
+        std::fs::write(&file, text).unwrap();
+        let ctx = context_in(&dir, &[]);
+        let codes = run(ctx, &mut case(), 0, SLOW, 8);
+        assert_eq!(codes[..4], WARM_UP, "{text:?}");
+        ork_ctx_free(ctx);
+        let warned = WARNINGS
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|w| w.contains(&format!("ignoring the cache file {}", file.display())))
+            .count();
+        assert_eq!(
+            warned, i,
+            "one warning per damaged file, none for another key"
+        );
+        // Replaced by this context's verdicts (its own times, so compared without them).
+        assert_eq!(verdicts(&file), verdicts_of(&good));
+    }
+    ork_set_log_callback(None, std::ptr::null_mut());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Set in the child process of [`verdicts_are_printed_at_exit_with_ork_moe_stats`]: the folder
+/// of its cache.
+const CHILD: &str = "ORK_DISPATCH_TEST_CHILD";
+
+/// The child's part: decides a class on a context it never frees, then exits.
+#[test]
+fn child_leaves_a_decided_context_to_the_exit() {
+    let Some(dir) = std::env::var_os(CHILD) else {
+        return;
+    };
+    let ctx = context_in(Path::new(&dir), &[("ORK_MOE_STATS", "1")]);
+    assert_eq!(run(ctx, &mut case(), 0, SLOW, 8)[..4], WARM_UP);
+}
+
+#[test]
+fn verdicts_are_printed_at_exit_with_ork_moe_stats() {
+    let dir = scratch("exit");
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "child_leaves_a_decided_context_to_the_exit"])
+        .env(CHILD, &dir)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let printed: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("ork-moe dispatch: "))
+        .collect();
+    assert_eq!(printed.len(), 1, "{stderr}");
+    assert!(
+        printed[0].starts_with(
+            "ork-moe dispatch: routed type 2 K=64 N=32 rows/expert 8..15: library (library "
+        ),
+        "{stderr}"
+    );
+    assert!(
+        printed[0].contains(" samples, ggml 20833333.333 µs/row of 2)"),
+        "{stderr}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
 }

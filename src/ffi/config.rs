@@ -337,7 +337,9 @@ pub extern "C" fn ork_ctx_new(cfg: *const ork_config) -> *mut ork_ctx {
 /// Rust only (not in the C header): a context around an engine the caller built, e.g. on an
 /// emulator with injected faults. Free it with `ork_ctx_free`.
 pub fn ork_ctx_from_engine(engine: Engine) -> *mut ork_ctx {
-    Box::into_raw(Box::new(ork_ctx { engine }))
+    let ctx = Box::into_raw(Box::new(ork_ctx { engine }));
+    super::exit::watch_until_exit(ctx);
+    ctx
 }
 
 /// Rust only (not in the C header): the engine behind a context, e.g. for its prefetch
@@ -353,6 +355,7 @@ pub fn ork_ctx_engine<'a>(ctx: *const ork_ctx) -> Option<&'a Engine> {
 pub extern "C" fn ork_ctx_free(ctx: *mut ork_ctx) {
     let _ = guard(|| {
         if !ctx.is_null() {
+            super::exit::forget(ctx);
             // SAFETY: `ctx` came from `ork_ctx_new` and is freed once, by contract.
             drop(unsafe { Box::from_raw(ctx) });
         }

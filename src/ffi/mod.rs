@@ -1,6 +1,7 @@
 //! The C ABI (`include/ork_moe.h`, generated from this folder by cbindgen), one file per family:
 //! [`config`] (the configuration and the context's life), [`tensor`] (descriptors), [`matmul`]
-//! (the calls), [`observe`], [`prefetch`], [`log`], [`stats`]; this file holds what they share.
+//! (the calls), [`observe`], [`prefetch`], [`log`], [`stats`], `exit` (what a context does when the
+//! process exits); this file holds what they share.
 //!
 //! Conventions, as in rustls-ffi:
 //! - every export runs inside [`guard`], so no panic crosses the boundary: a caught panic becomes
@@ -22,6 +23,7 @@
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 pub mod config;
+mod exit;
 pub mod log;
 pub mod matmul;
 pub mod observe;

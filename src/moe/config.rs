@@ -4,6 +4,7 @@
 use super::cache::{Policy, Verify};
 use super::outliers::Rule;
 use crate::npu::DeviceConfig;
+use std::path::PathBuf;
 
 /// What happens to calls below `min_rows` rows per expert.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -61,6 +62,10 @@ pub struct Config {
     pub dense: bool,
     /// Which calls are taken: all that can be, none, or those measured faster here.
     pub dispatch: Dispatch,
+    /// Where `auto`'s verdicts are remembered between runs; `None`: not remembered.
+    pub dispatch_cache: Option<PathBuf>,
+    /// Whether a context prints its dispatch verdicts when the process exits (`ORK_MOE_STATS`).
+    pub print_verdicts: bool,
 }
 
 /// Which calls the engine takes (`ORK_DISPATCH`).
@@ -92,6 +97,8 @@ impl Default for Config {
             prefetch_bytes: 1 << 30,
             dense: true,
             dispatch: Dispatch::Auto,
+            dispatch_cache: None,
+            print_verdicts: false,
         }
     }
 }

@@ -5,7 +5,7 @@
 
 use super::call::{Call, CallKey, Joining};
 use super::desc::TensorDesc;
-use super::dispatch::{Choice, Path};
+use super::dispatch::{Choice, OpClass, Path, Verdict};
 use super::phase1::phase1;
 use super::phase2::phase2;
 use super::plan::{Inputs, Plan};
@@ -354,6 +354,21 @@ impl Engine {
     /// `seconds`: a sample for `ORK_DISPATCH=auto`.
     pub fn observe(&self, plan: &Plan, seconds: f64) {
         self.res.dispatch.observe(plan, Path::Ggml, seconds);
+    }
+
+    /// The engine's configuration.
+    pub fn config(&self) -> &Config {
+        &self.res.config
+    }
+
+    /// Every class of call's verdict under `ORK_DISPATCH=auto`.
+    pub fn dispatch_verdicts(&self) -> Vec<(OpClass, Verdict)> {
+        self.res.dispatch.verdicts()
+    }
+
+    /// Saves the verdicts that changed after the cache file was last written.
+    pub fn save_dispatch(&self) {
+        self.res.dispatch.save_changes();
     }
 
     pub fn stats(&self) -> Stats {

@@ -3,7 +3,7 @@
 //! the engine's counters.
 
 use super::call::{Call, Prepared};
-use super::dispatch::Table;
+use super::dispatch::{Memory, Table};
 use super::expert::Experts;
 use super::scatter::QUAD;
 use super::spares::Spares;
@@ -57,7 +57,7 @@ impl Resources {
             staged as u64,
         );
         Resources {
-            dispatch: Table::new(config.dispatch),
+            dispatch: Table::new(config.dispatch, Memory::of(&config, &device)),
             experts,
             isa: config.device.host.isa,
             config,

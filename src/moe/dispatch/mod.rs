@@ -8,11 +8,15 @@
 //! (heat, another process on the NPU). No clock is read here: times come in as samples, and
 //! "over time" is counted in calls.
 
+pub mod memory;
+mod op_class;
 mod table;
 #[cfg(test)]
 mod tests;
 
-pub use table::{Kind, OpClass, Table};
+pub use memory::Memory;
+pub use op_class::{Kind, OpClass};
+pub use table::{describe, Table};
 
 /// The two ways an op can run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -36,6 +40,12 @@ impl Path {
             Path::Library => "library",
             Path::Ggml => "ggml",
         }
+    }
+
+    pub fn from_name(name: &str) -> Option<Path> {
+        [Path::Library, Path::Ggml]
+            .into_iter()
+            .find(|p| p.name() == name)
     }
 }
 
@@ -131,8 +141,22 @@ pub struct Verdict {
     /// The estimates, seconds per row.
     pub library: Option<f64>,
     pub ggml: Option<f64>,
+    /// Samples each path ever gave (counting those of a remembered verdict).
+    pub library_samples: u64,
+    pub ggml_samples: u64,
     /// Times the verdict changed after it was first decided.
     pub flips: u32,
+}
+
+/// A decided verdict as the cache file keeps it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Remembered {
+    pub path: Path,
+    /// The estimates, seconds per row.
+    pub library: f64,
+    pub ggml: f64,
+    pub library_samples: u64,
+    pub ggml_samples: u64,
 }
 
 /// One class's measurements and verdict.
@@ -170,17 +194,32 @@ impl Default for Class {
 }
 
 impl Class {
-    /// A class that starts from a remembered verdict and estimates (the cache file): decided,
-    /// with one sample per path.
-    pub fn remembered(path: Path, library: f64, ggml: f64) -> Class {
+    /// A class that starts from a remembered verdict (the cache file): decided, each path's
+    /// estimate one sample of its remembered time, its count the remembered one.
+    pub fn remembered(r: &Remembered) -> Class {
         let mut c = Class {
-            path,
+            path: r.path,
             decided: true,
             ..Class::default()
         };
-        c.library.push(library);
-        c.ggml.push(ggml);
+        c.library.push(r.library);
+        c.ggml.push(r.ggml);
+        c.library.count = r.library_samples.max(1);
+        c.ggml.count = r.ggml_samples.max(1);
         c
+    }
+
+    /// The verdict to remember, once decided on both paths' times.
+    pub fn to_remember(&self) -> Option<Remembered> {
+        let v = self.verdict();
+        Some(Remembered {
+            path: v.path,
+            library: v.library?,
+            ggml: v.ggml?,
+            library_samples: v.library_samples,
+            ggml_samples: v.ggml_samples,
+        })
+        .filter(|_| v.decided)
     }
 
     /// The path the next call of `rows` rows takes.
@@ -234,6 +273,8 @@ impl Class {
             decided: self.decided,
             library: self.library.median(),
             ggml: self.ggml.median(),
+            library_samples: self.library.count,
+            ggml_samples: self.ggml.count,
             flips: self.flips,
         }
     }

@@ -1,3 +1,4 @@
+use super::table::{Saving, SAVE_EVERY};
 use super::*;
 
 const P: Params = Params::DEFAULT;
@@ -224,7 +225,13 @@ fn a_ggml_that_never_reports_leaves_the_library_taking_everything() {
 
 #[test]
 fn a_remembered_verdict_holds_from_the_first_call() {
-    let mut c = Class::remembered(Path::Ggml, 2.0, 1.0);
+    let mut c = Class::remembered(&Remembered {
+        path: Path::Ggml,
+        library: 2.0,
+        ggml: 1.0,
+        library_samples: 3,
+        ggml_samples: 4,
+    });
     let choices = drive(&mut c, 0..100, fixed(2.0, 1.0));
     assert!(choices.iter().all(|x| x.path == Path::Ggml || x.explore));
     assert!(!choices[0].explore);
@@ -240,4 +247,21 @@ fn times_that_are_no_times_are_ignored() {
     assert_eq!(c.verdict().library, None);
     c.observe(&P, Path::Library, 0, 3.0);
     assert_eq!(c.verdict().library, Some(3.0));
+}
+
+#[test]
+fn the_file_is_saved_at_the_first_verdict_then_at_most_every_interval_of_measured_time() {
+    let mut s = Saving::default();
+    assert!(!s.due(false, 0.4), "nothing decided yet");
+    assert!(s.due(true, 0.1), "the first verdict is saved at once");
+    assert!(!s.due(true, 0.5 * SAVE_EVERY));
+    assert!(!s.due(false, 0.4 * SAVE_EVERY));
+    assert!(
+        s.due(false, 0.2 * SAVE_EVERY),
+        "a change, an interval later"
+    );
+    assert!(!s.due(false, 10.0 * SAVE_EVERY), "nothing changed");
+    assert!(s.due(true, f64::NAN), "a change long after the last save");
+    assert!(!s.due(true, 0.9 * SAVE_EVERY));
+    assert!(s.due(false, 0.1 * SAVE_EVERY));
 }
