@@ -180,9 +180,19 @@ fn fields(
         }
         _ => {
             let per_row = sc.e.len() / sc.rows;
-            each_row!(sc.e.chunks_exact_mut(per_row), |r, e| codebook_values(
-                ty, r, e
-            ))
+            // One loop per type, so that each compiles with its block size and set layout
+            // known.
+            macro_rules! codebook {
+                ($($t:ident),*) => {
+                    match ty {
+                        $(GgmlType::$t => each_row!(sc.e.chunks_exact_mut(per_row), |r, e| {
+                            codebook_values(GgmlType::$t, r, e)
+                        }),)*
+                        _ => unreachable!("{ty:?} is no codebook type"),
+                    }
+                };
+            }
+            codebook!(IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M)
         }
     }
 }

@@ -564,8 +564,9 @@ fn five_bit_codes() -> [__m256; 4] {
 /// lanes, so each lane's entries come out in order).
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
-fn five_bit_table(codes: &[__m256; 4], [f, g]: [f32; 2]) -> __m256i {
-    let (f, g) = (_mm256_set1_ps(f), _mm256_set1_ps(g));
+fn five_bit_table(codes: &[__m256; 4], [f, g]: &[f32; 2]) -> __m256i {
+    // Broadcasts from memory: no moves of the pair through a general register.
+    let (f, g) = (_mm256_broadcast_ss(f), _mm256_broadcast_ss(g));
     let step = |c: __m256| _mm256_cvtps_epi32(_mm256_add_ps(_mm256_mul_ps(c, f), g));
     _mm256_packs_epi16(
         _mm256_packs_epi32(step(codes[0]), step(codes[1])),
@@ -593,12 +594,23 @@ pub(super) fn q5_1(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
         0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
         2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3,
     );
-    for_each_block::<1, 24, 96, _>(rows, params.fg(), tile, runs, |[blk], [fg], [out]| {
+    let run = |blk: &[u8; 24], fg: &[f32; 2], out: &mut [i8; RUN]| {
         let qh = _mm256_set1_epi32(i32::from_le_bytes([blk[4], blk[5], blk[6], blk[7]]));
         let fifth = _mm256_and_si256(_mm256_shuffle_epi8(qh, spread), bits);
         let fifth = _mm256_cmpeq_epi8(fifth, bits);
         let t = five_bit_table(&codes, fg);
         store32(out, five_bit_lookup(t, nibbles(load16(&blk[8..])), fifth));
+    };
+    // The parameters by reference (`for_each_block` copies them), so that `f` and `g` are
+    // broadcast from memory.
+    let (fg, full) = (params.fg(), runs / GROUP * GROUP);
+    for_each_block_group::<GROUP, 1, 96, _>(rows, fg, tile, 0..full, |_, [blk], [p], out| {
+        for ((blk, p), [out]) in blk.as_chunks::<24>().0.iter().zip(p).zip(out) {
+            run(blk, p, out);
+        }
+    });
+    for_each_block_group::<1, 1, 24, _>(rows, fg, tile, full..runs, |_, [blk], [[p]], [[out]]| {
+        run(blk, p, out)
     });
 }
 
@@ -606,22 +618,33 @@ pub(super) fn q5_1(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
 pub(super) fn q5_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
     let codes = five_bit_codes();
     let low = _mm256_set1_epi8(15);
-    // Run s of a super-block: nibble s % 2 of qs[32·(s / 2)..][..32], bit s of qh.
+    // Runs 2p, 2p + 1 of a super-block: the low and high nibbles of qs[32p..][..32], bits 2p
+    // and 2p + 1 of qh.
+    let pair = |blk: &[u8; 176],
+                qh: __m256i,
+                p: usize,
+                fg: &[[f32; 2]; 2],
+                even: &mut [i8; RUN],
+                odd: &mut [i8; RUN]| {
+        let q = load32(&blk[48 + 32 * p..]);
+        let nibbles = [
+            _mm256_and_si256(q, low),
+            _mm256_and_si256(_mm256_srli_epi16::<4>(q), low),
+        ];
+        for (h, out) in [even, odd].into_iter().enumerate() {
+            let bit = _mm256_set1_epi8(1 << (2 * p + h));
+            let fifth = _mm256_cmpeq_epi8(_mm256_and_si256(qh, bit), bit);
+            let t = five_bit_table(&codes, &fg[h]);
+            store32(out, five_bit_lookup(t, nibbles[h], fifth));
+        }
+    };
     for_each_block_group::<8, 1, 176, _>(rows, params.fg(), tile, 0..runs, |_, [blk], [p], out| {
         let qh = load32(&blk[16..]);
-        for (s, [out]) in out.into_iter().enumerate() {
-            let q = load32(&blk[48 + 32 * (s / 2)..]);
-            let nibbles = if s % 2 == 0 {
-                _mm256_and_si256(q, low)
-            } else {
-                _mm256_and_si256(_mm256_srli_epi16::<4>(q), low)
-            };
-            let bit = _mm256_set1_epi8(1 << s);
-            let fifth = _mm256_cmpeq_epi8(_mm256_and_si256(qh, bit), bit);
-            store32(
-                out,
-                five_bit_lookup(five_bit_table(&codes, p[s]), nibbles, fifth),
-            );
-        }
+        let p = p.as_chunks::<2>().0;
+        let [[e0], [o0], [e1], [o1], [e2], [o2], [e3], [o3]] = out;
+        pair(blk, qh, 0, &p[0], e0, o0);
+        pair(blk, qh, 1, &p[1], e1, o1);
+        pair(blk, qh, 2, &p[2], e2, o2);
+        pair(blk, qh, 3, &p[3], e3, o3);
     });
 }
