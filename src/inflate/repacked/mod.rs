@@ -37,7 +37,7 @@ pub enum Layout {
 impl Layout {
     /// Every repacked layout the pinned ggml-cpu chooses for a type this crate inflates, on any
     /// CPU (docs/REPACK.md says which CPU gets which).
-    pub const REPACKED: [(GgmlType, Layout); 9] = [
+    pub const REPACKED: [(GgmlType, Layout); 16] = [
         (GgmlType::Q4_0, Layout::Repacked { rows: 4, chunk: 4 }),
         (GgmlType::Q4_0, Layout::Repacked { rows: 4, chunk: 8 }),
         (GgmlType::Q4_0, Layout::Repacked { rows: 8, chunk: 8 }),
@@ -47,6 +47,13 @@ impl Layout {
         (GgmlType::Q4_K, Layout::Repacked { rows: 8, chunk: 8 }),
         (GgmlType::Q6_K, Layout::Repacked { rows: 8, chunk: 4 }),
         (GgmlType::Q6_K, Layout::Repacked { rows: 8, chunk: 8 }),
+        (GgmlType::Q2_K, Layout::Repacked { rows: 8, chunk: 8 }),
+        (GgmlType::Q5_K, Layout::Repacked { rows: 8, chunk: 4 }),
+        (GgmlType::Q5_K, Layout::Repacked { rows: 8, chunk: 8 }),
+        (GgmlType::IQ4_NL, Layout::Repacked { rows: 4, chunk: 4 }),
+        (GgmlType::IQ4_NL, Layout::Repacked { rows: 8, chunk: 8 }),
+        (GgmlType::MXFP4, Layout::Repacked { rows: 4, chunk: 4 }),
+        (GgmlType::MXFP4, Layout::Repacked { rows: 8, chunk: 8 }),
     ];
 
     /// Whether weights of `ty` can come in this layout (and so be inflated from it).
@@ -87,14 +94,14 @@ pub(super) enum Field {
         chunk: usize,
         flip: u8,
     },
-    /// Q4_K's 12 scale bytes at `plain`; at `packed`, eight packings of 12 bytes, packing `s`
-    /// holding sub-block `s`'s (scale, min) of rows 0..8 as a block's packing holds its
-    /// sub-blocks' (the rows take the place of the sub-blocks).
+    /// Q4_K's (and Q5_K's) 12 scale bytes at `plain`; at `packed`, eight packings of 12 bytes,
+    /// packing `s` holding sub-block `s`'s (scale, min) of rows 0..8 as a block's packing holds
+    /// its sub-blocks' (the rows take the place of the sub-blocks).
     Q4KScales { plain: usize, packed: usize },
 }
 
 /// The fields of `ty`'s blocks in a multi-block of `rows` rows with quants in `chunk`-byte
-/// pieces (ggml's `block_*x*` structs in repack.h; the scale arrays are 2-byte chunks).
+/// pieces (ggml's `block_*x*` structs in repack.h; the fp16 arrays are 2-byte chunks).
 pub(super) fn fields(ty: GgmlType, rows: usize, chunk: usize) -> Vec<Field> {
     let il = |plain, packed, len, chunk, flip| Field::Interleaved {
         plain,
@@ -106,7 +113,7 @@ pub(super) fn fields(ty: GgmlType, rows: usize, chunk: usize) -> Vec<Field> {
     let r = rows;
     match ty {
         // d[r], qs[16r] with each nibble's top bit flipped (codes q-8 as 4-bit two's complement).
-        GgmlType::Q4_0 => vec![il(0, 0, 2, 2, 0), il(2, 2 * r, 16, chunk, 0x88)],
+        GgmlType::Q4_0 => vec![il(0, 0, 2, 2, 0), il(2, 2 * r, 16, chunk, 0)],
         // d[r], qs[32r].
         GgmlType::Q8_0 => vec![il(0, 0, 2, 2, 0), il(2, 2 * r, 32, chunk, 0)],
         // d[8], dmin[8], scales[96], qs[1024].
@@ -119,6 +126,30 @@ pub(super) fn fields(ty: GgmlType, rows: usize, chunk: usize) -> Vec<Field> {
             },
             il(16, 16 * r, 128, chunk, 0),
         ],
+        // Q4_K's, with the high bits between the scales and the low ones: qh[256] in `chunk`-byte
+        // pieces like qs.
+        GgmlType::Q5_K => vec![
+            il(0, 0, 2, 2, 0),
+            il(2, 2 * r, 2, 2, 0),
+            Field::Q4KScales {
+                plain: 4,
+                packed: 4 * r,
+            },
+            il(16, 16 * r, 32, chunk, 0),
+            il(48, 48 * r, 128, chunk, 0),
+        ],
+        // d[8], dmin[8], scales[128] two bytes at a time (bytes 2s, 2s + 1 of row j at 16s + 2j),
+        // qs[512].
+        GgmlType::Q2_K => vec![
+            il(80, 0, 2, 2, 0),
+            il(82, 2 * r, 2, 2, 0),
+            il(0, 4 * r, 16, 2, 0),
+            il(16, 20 * r, 64, chunk, 0),
+        ],
+        // d[r], qs[16r]: Q4_0's without the flip (the nibbles index a table).
+        GgmlType::IQ4_NL => vec![il(0, 0, 2, 2, 0), il(2, 2 * r, 16, chunk, 0)],
+        // e[r] (E8M0 bytes), qs[16r].
+        GgmlType::MXFP4 => vec![il(0, 0, 1, 1, 0), il(1, r, 16, chunk, 0)],
         // d[8], scales[128] one byte at a time, ql[1024], qh[512].
         GgmlType::Q6_K => vec![
             il(208, 0, 2, 2, 0),
