@@ -113,7 +113,7 @@ pub(super) fn fields(ty: GgmlType, rows: usize, chunk: usize) -> Vec<Field> {
     let r = rows;
     match ty {
         // d[r], qs[16r] with each nibble's top bit flipped (codes q-8 as 4-bit two's complement).
-        GgmlType::Q4_0 => vec![il(0, 0, 2, 2, 0), il(2, 2 * r, 16, chunk, 0)],
+        GgmlType::Q4_0 => vec![il(0, 0, 2, 2, 0), il(2, 2 * r, 16, chunk, 0x88)],
         // d[r], qs[32r].
         GgmlType::Q8_0 => vec![il(0, 0, 2, 2, 0), il(2, 2 * r, 32, chunk, 0)],
         // d[8], dmin[8], scales[96], qs[1024].
