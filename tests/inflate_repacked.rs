@@ -138,6 +138,25 @@ fn vectors_exist_for_every_layout_ggml_chooses() {
             assert_eq!(packed.num("experts"), 2);
         }
     }
+    // And back: every layout ggml chose, for any type the library inflates on any variant, is in
+    // the table.
+    let dir = format!("{}/tests/data/repack", env!("CARGO_MANIFEST_DIR"));
+    let mut repacked = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let name = entry.unwrap().file_name().into_string().unwrap();
+        if !name.ends_with(".bin") || name.starts_with("plain-") {
+            continue;
+        }
+        let v = Vectors::read(&name);
+        let ty = GgmlType::from_name(&v.header["type"]).expect("a type");
+        let layout = Layout::Repacked {
+            rows: v.num("rows"),
+            chunk: v.num("chunk"),
+        };
+        assert!(Layout::REPACKED.contains(&(ty, layout)), "{name}");
+        repacked += 1;
+    }
+    assert_eq!(repacked, Layout::REPACKED.len() * SHAPES.len());
 }
 
 #[test]
