@@ -129,6 +129,27 @@
 // `q6_K_8x8`: NEON with i8mm.
 #define ORK_TYPE_Q6_K_8X8 ((14 | (8 << ORK_LAYOUT_ROWS_SHIFT)) | (8 << ORK_LAYOUT_CHUNK_SHIFT))
 
+// `q2_K_8x8`: AVX-512.
+#define ORK_TYPE_Q2_K_8X8 ((10 | (8 << ORK_LAYOUT_ROWS_SHIFT)) | (8 << ORK_LAYOUT_CHUNK_SHIFT))
+
+// `q5_K_8x4`: NEON with dotprod.
+#define ORK_TYPE_Q5_K_8X4 ((13 | (8 << ORK_LAYOUT_ROWS_SHIFT)) | (4 << ORK_LAYOUT_CHUNK_SHIFT))
+
+// `q5_K_8x8`: NEON with i8mm.
+#define ORK_TYPE_Q5_K_8X8 ((13 | (8 << ORK_LAYOUT_ROWS_SHIFT)) | (8 << ORK_LAYOUT_CHUNK_SHIFT))
+
+// `iq4_nl_4x4`: NEON with dotprod.
+#define ORK_TYPE_IQ4_NL_4X4 ((20 | (4 << ORK_LAYOUT_ROWS_SHIFT)) | (4 << ORK_LAYOUT_CHUNK_SHIFT))
+
+// `iq4_nl_8x8`: AVX2.
+#define ORK_TYPE_IQ4_NL_8X8 ((20 | (8 << ORK_LAYOUT_ROWS_SHIFT)) | (8 << ORK_LAYOUT_CHUNK_SHIFT))
+
+// `mxfp4_4x4`: NEON with dotprod.
+#define ORK_TYPE_MXFP4_4X4 ((39 | (4 << ORK_LAYOUT_ROWS_SHIFT)) | (4 << ORK_LAYOUT_CHUNK_SHIFT))
+
+// `mxfp4_8x8`: AVX2.
+#define ORK_TYPE_MXFP4_8X8 ((39 | (8 << ORK_LAYOUT_ROWS_SHIFT)) | (8 << ORK_LAYOUT_CHUNK_SHIFT))
+
 // Opaque context.
 typedef struct ork_ctx ork_ctx;
 

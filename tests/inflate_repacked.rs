@@ -138,6 +138,25 @@ fn vectors_exist_for_every_layout_ggml_chooses() {
             assert_eq!(packed.num("experts"), 2);
         }
     }
+    // And back: every layout ggml chose, for any type the library inflates on any variant, is in
+    // the table.
+    let dir = format!("{}/tests/data/repack", env!("CARGO_MANIFEST_DIR"));
+    let mut repacked = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let name = entry.unwrap().file_name().into_string().unwrap();
+        if !name.ends_with(".bin") || name.starts_with("plain-") {
+            continue;
+        }
+        let v = Vectors::read(&name);
+        let ty = GgmlType::from_name(&v.header["type"]).expect("a type");
+        let layout = Layout::Repacked {
+            rows: v.num("rows"),
+            chunk: v.num("chunk"),
+        };
+        assert!(Layout::REPACKED.contains(&(ty, layout)), "{name}");
+        repacked += 1;
+    }
+    assert_eq!(repacked, Layout::REPACKED.len() * SHAPES.len());
 }
 
 #[test]
@@ -304,8 +323,11 @@ fn a_bad_scale_is_reported_at_its_plain_row_and_block() {
         let (n, k) = (2 * layout.rows(), 3 * ty.block_elems());
         let mut plain = rng.blocks(ty, n * k / ty.block_elems(), 0.05);
         let (row, block) = (layout.rows() + 1, 2);
-        let at = row * ty.row_bytes(k).unwrap() + block * ty.block_bytes() + half_offsets(ty)[0];
-        plain[at..at + 2].copy_from_slice(&0x7c00u16.to_le_bytes()); // +inf
+        let at = row * ty.row_bytes(k).unwrap() + block * ty.block_bytes();
+        match half_offsets(ty).first() {
+            Some(h) => plain[at + h..at + h + 2].copy_from_slice(&0x7c00u16.to_le_bytes()), // +inf
+            None => plain[at] = 0xff, // MXFP4's E8M0 NaN
+        }
         let mut packed = vec![0u8; plain.len()];
         from_plain(layout, &plain_weights(ty, &plain, n, k), &mut packed).unwrap();
         let want = inflate_expert_with(
@@ -343,6 +365,8 @@ fn what_ggml_never_repacks_is_an_error_value() {
         (GgmlType::Q5_0, Layout::Repacked { rows: 8, chunk: 8 }),
         (GgmlType::Q4_0, Layout::Repacked { rows: 8, chunk: 4 }),
         (GgmlType::Q6_K, Layout::Repacked { rows: 4, chunk: 8 }),
+        (GgmlType::IQ4_NL, Layout::Repacked { rows: 4, chunk: 8 }),
+        (GgmlType::MXFP4, Layout::Repacked { rows: 8, chunk: 4 }),
     ] {
         let w = ExpertWeights { ty, ..w };
         assert_eq!(

@@ -33,6 +33,20 @@ pub const ORK_TYPE_Q4_K_8X8: i32 = 12 | 8 << ORK_LAYOUT_ROWS_SHIFT | 8 << ORK_LA
 pub const ORK_TYPE_Q6_K_8X4: i32 = 14 | 8 << ORK_LAYOUT_ROWS_SHIFT | 4 << ORK_LAYOUT_CHUNK_SHIFT;
 /// `q6_K_8x8`: NEON with i8mm.
 pub const ORK_TYPE_Q6_K_8X8: i32 = 14 | 8 << ORK_LAYOUT_ROWS_SHIFT | 8 << ORK_LAYOUT_CHUNK_SHIFT;
+/// `q2_K_8x8`: AVX-512.
+pub const ORK_TYPE_Q2_K_8X8: i32 = 10 | 8 << ORK_LAYOUT_ROWS_SHIFT | 8 << ORK_LAYOUT_CHUNK_SHIFT;
+/// `q5_K_8x4`: NEON with dotprod.
+pub const ORK_TYPE_Q5_K_8X4: i32 = 13 | 8 << ORK_LAYOUT_ROWS_SHIFT | 4 << ORK_LAYOUT_CHUNK_SHIFT;
+/// `q5_K_8x8`: NEON with i8mm.
+pub const ORK_TYPE_Q5_K_8X8: i32 = 13 | 8 << ORK_LAYOUT_ROWS_SHIFT | 8 << ORK_LAYOUT_CHUNK_SHIFT;
+/// `iq4_nl_4x4`: NEON with dotprod.
+pub const ORK_TYPE_IQ4_NL_4X4: i32 = 20 | 4 << ORK_LAYOUT_ROWS_SHIFT | 4 << ORK_LAYOUT_CHUNK_SHIFT;
+/// `iq4_nl_8x8`: AVX2.
+pub const ORK_TYPE_IQ4_NL_8X8: i32 = 20 | 8 << ORK_LAYOUT_ROWS_SHIFT | 8 << ORK_LAYOUT_CHUNK_SHIFT;
+/// `mxfp4_4x4`: NEON with dotprod.
+pub const ORK_TYPE_MXFP4_4X4: i32 = 39 | 4 << ORK_LAYOUT_ROWS_SHIFT | 4 << ORK_LAYOUT_CHUNK_SHIFT;
+/// `mxfp4_8x8`: AVX2.
+pub const ORK_TYPE_MXFP4_8X8: i32 = 39 | 8 << ORK_LAYOUT_ROWS_SHIFT | 8 << ORK_LAYOUT_CHUNK_SHIFT;
 
 /// A tensor as ggml describes it (flat: no ggml types).
 #[repr(C)]
@@ -223,6 +237,13 @@ mod tests {
             ORK_TYPE_Q4_K_8X8,
             ORK_TYPE_Q6_K_8X4,
             ORK_TYPE_Q6_K_8X8,
+            ORK_TYPE_Q2_K_8X8,
+            ORK_TYPE_Q5_K_8X4,
+            ORK_TYPE_Q5_K_8X8,
+            ORK_TYPE_IQ4_NL_4X4,
+            ORK_TYPE_IQ4_NL_8X8,
+            ORK_TYPE_MXFP4_4X4,
+            ORK_TYPE_MXFP4_8X8,
         ];
         let engine = Layout::REPACKED.map(|(ty, layout)| weight_code(ty, layout));
         assert_eq!(header, engine);

@@ -74,22 +74,33 @@ std::vector<size_t> half_offsets(ggml_type type) {
     switch (type) {
         case GGML_TYPE_Q4_0:
         case GGML_TYPE_Q5_0:
-        case GGML_TYPE_Q8_0: return { 0 };
+        case GGML_TYPE_Q8_0:
+        case GGML_TYPE_IQ4_NL: return { 0 };
         case GGML_TYPE_Q4_1:
-        case GGML_TYPE_Q4_K: return { 0, 2 };
+        case GGML_TYPE_Q4_K:
+        case GGML_TYPE_Q5_K: return { 0, 2 };
+        case GGML_TYPE_Q2_K: return { 80, 82 };
         case GGML_TYPE_Q6_K: return { 208 };
         default: return {};
     }
 }
 
+// MXFP4's E8M0 block scale: 2^-10 .. 2^-6 (times its codes' 0.5 .. 6), or, in one block of eight, the
+// smallest, 1, 2 or the largest whose weights are finite (252; 253 .. 255 give infinities).
+uint8_t scale_e8m0(Rng & rng) {
+    const uint8_t special[] = { 0, 127, 128, 252 };
+    return rng.below(8) == 0 ? special[rng.below(4)] : (uint8_t) (118 + rng.below(5));
+}
+
 // Plain blocks for `rows` rows of `k` weights: random quants, sub-block scales and mins (every code
-// occurs, Q8_0's -128 and Q6_K's -128 scale included), weight-like fp16 scales, and every seventh row
-// (starting at row 3) all zero, as pruned or dead channels are.
+// occurs, Q8_0's -128 and Q6_K's -128 scale included), weight-like fp16 (MXFP4: E8M0) scales, and every
+// seventh row (starting at row 3) all zero, as pruned or dead channels are.
 std::vector<uint8_t> plain_blocks(ggml_type type, int64_t k, int64_t rows, Rng & rng) {
     const size_t row_bytes = ggml_row_size(type, k), block_bytes = ggml_type_size(type);
     std::vector<uint8_t> data(rows * row_bytes);
     rng.fill(data.data(), data.size());
-    const bool k_quant = type == GGML_TYPE_Q4_K || type == GGML_TYPE_Q6_K;
+    const bool k_quant =
+        type == GGML_TYPE_Q2_K || type == GGML_TYPE_Q4_K || type == GGML_TYPE_Q5_K || type == GGML_TYPE_Q6_K;
     for (int64_t r = 0; r < rows; r++) {
         uint8_t * row = data.data() + r * row_bytes;
         if (r % 7 == 3) {
@@ -99,6 +110,9 @@ std::vector<uint8_t> plain_blocks(ggml_type type, int64_t k, int64_t rows, Rng &
         for (size_t b = 0; b < row_bytes; b += block_bytes) {
             for (size_t at : half_offsets(type)) {
                 put_half(row + b + at, scale_half(rng, k_quant));
+            }
+            if (type == GGML_TYPE_MXFP4) {
+                row[b] = scale_e8m0(rng);
             }
         }
     }
@@ -172,7 +186,7 @@ bool make(ggml_backend_buffer_type_t buft, ggml_type type, Shape s, const char *
         fprintf(stderr, "%s %s: cannot allocate in CPU_REPACK\n", tn, tag);
     } else if (!t->extra) {
         // ggml_repack_get_optimal_repack_type found no layout: ggml never puts such weights in CPU_REPACK.
-        printf("%-5s %s: no repacked layout on this build/CPU (stays plain)\n", tn, tag);
+        printf("%-7s %s: no repacked layout on this build/CPU (stays plain)\n", tn, tag);
     } else {
         const std::string traits = traits_type(t);
         std::string       layout;
@@ -199,7 +213,7 @@ bool make(ggml_backend_buffer_type_t buft, ggml_type type, Shape s, const char *
             ok = nbytes == plain.size() &&
                  write_file(dir + "plain-" + tn + "-" + tag + ".bin", plain_header, plain.data(), plain.size()) &&
                  write_file(dir + layout + "-" + tag + ".bin", repacked_header, t->data, nbytes);
-            printf("%-5s %s: %s -> %s\n", tn, tag, traits.c_str(), layout.c_str());
+            printf("%-7s %s: %s -> %s\n", tn, tag, traits.c_str(), layout.c_str());
         }
     }
     if (buf) {
@@ -225,11 +239,15 @@ int main(int argc, char ** argv) {
         fprintf(stderr, "no CPU_REPACK buffer type in this ggml build\n");
         return 1;
     }
-    // The types the library inflates. Shapes: N a multiple of 8 (ggml repacks a tensor only when its
-    // rows split into whole groups) but not of 32 (a partial NPU tile), several blocks per row, and
-    // more than one expert (so the expert stride nb[2] is exercised).
-    const ggml_type types[]  = { GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0,
-                                 GGML_TYPE_Q8_0, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K };
+    // Every type the library inflates (the report says which ones this build repacks). Shapes: N a
+    // multiple of 8 (ggml repacks a tensor only when its rows split into whole groups) but not of 32
+    // (a partial NPU tile), several blocks per row, and more than one expert (so the expert stride
+    // nb[2] is exercised).
+    const ggml_type types[]  = { GGML_TYPE_Q4_0,   GGML_TYPE_Q4_1,   GGML_TYPE_Q5_0,  GGML_TYPE_Q8_0,
+                                 GGML_TYPE_Q4_K,   GGML_TYPE_Q6_K,   GGML_TYPE_Q5_1,  GGML_TYPE_Q2_K,
+                                 GGML_TYPE_Q3_K,   GGML_TYPE_Q5_K,   GGML_TYPE_IQ4_NL, GGML_TYPE_IQ4_XS,
+                                 GGML_TYPE_MXFP4,  GGML_TYPE_IQ2_XXS, GGML_TYPE_IQ2_XS, GGML_TYPE_IQ2_S,
+                                 GGML_TYPE_IQ3_XXS, GGML_TYPE_IQ3_S, GGML_TYPE_IQ1_S, GGML_TYPE_IQ1_M };
     const Shape     shapes[] = { { 256, 24, 2 }, { 512, 8, 2 } };
     bool            ok       = true;
     for (ggml_type type : types) {

@@ -427,7 +427,12 @@ impl Decode for Iq4Xs {
 }
 
 impl Decode for Mxfp4 {
-    /// The block's E8M0 scale (its first byte; the fp16 `d` read for every type is unused).
+    fn set(src: &Source, _: usize) -> Loc {
+        src.loc(0)
+    }
+
+    /// The block's E8M0 scale (its first byte, at `set`; the fp16 `d` read for every type is
+    /// unused).
     #[inline(always)]
     fn params<const R: usize>(
         src: &Source,

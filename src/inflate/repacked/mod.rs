@@ -13,16 +13,17 @@
 //! quants, go through a SIMD transpose ([`Chunks`]: SSE2 on every x86 path, Advanced SIMD on
 //! aarch64); the scale fields are a few bytes per block and take shared scalar code.
 
+mod kscales;
 #[cfg(target_arch = "aarch64")]
 mod neon;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
-use super::params::q4k_scales_mins;
 use super::{check, check_weights, inflate_expert_with, ExpertWeights, InflateError, TileInflater};
 use crate::isa::Isa;
 use crate::layout::Tiles;
 use crate::quant::{GgmlType, K_SCALE_SIZE};
+use kscales::transpose_q4k_scales;
 
 /// How an expert's blocks are arranged in memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -37,7 +38,7 @@ pub enum Layout {
 impl Layout {
     /// Every repacked layout the pinned ggml-cpu chooses for a type this crate inflates, on any
     /// CPU (docs/REPACK.md says which CPU gets which).
-    pub const REPACKED: [(GgmlType, Layout); 9] = [
+    pub const REPACKED: [(GgmlType, Layout); 16] = [
         (GgmlType::Q4_0, Layout::Repacked { rows: 4, chunk: 4 }),
         (GgmlType::Q4_0, Layout::Repacked { rows: 4, chunk: 8 }),
         (GgmlType::Q4_0, Layout::Repacked { rows: 8, chunk: 8 }),
@@ -47,6 +48,13 @@ impl Layout {
         (GgmlType::Q4_K, Layout::Repacked { rows: 8, chunk: 8 }),
         (GgmlType::Q6_K, Layout::Repacked { rows: 8, chunk: 4 }),
         (GgmlType::Q6_K, Layout::Repacked { rows: 8, chunk: 8 }),
+        (GgmlType::Q2_K, Layout::Repacked { rows: 8, chunk: 8 }),
+        (GgmlType::Q5_K, Layout::Repacked { rows: 8, chunk: 4 }),
+        (GgmlType::Q5_K, Layout::Repacked { rows: 8, chunk: 8 }),
+        (GgmlType::IQ4_NL, Layout::Repacked { rows: 4, chunk: 4 }),
+        (GgmlType::IQ4_NL, Layout::Repacked { rows: 8, chunk: 8 }),
+        (GgmlType::MXFP4, Layout::Repacked { rows: 4, chunk: 4 }),
+        (GgmlType::MXFP4, Layout::Repacked { rows: 8, chunk: 8 }),
     ];
 
     /// Whether weights of `ty` can come in this layout (and so be inflated from it).
@@ -87,14 +95,14 @@ pub(super) enum Field {
         chunk: usize,
         flip: u8,
     },
-    /// Q4_K's 12 scale bytes at `plain`; at `packed`, eight packings of 12 bytes, packing `s`
-    /// holding sub-block `s`'s (scale, min) of rows 0..8 as a block's packing holds its
-    /// sub-blocks' (the rows take the place of the sub-blocks).
+    /// Q4_K's (and Q5_K's) 12 scale bytes at `plain`; at `packed`, eight packings of 12 bytes,
+    /// packing `s` holding sub-block `s`'s (scale, min) of rows 0..8 as a block's packing holds
+    /// its sub-blocks' (the rows take the place of the sub-blocks).
     Q4KScales { plain: usize, packed: usize },
 }
 
 /// The fields of `ty`'s blocks in a multi-block of `rows` rows with quants in `chunk`-byte
-/// pieces (ggml's `block_*x*` structs in repack.h; the scale arrays are 2-byte chunks).
+/// pieces (ggml's `block_*x*` structs in repack.h; the fp16 arrays are 2-byte chunks).
 pub(super) fn fields(ty: GgmlType, rows: usize, chunk: usize) -> Vec<Field> {
     let il = |plain, packed, len, chunk, flip| Field::Interleaved {
         plain,
@@ -119,6 +127,30 @@ pub(super) fn fields(ty: GgmlType, rows: usize, chunk: usize) -> Vec<Field> {
             },
             il(16, 16 * r, 128, chunk, 0),
         ],
+        // Q4_K's, with the high bits between the scales and the low ones: qh[256] in `chunk`-byte
+        // pieces like qs.
+        GgmlType::Q5_K => vec![
+            il(0, 0, 2, 2, 0),
+            il(2, 2 * r, 2, 2, 0),
+            Field::Q4KScales {
+                plain: 4,
+                packed: 4 * r,
+            },
+            il(16, 16 * r, 32, chunk, 0),
+            il(48, 48 * r, 128, chunk, 0),
+        ],
+        // d[8], dmin[8], scales[128] two bytes at a time (bytes 2s, 2s + 1 of row j at 16s + 2j),
+        // qs[512].
+        GgmlType::Q2_K => vec![
+            il(80, 0, 2, 2, 0),
+            il(82, 2 * r, 2, 2, 0),
+            il(0, 4 * r, 16, 2, 0),
+            il(16, 20 * r, 64, chunk, 0),
+        ],
+        // d[r], qs[16r]: Q4_0's without the flip (the nibbles index a table).
+        GgmlType::IQ4_NL => vec![il(0, 0, 2, 2, 0), il(2, 2 * r, 16, chunk, 0)],
+        // e[r] (E8M0 bytes), qs[16r].
+        GgmlType::MXFP4 => vec![il(0, 0, 1, 1, 0), il(1, r, 16, chunk, 0)],
         // d[8], scales[128] one byte at a time, ql[1024], qh[512].
         GgmlType::Q6_K => vec![
             il(208, 0, 2, 2, 0),
@@ -492,62 +524,6 @@ fn tangle_group(g: &Groups, rows: &[&[u8]], dst: &mut [u8]) {
             }
         }
     }
-}
-
-/// Transposes the (scale, min) pairs of eight Q4_K scale packings: packing `i` of the result
-/// holds pair `i` of every input packing. Maps a multi-block's scale groups to its rows' scale
-/// bytes, and back (the map is its own inverse).
-fn transpose_q4k_scales(packings: [&[u8; K_SCALE_SIZE]; 8]) -> [[u8; K_SCALE_SIZE]; 8] {
-    let mut scales = [0u64; 8];
-    let mut mins = [0u64; 8];
-    for ((s, m), p) in scales.iter_mut().zip(&mut mins).zip(packings) {
-        let (sc, mn) = q4k_scales_mins(p);
-        (*s, *m) = (u64::from_le_bytes(sc), u64::from_le_bytes(mn));
-    }
-    let (scales, mins) = (transpose8x8(scales), transpose8x8(mins));
-    std::array::from_fn(|i| q4k_pack(scales[i].to_le_bytes(), mins[i].to_le_bytes()))
-}
-
-/// The 8×8 byte matrix transpose, row `r` the bytes of `m[r]` (little-endian): three rounds of
-/// swapping the off-diagonal 4×4, 2×2 and 1×1 blocks with word operations.
-fn transpose8x8(mut m: [u64; 8]) -> [u64; 8] {
-    for (s, low) in [
-        (4, 0x0000_0000_ffff_ffffu64),
-        (2, 0x0000_ffff_0000_ffff),
-        (1, 0x00ff_00ff_00ff_00ff),
-    ] {
-        for r in (0..8).filter(|r| r & s == 0) {
-            let t = ((m[r] >> (8 * s)) ^ m[r + s]) & low;
-            m[r + s] ^= t;
-            m[r] ^= t << (8 * s);
-        }
-    }
-    m
-}
-
-/// The Q4_K packing of eight 6-bit scales and mins: the inverse of [`q4k_scales_mins`].
-fn q4k_pack(scales: [u8; 8], mins: [u8; 8]) -> [u8; K_SCALE_SIZE] {
-    let word =
-        |v: &[u8; 8], i: usize| u32::from_le_bytes(v[4 * i..4 * i + 4].try_into().expect("4"));
-    let (s0, s1, m0, m1) = (
-        word(&scales, 0),
-        word(&scales, 1),
-        word(&mins, 0),
-        word(&mins, 1),
-    );
-    let (top2, low4) = (0x0303_0303, 0x0f0f_0f0f);
-    // Sub-blocks 0..4 keep six bits each; 4..8 put their top two bits above those of 0..4 and
-    // their low nibbles (scale | min << 4) into the last word.
-    let words = [
-        s0 | ((s1 >> 4) & top2) << 6,
-        m0 | ((m1 >> 4) & top2) << 6,
-        (s1 & low4) | (m1 & low4) << 4,
-    ];
-    let mut out = [0u8; K_SCALE_SIZE];
-    for (o, w) in out.chunks_exact_mut(4).zip(words) {
-        o.copy_from_slice(&w.to_le_bytes());
-    }
-    out
 }
 
 /// [`halves`] for the SIMD paths, with the bounds checked once: the scalar reference's per-store checks cost as much as the copies.

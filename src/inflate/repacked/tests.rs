@@ -1,6 +1,8 @@
 //! The layout descriptions and the scale transforms; the comparisons with ggml's own repack and
 //! across kernel paths live in `tests/inflate_repacked.rs`.
 
+use super::super::params::q4k_scales_mins;
+use super::kscales::q4k_pack;
 use super::*;
 use crate::testutil::Rng;
 

@@ -118,14 +118,16 @@ fn layout_codes_name_exactly_the_repacks_the_library_reads() {
     let repacked = |ty: GgmlType, rows: i32, chunk: i32| {
         ty.id() | rows << LAYOUT_ROWS_SHIFT | chunk << LAYOUT_CHUNK_SHIFT
     };
-    // Layouts ggml has and the library does not read (RISC-V's 16x1, IQ4_NL's, Q2_K's), or
-    // that do not exist, and layouts of types that are never repacked.
+    // Layouts ggml has and the library does not read (RISC-V's 16x1), or that do not exist
+    // (IQ4_NL's 4x8, commented out in ggml), and layouts of types that are never repacked.
     for code in [
         repacked(GgmlType::Q4_0, 16, 1),
+        repacked(GgmlType::Q2_K, 16, 1),
         repacked(GgmlType::Q4_0, 8, 4),
+        repacked(GgmlType::IQ4_NL, 4, 8),
         repacked(GgmlType::Q4_1, 4, 4),
+        repacked(GgmlType::Q3_K, 8, 8),
         repacked(GgmlType::F32, 4, 4),
-        20 | 4 << LAYOUT_ROWS_SHIFT | 4 << LAYOUT_CHUNK_SHIFT,
         repacked(GgmlType::Q4_0, 0, 8),
         repacked(GgmlType::Q4_0, 8, 0),
         GgmlType::F32.id(),
