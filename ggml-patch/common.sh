@@ -109,14 +109,16 @@ common_prefix() {
         wc -c <"$1"
 }
 
-# A synthetic model of one MoE architecture (tools/make_tiny_moe.py, quantized to Q4_0 by llama-quantize),
-# cached by the hash of the generators and the arguments; prints the Q4_0 GGUF's path. $1 = a folder holding
+# A synthetic model of one MoE architecture (tools/make_tiny_moe.py, quantized by llama-quantize to Q4_0, or
+# gpt-oss to MXFP4_MOE), cached by the hash of the generators and the arguments; prints the GGUF's path. $1 = a folder holding
 # llama-quantize; the rest: the generator's arguments (the architecture first).
 ork_arch_model() {
-    local repo models bin=$1 t0
+    local repo models bin=$1 t0 quant=Q4_0
     shift
+    # gpt-oss ships its experts in MXFP4 (llama-quantize's MXFP4_MOE preset); the others are tried as Q4_0
+    [[ $1 == gpt-oss ]] && quant=MXFP4_MOE
     repo=$(cd "$ork_patch_dir/.." && pwd)
-    models=$ork_cache/tiny-$1-$( (cat "$repo/tools/make_tiny_moe.py" "$repo/tools/make_tiny_qwen3moe.py"; echo "$*") |
+    models=$ork_cache/tiny-$1-$( (cat "$repo/tools/make_tiny_moe.py" "$repo/tools/make_tiny_qwen3moe.py"; echo "$* $quant") |
         sha256sum | cut -c1-12)
     mkdir -p "$models"
     (
@@ -125,12 +127,12 @@ ork_arch_model() {
             rm -f "$models"/*.gguf "$models"/*.log
             t0=$SECONDS
             python3 "$repo/tools/make_tiny_moe.py" "$1" "$models/f16.gguf" "${@:2}" >&2
-            "$bin/llama-quantize" "$models/f16.gguf" "$models/Q4_0.gguf" Q4_0 >"$models/quantize-Q4_0.log" 2>&1 ||
-                { tail -20 "$models/quantize-Q4_0.log" >&2; die "llama-quantize $1 Q4_0 failed"; }
-            log "$1: generated and quantized to Q4_0 ($(du -h "$models/Q4_0.gguf" | cut -f1)) in $((SECONDS - t0)) s"
+            "$bin/llama-quantize" "$models/f16.gguf" "$models/$quant.gguf" $quant >"$models/quantize-$quant.log" 2>&1 ||
+                { tail -20 "$models/quantize-$quant.log" >&2; die "llama-quantize $1 $quant failed"; }
+            log "$1: generated and quantized to $quant ($(du -h "$models/$quant.gguf" | cut -f1)) in $((SECONDS - t0)) s"
             rm "$models/f16.gguf"
             touch "$models/done"
         fi
     ) 8>"$models.lock" || exit 1
-    echo "$models/Q4_0.gguf"
+    echo "$models/$quant.gguf"
 }

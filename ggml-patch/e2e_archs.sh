@@ -4,7 +4,7 @@
 #   ggml-patch/e2e_archs.sh [path/to/libork_moe.so]   (or ORK_MOE_LIB=...; default target/release/libork_moe.so)
 #
 # Per architecture: a synthetic model with the real model's per-layer shapes (tools/make_tiny_moe.py: its
-# leading dense layers and 2 MoE layers, quantized to Q4_0; cached), then
+# leading dense layers and 2 MoE layers, quantized to Q4_0, gpt-oss to MXFP4_MOE; cached), then
 # 1. one prompt batch (-n 1) with the plugin and ORK_MIN_ROWS=0: its stats must show every call it saw
 #    handled (routed experts and dense projections), none declined, and at least 6 calls;
 # 2. 16 greedy tokens with the plugin (ORK_MIN_ROWS=0, so decode steps go to it too) and without, both must
@@ -17,8 +17,8 @@
 # expert, gpt-oss's K = 2880 with per-expert biases and gemma4's fused gate+up experts beside a dense
 # MLP, each with fewer experts than the real model), "all" (every architecture with its real expert
 # count: several GB of F16 while generating), or a space-separated list of architecture names.
-# gpt-oss's experts are Q4_0 here (its real files ship MXFP4, which the library takes only where its type
-# list has MXFP4). Logs: ggml-patch/work/e2e-archs/. Env: ORK_CACHE, ORK_E2E_THREADS, ORK_LLAMA_BUILD.
+# gpt-oss's experts are MXFP4 as in its released files (ggml repacks them to mxfp4_8x8 on x86 with AVX2).
+# Logs: ggml-patch/work/e2e-archs/. Env: ORK_CACHE, ORK_E2E_THREADS, ORK_LLAMA_BUILD.
 set -euo pipefail
 # The checks count the calls the library handled: it takes every call here (measured dispatch, the default,
 # leaves some to ggml to time its path) unless the caller chooses another ORK_DISPATCH.
