@@ -178,6 +178,12 @@ impl Member<CText> for *const c_char {
     }
 }
 
+/// The bytes of one `ork_config` field: an integer, a float or a pointer, none with padding.
+fn field_bytes<T: Copy>(field: &T) -> &[u8] {
+    // SAFETY: `field` is a live, initialized scalar of `size_of::<T>()` bytes without padding.
+    unsafe { std::slice::from_raw_parts((field as *const T).cast::<u8>(), size_of::<T>()) }
+}
+
 /// The `ork_config` side of the settings table: [`to_c_config`] and [`apply_c_config`].
 macro_rules! c_side {
     ($($name:ident $(as $($field:ident),+)? { $($row:tt)* })*) => {
@@ -189,6 +195,16 @@ macro_rules! c_side {
                 struct_size: size_of::<ork_config>() as u32,
                 $($($($field: Member::member($field),)+)?)*
             }
+        }
+
+        /// Every field of `c` as its offset and bytes, `struct_size` first: what
+        /// `ork_config_default` copies, so the padding between fields (uninitialized in `c`) is
+        /// never read.
+        fn c_config_fields(c: &ork_config) -> Vec<(usize, &[u8])> {
+            vec![
+                (std::mem::offset_of!(ork_config, struct_size), field_bytes(&c.struct_size)),
+                $($($((std::mem::offset_of!(ork_config, $field), field_bytes(&c.$field)),)+)?)*
+            ]
         }
 
         /// `cfg` with the fields of `c` applied; `Err` names the field.
@@ -280,17 +296,17 @@ pub extern "C" fn ork_config_default(out: *mut ork_config) {
         };
         let mut c = to_c_config(&env_config().unwrap_or_default());
         c.struct_size = n as u32;
+        // The fields that end within `n` bytes, padding as zeros.
+        let mut bytes = vec![0u8; n];
+        for (offset, field) in c_config_fields(&c) {
+            if let Some(place) = bytes.get_mut(offset..offset + field.len()) {
+                place.copy_from_slice(field);
+            }
+        }
         // SAFETY: `out` is writable for its `struct_size` bytes (or, for 0, for the smallest
-        // ork_config a caller has), by contract; `n` is no more than that nor than `c`'s size.
-        // Bytes are copied as they are (padding included), without forming a place of the
-        // caller's possibly shorter struct.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                (&c as *const ork_config).cast::<u8>(),
-                out.cast::<u8>(),
-                n,
-            )
-        };
+        // ork_config a caller has), by contract; `n` is no more than that. Bytes are copied
+        // without forming a place of the caller's possibly shorter struct.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), out.cast::<u8>(), n) };
         Ok(())
     });
 }
@@ -519,6 +535,12 @@ mod tests {
     fn ork_config_default_writes_struct_size_bytes() {
         let full = default_into(size_of::<ork_config>() as u32);
         let whole = size_of::<ork_config>();
+        // The padding before cache_bytes is written, as zeros (never copied from a value).
+        let pad = std::mem::offset_of!(ork_config, core_mask) + 4;
+        assert_eq!(
+            full[pad..std::mem::offset_of!(ork_config, cache_bytes)],
+            [0; 4]
+        );
         for (size, written) in [
             (0, SMALLEST_CONFIG),
             (8, 8),
