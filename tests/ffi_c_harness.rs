@@ -52,8 +52,6 @@ fn c_harness_passes() {
         .arg(format!("BUILD={}", build.display()))
         .arg(format!("QUICK={quick}"))
         .args(["run", "abi-mirror"])
-        // The harness's `auto` contexts start undecided: nothing remembered from another run.
-        .env("ORK_DISPATCH_CACHE", "off")
         .output()
         .expect("make runs (is it installed?)");
     let stdout = String::from_utf8_lossy(&out.stdout);
