@@ -15,7 +15,9 @@ target_dir=$(realpath -m "$CARGO_TARGET_DIR")
 cpus=${*:-cortex-a76 cortex-a72}
 for cpu in $cpus; do
     echo "== aarch64 tests under qemu -cpu $cpu =="
+    # ORK_TEST_RUNNER: how a test starts a child process of its own binary (tests/dispatch.rs)
     CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64-static -cpu $cpu" \
+        ORK_TEST_RUNNER="qemu-aarch64-static -cpu $cpu" \
         cargo test --release --target aarch64-unknown-linux-gnu
     # The C harness, cross-compiled against the aarch64 library (the cargo test above skips it: the
     # host's cc targets x86-64).

@@ -404,7 +404,19 @@ fn child_leaves_a_decided_context_to_the_exit() {
 #[test]
 fn verdicts_are_printed_at_exit_with_ork_moe_stats() {
     let dir = scratch("exit");
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
+    // Under an emulator (.ci/aarch64-test.sh) the child runs under the same one.
+    let runner = std::env::var("ORK_TEST_RUNNER").unwrap_or_default();
+    let mut words = runner.split_whitespace();
+    let exe = std::env::current_exe().unwrap();
+    let mut child = match words.next() {
+        Some(program) => {
+            let mut c = std::process::Command::new(program);
+            c.args(words).arg(&exe);
+            c
+        }
+        None => std::process::Command::new(&exe),
+    };
+    let out = child
         .args(["--exact", "child_leaves_a_decided_context_to_the_exit"])
         .env(CHILD, &dir)
         .output()
