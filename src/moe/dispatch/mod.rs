@@ -1,7 +1,7 @@
 //! Measured dispatch: for each class of op, whether the library's path or ggml's own path runs
 //! it, from the times both paths took on that class.
 //!
-//! A class keeps a robust estimate per path (the median of its recent times per row), takes the
+//! A class keeps an estimate per path (the fastest of its recent times per row), takes the
 //! library's path only while it is faster than ggml's by a margin (and leaves it only when that
 //! lead shrinks below a smaller one: hysteresis), and spends a bounded share of the class's time
 //! on the path it does not take, one call at a time, to notice when the verdict should change
@@ -87,7 +87,11 @@ impl Params {
     };
 }
 
-/// Samples kept per path: the estimate is their median, so one outlier in a window moves nothing.
+/// Samples kept per path. The estimate is the fastest of them: what disturbs a measured call
+/// (a thread the scheduler set aside, page faults, the setup a class's first call does for the
+/// ones after it) only ever adds time, so the fastest recent call is the closest to what the path
+/// costs, however many of its neighbours were disturbed; and since only recent calls count, a path
+/// that gets slower for good (heat, another process on the NPU) shows it within a window.
 const WINDOW: usize = 5;
 
 /// The recent times per row of one path of one class.
@@ -108,19 +112,9 @@ impl Estimate {
         self.count += 1;
     }
 
-    /// The median of the recent samples, seconds per row.
-    pub fn median(&self) -> Option<f64> {
-        if self.len == 0 {
-            return None;
-        }
-        let mut v = self.recent[..self.len].to_vec();
-        v.sort_by(f64::total_cmp);
-        let mid = self.len / 2;
-        Some(if self.len % 2 == 1 {
-            v[mid]
-        } else {
-            (v[mid - 1] + v[mid]) / 2.0
-        })
+    /// The fastest of the recent samples, seconds per row.
+    pub fn fastest(&self) -> Option<f64> {
+        self.recent[..self.len].iter().copied().reduce(f64::min)
     }
 }
 
@@ -271,8 +265,8 @@ impl Class {
         Verdict {
             path: self.path,
             decided: self.decided,
-            library: self.library.median(),
-            ggml: self.ggml.median(),
+            library: self.library.fastest(),
+            ggml: self.ggml.fastest(),
             library_samples: self.library.count,
             ggml_samples: self.ggml.count,
             flips: self.flips,
@@ -321,7 +315,7 @@ impl Class {
 
     /// Whether one call of `rows` rows on `loser` keeps the explored share within the budget.
     fn within_budget(&self, p: &Params, loser: Path, rows: usize) -> bool {
-        let Some(per_row) = self.estimate(loser).median() else {
+        let Some(per_row) = self.estimate(loser).fastest() else {
             return true;
         };
         let cost = per_row * rows.max(1) as f64;
@@ -335,7 +329,7 @@ impl Class {
         if !(self.decided || measured) {
             return;
         }
-        let (Some(lib), Some(ggml)) = (self.library.median(), self.ggml.median()) else {
+        let (Some(lib), Some(ggml)) = (self.library.fastest(), self.ggml.fastest()) else {
             return;
         };
         let margin = if self.decided && self.path == Path::Library {

@@ -116,6 +116,46 @@ fn noise_and_spikes_do_not_flip_the_verdict() {
 }
 
 #[test]
+fn a_first_call_that_sets_up_the_class_does_not_decide_it() {
+    // The library's first call of a class creates what the later ones reuse (device contexts,
+    // buffers): 10× a call. Decided on the library at once, and never left.
+    let mut c = Class::default();
+    let set_up = std::cell::Cell::new(false);
+    let choices = drive(&mut c, 0..200, |_, path| match path {
+        Path::Library if !set_up.replace(true) => 10.0,
+        Path::Library => 1.0,
+        Path::Ggml => 1.5,
+    });
+    let v = c.verdict();
+    assert_eq!((v.path, v.flips), (Path::Library, 0));
+    assert_eq!(count(&choices[..20], Path::Ggml), P.first_samples);
+}
+
+/// Every `n`th call (counting from `phase`) disturbed: `factor` × its time.
+fn disturbed(i: u64, phase: u64, n: u64, factor: f64) -> f64 {
+    if (i + phase) % n < n / 2 {
+        factor
+    } else {
+        1.0
+    }
+}
+
+#[test]
+fn a_loaded_machine_disturbing_nearly_half_the_calls_does_not_flip_the_verdict() {
+    // A machine shared with other work: runs of calls slowed 4× by a scheduler that sets the
+    // thread aside, on both paths, out of step with each other.
+    for (library, ggml, path) in [(1.0, 1.4, Path::Library), (1.4, 1.0, Path::Ggml)] {
+        let mut c = Class::default();
+        drive(&mut c, 0..3000, |i, p| match p {
+            Path::Library => library * disturbed(i, 0, 6, 4.0),
+            Path::Ggml => ggml * disturbed(i, 3, 6, 4.0),
+        });
+        let v = c.verdict();
+        assert_eq!((v.path, v.flips), (path, 0), "{v:?}");
+    }
+}
+
+#[test]
 fn a_library_that_drifts_slower_is_left_soon_after_it_loses() {
     let mut c = Class::default();
     // 1.0 per row at call 0, 3.0 at call 2000; ggml stays at 2.0. The library loses its 2 %
