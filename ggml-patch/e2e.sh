@@ -196,12 +196,13 @@ for q in Q4_0 Q4_K_M; do
     ((plugin_kib <= plain_kib + budget_kib)) && pass "$summary" || fail "$summary"
 done
 
-step "RPC backend: ggml-rpc-server with the plugin serves all layers of a client without it"
+step "RPC backend: ggml-rpc-server with the plugin serves all layers of a client without it, measured dispatch on"
 port=$((50000 + RANDOM % 10000))
 # The server is killed at the end, so its exit-time stats never print: its debug log (the library's lines,
-# through the patch into ggml's log) shows each handled call.
-ORK_MOE_PLUGIN="$lib" ORK_MIN_ROWS=0 ORK_LOG=debug "$bin/ggml-rpc-server" -H 127.0.0.1 -p "$port" -t "$threads" \
-    >"$out/rpc-server.log" 2>&1 &
+# through the patch into ggml's log) shows each handled call and each class's verdict. Under
+# ORK_DISPATCH=auto each class runs the library's path on two calls, ggml's on two, then decides.
+ORK_MOE_PLUGIN="$lib" ORK_MIN_ROWS=0 ORK_LOG=debug ORK_DISPATCH=auto ORK_DISPATCH_CACHE=off \
+    "$bin/ggml-rpc-server" -H 127.0.0.1 -p "$port" -t "$threads" >"$out/rpc-server.log" 2>&1 &
 rpc_pid=$!
 trap 'kill "$rpc_pid" 2>/dev/null || true' EXIT
 for _ in $(seq 50); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.2; done
@@ -217,6 +218,10 @@ echo "Q4_0 through RPC (plugin in the server) vs local plain: first $(common_pre
 grep -q 'ork-moe: plugin active' "$out/rpc-server.log" && grep -q 'ork-moe: handled q4_0' "$out/rpc-server.log" &&
     pass "rpc-server ran the client's MUL_MAT_IDs through the plugin: $(grep -c 'ork-moe: handled' "$out/rpc-server.log") calls" ||
     fail "plugin not active in ggml-rpc-server (logs: $out/rpc-server.log, $out/gen-rpc.log)"
+grep -q 'ork-moe: dispatch: .*: \(library\|ggml\) (library [0-9.]* µs/row of [0-9]* samples, ggml [0-9.]* µs' \
+    "$out/rpc-server.log" &&
+    pass "rpc-server measured both paths and decided: $(grep -c 'ork-moe: dispatch: ' "$out/rpc-server.log") verdicts" ||
+    fail "no measured verdict in ggml-rpc-server (log: $out/rpc-server.log)"
 
 if [[ ${ORK_E2E_BENCH:-1} != 0 ]]; then
     step "llama-bench pp512/tg128, $threads threads, 3 repetitions (plugin-leader: pp512, ORK_MT_MODE=leader)"
