@@ -57,7 +57,11 @@ impl Resources {
             staged as u64,
         );
         Resources {
-            dispatch: Table::new(config.dispatch, Memory::of(&config, &device)),
+            dispatch: Table::new(
+                config.dispatch,
+                Memory::of(&config, &device),
+                config.min_rows as usize,
+            ),
             experts,
             isa: config.device.host.isa,
             config,
