@@ -95,7 +95,7 @@ macro_rules! settings { ($emit:ident) => { $emit! {
     }
     ORK_MIN_ROWS as min_rows {
         default: "8",
-        meaning: "mean rows per used expert below which a call is not sent to the NPU; under `ORK_DISPATCH=auto`, such calls are measured and decided like any other class instead",
+        meaning: "mean rows per used expert below which a call is not sent to the NPU",
         value: min_rows,
         parse: Whole,
     }

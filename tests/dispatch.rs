@@ -29,10 +29,6 @@ fn context_with(dispatch: u32) -> *mut ork_ctx {
 }
 
 fn context_slowed(dispatch: u32, emu_slow_us: u32) -> *mut ork_ctx {
-    context_full(dispatch, emu_slow_us, 0)
-}
-
-fn context_full(dispatch: u32, emu_slow_us: u32, min_rows: u32) -> *mut ork_ctx {
     // These contexts start undecided: no verdict of another test or run is read.
     static NO_CACHE: Once = Once::new();
     NO_CACHE.call_once(|| std::env::set_var("ORK_DISPATCH_CACHE", "off"));
@@ -41,7 +37,7 @@ fn context_full(dispatch: u32, emu_slow_us: u32, min_rows: u32) -> *mut ork_ctx 
     cfg.struct_size = size_of::<ork_config>() as u32;
     ork_config_default(&mut cfg);
     cfg.backend = ORK_BACKEND_EMU;
-    cfg.min_rows = min_rows;
+    cfg.min_rows = 0;
     cfg.cache_verify = ORK_CACHE_VERIFY_FULL;
     cfg.mt_mode = ORK_MT_COOP;
     cfg.dispatch = dispatch;
@@ -122,25 +118,6 @@ fn auto_takes_a_class_where_ggml_is_slower_and_declines_it_where_ggml_is_faster(
         let mut s = ork_stats::default();
         assert_eq!(ork_ctx_stats(ctx, &mut s), ORK_OK);
         assert_eq!((s.calls, s.handled, s.declined), (40, 2, 38), "nth {nth}");
-        ork_ctx_free(ctx);
-    }
-}
-
-/// The case's calls have 12 rows per expert: below `ORK_MIN_ROWS=16`.
-#[test]
-fn under_auto_calls_below_min_rows_are_measured_like_any_class() {
-    let mut c = case();
-    let ctx = context_full(ORK_DISPATCH_ALWAYS, 0, 16);
-    assert_eq!(check(ctx, &c.d), ORK_NOT_HANDLED);
-    assert!(last_error().contains("ORK_MIN_ROWS"), "{}", last_error());
-    assert_eq!(observe(ctx, &c.d, INSTANT), ORK_NOT_HANDLED);
-    ork_ctx_free(ctx);
-    for (ggml, verdict) in [(SLOW, ORK_OK), (INSTANT, ORK_NOT_HANDLED)] {
-        let ctx = context_full(ORK_DISPATCH_AUTO, 0, 16);
-        assert_eq!(check(ctx, &c.d), ORK_OK, "{}", last_error());
-        let codes = run(ctx, &mut c, 2, ggml, 20);
-        assert_eq!(codes[..4], WARM_UP);
-        assert!(codes[4..].iter().all(|&rc| rc == verdict), "{codes:?}");
         ork_ctx_free(ctx);
     }
 }

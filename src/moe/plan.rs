@@ -2,7 +2,7 @@
 //! from metadata only, and the views of its tensors.
 
 use super::desc::{dense_as_mul_mat_id, validate, Problem, TensorDesc};
-use super::{Config, Dispatch, Error, ErrorKind, SmallBatch};
+use super::{Config, Error, ErrorKind, SmallBatch};
 use std::sync::atomic::AtomicU32;
 
 /// Views of one call's tensors, built by the caller from a [`Problem`]'s extents. `dst` is atomic
@@ -109,10 +109,7 @@ impl Plan {
     ) -> Result<Plan, Error> {
         check_indexable(config, &problem)?;
         let small = problem.rows_per_expert() < config.min_rows as usize;
-        let on_cpu = small && config.small_batch == SmallBatch::Cpu;
-        // Under `auto` the threshold is one more measured decision: a small call's class is
-        // explored and decided like any other.
-        if small && !on_cpu && config.dispatch != Dispatch::Auto {
+        if small && config.small_batch == SmallBatch::Decline {
             return Err(Error::below_min_rows(
                 problem.rows_per_expert(),
                 config.min_rows,
@@ -121,7 +118,7 @@ impl Plan {
         Ok(Plan {
             problem,
             pair,
-            on_cpu,
+            on_cpu: small,
         })
     }
 }

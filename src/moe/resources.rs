@@ -57,11 +57,7 @@ impl Resources {
             staged as u64,
         );
         Resources {
-            dispatch: Table::new(
-                config.dispatch,
-                Memory::of(&config, &device),
-                config.min_rows as usize,
-            ),
+            dispatch: Table::new(config.dispatch, Memory::of(&config, &device)),
             experts,
             isa: config.device.host.isa,
             config,

@@ -12,18 +12,10 @@ use std::sync::Mutex;
 /// the engine's end.
 pub const SAVE_EVERY: f64 = 1.0;
 
-/// Most of a class's measured time that may go to exploring when its calls are below
-/// `ORK_MIN_ROWS` (decode steps): the library's path is expected to lose there, and every
-/// re-check of a losing path costs the decode that share.
-pub const SMALL_CALL_BUDGET: f64 = 0.01;
-
 /// The verdicts of one engine.
 pub struct Table {
     mode: Dispatch,
     params: Params,
-    /// `params` for the calls below `min_rows` rows per expert.
-    small_call_params: Params,
-    min_rows: usize,
     state: Mutex<State>,
     memory: Option<Memory>,
 }
@@ -66,9 +58,8 @@ impl Saving {
 
 impl Table {
     /// The table of `mode`; under `auto`, starting from the verdicts `memory` remembers, and
-    /// saving them there. Classes of calls below `min_rows` rows per expert explore within
-    /// [`SMALL_CALL_BUDGET`].
-    pub fn new(mode: Dispatch, memory: Option<Memory>, min_rows: usize) -> Table {
+    /// saving them there.
+    pub fn new(mode: Dispatch, memory: Option<Memory>) -> Table {
         let memory = memory.filter(|_| mode == Dispatch::Auto);
         let mut state = State::default();
         for (class, r) in memory.as_ref().map(Memory::load).unwrap_or_default() {
@@ -79,11 +70,6 @@ impl Table {
         Table {
             mode,
             params: Params::DEFAULT,
-            small_call_params: Params {
-                budget: SMALL_CALL_BUDGET,
-                ..Params::DEFAULT
-            },
-            min_rows,
             state: Mutex::new(state),
             memory,
         }
@@ -97,16 +83,11 @@ impl Table {
             Dispatch::Auto => {
                 let class = OpClass::of(plan);
                 let rows = plan.problem.rows();
-                let params = if plan.problem.rows_per_expert() < self.min_rows {
-                    &self.small_call_params
-                } else {
-                    &self.params
-                };
                 return lock(&self.state)
                     .classes
                     .entry(class)
                     .or_default()
-                    .choose(params, rows);
+                    .choose(&self.params, rows);
             }
         };
         Choice {

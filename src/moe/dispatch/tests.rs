@@ -1,4 +1,4 @@
-use super::table::{Saving, SAVE_EVERY, SMALL_CALL_BUDGET};
+use super::table::{Saving, SAVE_EVERY};
 use super::*;
 
 const P: Params = Params::DEFAULT;
@@ -304,24 +304,4 @@ fn the_file_is_saved_at_the_first_verdict_then_at_most_every_interval_of_measure
     assert!(s.due(true, f64::NAN), "a change long after the last save");
     assert!(!s.due(true, 0.9 * SAVE_EVERY));
     assert!(s.due(false, 0.1 * SAVE_EVERY));
-}
-
-#[test]
-fn a_decode_class_the_library_loses_costs_at_most_the_small_call_budget() {
-    // Decode steps: the library's path 5× ggml's. After the warm-up, its re-checks take at most
-    // 1 % of the class's time, so decode keeps 99 % of ggml's speed.
-    let small = Params {
-        budget: SMALL_CALL_BUDGET,
-        ..P
-    };
-    let mut c = Class::default();
-    for _ in 0..20_000 {
-        let x = c.choose(&small, 1);
-        let t = if x.path == Path::Library { 5.0 } else { 1.0 };
-        c.observe(&small, x.path, 1, t);
-    }
-    assert_eq!(c.verdict().path, Path::Ggml);
-    let share = c.explored_share();
-    assert!(share <= SMALL_CALL_BUDGET + 1e-3, "{share}");
-    assert!(share > 0.0, "never re-checked");
 }
