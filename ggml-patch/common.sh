@@ -79,7 +79,7 @@ ork_qwen3moe_models() {
     mkdir -p "$models"
     (
         flock 8
-        if [[ ! -f $models/done ]]; then
+        if [[ ! -f $models/done || ! -f $models/f16.gguf ]]; then
             [[ -n $bin ]] || bin=$("$ork_patch_dir/build.sh" | tail -1)/bin
             rm -f "$models"/*.gguf "$models"/*.log "$models/text.txt"
             t0=$SECONDS
@@ -91,7 +91,6 @@ ork_qwen3moe_models() {
                     { tail -20 "$models/quantize-$q.log" >&2; die "llama-quantize $q failed"; }
                 log "$name: $q quantized in $((SECONDS - t0)) s"
             done
-            rm "$models/f16.gguf"
             touch "$models/done"
         fi
     ) 8>"$models.lock" || exit 1
@@ -110,8 +109,9 @@ common_prefix() {
 }
 
 # A synthetic model of one MoE architecture (tools/make_tiny_moe.py, quantized by llama-quantize to Q4_0, or
-# gpt-oss to MXFP4_MOE), cached by the hash of the generators and the arguments; prints the GGUF's path. $1 = a folder holding
-# llama-quantize; the rest: the generator's arguments (the architecture first).
+# gpt-oss to MXFP4_MOE), cached by the hash of the generators and the arguments; prints the GGUF's path. Its F16
+# original stays beside it (f16.gguf in the same folder: the reference of e2e_archs.sh's KLD check). $1 = a folder
+# holding llama-quantize; the rest: the generator's arguments (the architecture first).
 ork_arch_model() {
     local repo models bin=$1 t0 quant=Q4_0
     shift
@@ -123,14 +123,13 @@ ork_arch_model() {
     mkdir -p "$models"
     (
         flock 8
-        if [[ ! -f $models/done ]]; then
+        if [[ ! -f $models/done || ! -f $models/f16.gguf ]]; then
             rm -f "$models"/*.gguf "$models"/*.log
             t0=$SECONDS
             python3 "$repo/tools/make_tiny_moe.py" "$1" "$models/f16.gguf" "${@:2}" >&2
             "$bin/llama-quantize" "$models/f16.gguf" "$models/$quant.gguf" $quant >"$models/quantize-$quant.log" 2>&1 ||
                 { tail -20 "$models/quantize-$quant.log" >&2; die "llama-quantize $1 $quant failed"; }
             log "$1: generated and quantized to $quant ($(du -h "$models/$quant.gguf" | cut -f1)) in $((SECONDS - t0)) s"
-            rm "$models/f16.gguf"
             touch "$models/done"
         fi
     ) 8>"$models.lock" || exit 1
