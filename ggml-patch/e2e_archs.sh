@@ -19,7 +19,8 @@
 # ORK_E2E_ARCHS selects: "fast" (default, the CI subset: granitemoe with its 40 experts, qwen2moe's shared
 # expert, gpt-oss's K = 2880 with per-expert biases and gemma4's fused gate+up experts beside a dense
 # MLP, each with fewer experts than the real model), "all" (every architecture with its real expert
-# count: several GB of F16 while generating), or a space-separated list of architecture names.
+# count: several GB of F16, kept in the cache as the KLD reference), or a space-separated list of
+# architecture names.
 # gpt-oss's experts are MXFP4 as in its released files (ggml repacks them to mxfp4_8x8 on x86 with AVX2).
 # Logs: ggml-patch/work/e2e-archs/. Env: ORK_CACHE, ORK_E2E_THREADS, ORK_LLAMA_BUILD.
 set -euo pipefail
