@@ -11,7 +11,7 @@
 #    run; how many bytes of text agree is printed, as e2e.sh does for its models (random weights give flat
 #    logits, so the int8 activations of the plugin may flip a near-tie: a difference is reported, not failed);
 # 3. llama-perplexity --kl-divergence on the generator's embedded text against the F16 model the quantized one
-#    was made from (kept beside it in the cache): the plugin run's mean KLD (the prompt batches go to it) may
+#    was made from (its logits cached beside it): the plugin run's mean KLD (the prompt batches go to it) may
 #    exceed the plain run's, Q4's own error, by at most ORK_E2E_KLD_RATIO (default 1.10: the library adds at
 #    most 10 %, docs/ACCURACY.md). On random weights Q4's own KLD is large (0.1 to 0.4), so the KLD of the
 #    plugin run against the plain one is measured too and must stay below ORK_E2E_KLD_MAX (default 0.05,
@@ -19,8 +19,7 @@
 # ORK_E2E_ARCHS selects: "fast" (default, the CI subset: granitemoe with its 40 experts, qwen2moe's shared
 # expert, gpt-oss's K = 2880 with per-expert biases and gemma4's fused gate+up experts beside a dense
 # MLP, each with fewer experts than the real model), "all" (every architecture with its real expert
-# count: several GB of F16, kept in the cache as the KLD reference), or a space-separated list of
-# architecture names.
+# count: several GB of F16 while generating), or a space-separated list of architecture names.
 # gpt-oss's experts are MXFP4 as in its released files (ggml repacks them to mxfp4_8x8 on x86 with AVX2).
 # Logs: ggml-patch/work/e2e-archs/. Env: ORK_CACHE, ORK_E2E_THREADS, ORK_LLAMA_BUILD.
 set -euo pipefail
@@ -54,9 +53,6 @@ all) archs=("${all[@]}") ;;
 *) read -ra archs <<<"$ORK_E2E_ARCHS" ;;
 esac
 
-# the text the generators' tokenizer was trained on, the perplexity runs' input
-text=$out/text.txt
-python3 -c "import sys; sys.path.insert(0, '$repo/tools'); import make_tiny_qwen3moe as g; print(g.TEXT * 40)" >"$text"
 kld_ratio=${ORK_E2E_KLD_RATIO:-1.10}
 kld_max=${ORK_E2E_KLD_MAX:-0.05}
 
@@ -89,12 +85,13 @@ for arch in "${archs[@]}"; do
     [[ -s $out/$arch-plain.txt ]] || fail "$arch: the plain run wrote no text (log: $out/$arch-plain.log)"
     echo "$arch: 16 greedy tokens: plugin and plain texts agree on the first $(common_prefix "$out/$arch-plain.txt" \
         "$out/$arch-plugin.txt") of $(wc -c <"$out/$arch-plain.txt") bytes; $(grep '^ork-moe stats' "$out/$arch-plugin.log") ($((SECONDS - t0)) s)"
-    ppl=("$bin/llama-perplexity" -f "$text" -c 128 --chunks 4 -b 128 -t "$threads")
-    plain_ppl=(env ORK_MOE=0 "${ppl[@]}" -m "$model") plugin_ppl=(env ORK_MOE_PLUGIN="$lib" "${ppl[@]}" -m "$model")
-    perplexity f16 env ORK_MOE=0 "${ppl[@]}" -m "$(dirname "$model")/f16.gguf" --kl-divergence-base "$out/$arch-f16.kld"
+    # the F16 model's logits and the text they are over, cached with the model (common.sh)
+    f16=$(dirname "$model")/f16.kld
+    ppl=("$bin/llama-perplexity" -m "$model" -f "$(dirname "$model")/text.txt" "${ork_arch_ppl_args[@]}" -t "$threads")
+    plain_ppl=(env ORK_MOE=0 "${ppl[@]}") plugin_ppl=(env ORK_MOE_PLUGIN="$lib" "${ppl[@]}")
     perplexity plain "${plain_ppl[@]}" --kl-divergence-base "$out/$arch-plain.kld"
-    perplexity plain-vs-f16 "${plain_ppl[@]}" --kl-divergence-base "$out/$arch-f16.kld" --kl-divergence
-    perplexity plugin-vs-f16 "${plugin_ppl[@]}" --kl-divergence-base "$out/$arch-f16.kld" --kl-divergence
+    perplexity plain-vs-f16 "${plain_ppl[@]}" --kl-divergence-base "$f16" --kl-divergence
+    perplexity plugin-vs-f16 "${plugin_ppl[@]}" --kl-divergence-base "$f16" --kl-divergence
     perplexity plugin-vs-plain "${plugin_ppl[@]}" --kl-divergence-base "$out/$arch-plain.kld" --kl-divergence
     q4=$(kld plain-vs-f16) lib_f16=$(kld plugin-vs-f16) lib_plain=$(kld plugin-vs-plain)
     awk -v q="${q4:-nan}" -v k="${lib_f16:-nan}" -v r="$kld_ratio" 'BEGIN { exit !(q + 0 == q && k + 0 == k && q > 0 && k <= r * q) }' &&
