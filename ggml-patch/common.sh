@@ -79,7 +79,7 @@ ork_qwen3moe_models() {
     mkdir -p "$models"
     (
         flock 8
-        if [[ ! -f $models/done || ! -f $models/f16.gguf ]]; then
+        if [[ ! -f $models/done ]]; then
             [[ -n $bin ]] || bin=$("$ork_patch_dir/build.sh" | tail -1)/bin
             rm -f "$models"/*.gguf "$models"/*.log "$models/text.txt"
             t0=$SECONDS
@@ -91,6 +91,7 @@ ork_qwen3moe_models() {
                     { tail -20 "$models/quantize-$q.log" >&2; die "llama-quantize $q failed"; }
                 log "$name: $q quantized in $((SECONDS - t0)) s"
             done
+            rm "$models/f16.gguf"
             touch "$models/done"
         fi
     ) 8>"$models.lock" || exit 1
