@@ -260,8 +260,8 @@ if [[ ${ORK_E2E_BENCH:-1} != 0 ]]; then
 fi
 
 step "measured dispatch: ORK_DISPATCH=auto with the library's path made slower for real (ORK_EMU_SLOW_US) and as it is"
-# llama-bench -p 512 -n 0 -r 5 (six prompt batches with the warm-up): each class of call runs the library's
-# path twice, ggml's (reported through ork_observe) twice, then the faster. 50 ms per emulator submit makes
+# llama-bench -p 512 -n 0 -r 5 (six prompt batches with the warm-up): each class of call runs ggml's path
+# (reported through ork_observe) twice, the library's four times (two warm-up calls), then the faster. 50 ms per emulator submit makes
 # the library's path several times slower than ggml's on most classes (a large dense projection may still
 # win): most calls must then be declined, with at least one ggml verdict logged. Without the slowdown the
 # verdicts are printed, not checked (the winner on a loaded 2-core machine may vary).

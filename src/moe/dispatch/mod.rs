@@ -69,6 +69,10 @@ pub struct Params {
     pub budget: f64,
     /// Samples per path before the class is decided; the library's path runs until it has them.
     pub first_samples: usize,
+    /// The library's first calls of a class that give no sample: they fill the inflated-expert
+    /// cache and create the device contexts later calls reuse, so they take several times as
+    /// long as the calls after them.
+    pub library_warm_up: usize,
     /// Calls after which an exploration whose time never came back is given up.
     pub pending_calls: u64,
     /// Explorations of a path given up in a row after which the path is taken as one that is
@@ -82,6 +86,7 @@ impl Params {
         keep_margin: 0.02,
         budget: 0.03,
         first_samples: 2,
+        library_warm_up: 2,
         pending_calls: 16,
         unanswered: 3,
     };
@@ -168,6 +173,8 @@ pub struct Class {
     pending: Option<Pending>,
     /// Explorations of ggml's path given up in a row.
     unanswered: u32,
+    /// The library's calls of this class that gave no sample ([`Params::library_warm_up`]).
+    library_warmed: usize,
 }
 
 impl Default for Class {
@@ -183,6 +190,7 @@ impl Default for Class {
             calls: 0,
             pending: None,
             unanswered: 0,
+            library_warmed: 0,
         }
     }
 }
@@ -194,6 +202,7 @@ impl Class {
         let mut c = Class {
             path: r.path,
             decided: true,
+            library_warmed: usize::MAX,
             ..Class::default()
         };
         c.library.push(r.library);
@@ -247,7 +256,6 @@ impl Class {
         if !seconds.is_finite() || seconds < 0.0 {
             return;
         }
-        self.estimate_mut(path).push(seconds / rows.max(1) as f64);
         self.total += seconds;
         if path != self.path {
             self.explored += seconds;
@@ -258,6 +266,11 @@ impl Class {
         if path == Path::Ggml {
             self.unanswered = 0;
         }
+        if path == Path::Library && self.library_warmed < p.library_warm_up {
+            self.library_warmed += 1;
+            return;
+        }
+        self.estimate_mut(path).push(seconds / rows.max(1) as f64);
         self.decide(p);
     }
 

@@ -150,7 +150,7 @@ fn the_text_is_one_line_each_and_parses_back() {
     assert_eq!(lines[1], format!("key {KEY}"));
     assert_eq!(
         lines[2],
-        "class routed 2050 2048 768 64 library 1e-6 2.5e-6 297 3"
+        "class routed 2050 2048 768 64 library 1e-6 2.5e-6 295 3"
     );
     assert_eq!(lines[5], "end 3");
     assert_eq!(parse(&text), Ok((KEY.to_owned(), verdicts)));
