@@ -31,6 +31,10 @@
 # ORK_E2E_TBO_TYPES (default: the six supported types), ORK_LLAMA_BUILD (use this llama.cpp build dir
 # instead of build.sh's).
 set -euo pipefail
+# The checks count the calls the library handled, and measured dispatch (ORK_DISPATCH=auto, the default)
+# leaves some to ggml to time its path: the library takes every call here unless the caller says otherwise
+# (the measured-dispatch step sets auto itself).
+export ORK_DISPATCH=${ORK_DISPATCH:-always}
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/.." && pwd)

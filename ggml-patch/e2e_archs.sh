@@ -23,6 +23,9 @@
 # gpt-oss's experts are MXFP4 as in its released files (ggml repacks them to mxfp4_8x8 on x86 with AVX2).
 # Logs: ggml-patch/work/e2e-archs/. Env: ORK_CACHE, ORK_E2E_THREADS, ORK_LLAMA_BUILD.
 set -euo pipefail
+# The checks count the calls the library handled: it takes every call here (measured dispatch, the default,
+# leaves some to ggml to time its path) unless the caller chooses another ORK_DISPATCH.
+export ORK_DISPATCH=${ORK_DISPATCH:-always}
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/.." && pwd)

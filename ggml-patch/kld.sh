@@ -11,6 +11,8 @@
 # Models are cached in ${ORK_CACHE:-~/.cache/ork-moe}/tiny-qwen3moe-kld-<script hash>/; logs in
 # ggml-patch/work/kld/.
 set -euo pipefail
+# The library's path on every call it takes (not ggml's for some, as measured dispatch, the default, would).
+export ORK_DISPATCH=${ORK_DISPATCH:-always}
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/.." && pwd)
 cache=${ORK_CACHE:-$HOME/.cache/ork-moe}

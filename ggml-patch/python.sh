@@ -21,6 +21,9 @@
 # build's patched libllama.so (llama-cpp-python's LLAMA_CPP_LIB_PATH): one patched llama.cpp for the
 # command-line tools and Python alike. CI uses this; the default compiles a second copy into the venv.
 set -euo pipefail
+# Its check counts the calls the library handled: every call, unless the caller chooses another ORK_DISPATCH
+# (auto, the default, leaves some to ggml to time its path).
+export ORK_DISPATCH=${ORK_DISPATCH:-always}
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/.." && pwd)

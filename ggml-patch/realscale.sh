@@ -42,6 +42,8 @@
 # ORK_REALSCALE_SLOW_US (4000). The measured-dispatch comparison:
 #   ORK_REALSCALE_MODES="plain library auto slow autoslow" ggml-patch/realscale.sh
 set -euo pipefail
+# `library` and its variants are the library's path on every call; auto and autoslow set measured dispatch.
+export ORK_DISPATCH=${ORK_DISPATCH:-always}
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/.." && pwd)

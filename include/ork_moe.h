@@ -51,13 +51,13 @@
 // `ork_config.prefetch_threads`: as `ORK_PREFETCH=auto` (the default) picks them.
 #define ORK_PREFETCH_AUTO UINT32_MAX
 
-// `ork_config.dispatch`: the library takes every op it can (the default) ...
+// `ork_config.dispatch`: the library takes every op it can ...
 #define ORK_DISPATCH_ALWAYS 0
 
 // ... none ...
 #define ORK_DISPATCH_NEVER 1
 
-// ... or, per class of op, the faster path as measured (`ork_observe`).
+// ... or, per class of op, the faster path as measured (`ork_observe`; the default).
 #define ORK_DISPATCH_AUTO 2
 
 // `ork_config.simd`: the kernel path (`ORK_SIMD`); a path this CPU lacks fails `ork_ctx_new`.

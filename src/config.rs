@@ -165,7 +165,7 @@ macro_rules! settings { ($emit:ident) => { $emit! {
         },
     }
     ORK_DISPATCH as dispatch {
-        default: "always",
+        default: "auto",
         meaning: "which ops the library takes: `always` (every op it can), `never` (none: ggml runs them all) or `auto` (per class of op, the faster of the library's path and ggml's, measured in the running process: a patched llama.cpp reports ggml's times through `ork_observe`; docs/ENGINE.md)",
         value: dispatch,
         words: [

@@ -47,11 +47,11 @@ pub const ORK_MT_LEADER: u32 = 1;
 /// `ork_config.prefetch_threads`: as `ORK_PREFETCH=auto` (the default) picks them.
 pub const ORK_PREFETCH_AUTO: u32 = u32::MAX;
 
-/// `ork_config.dispatch`: the library takes every op it can (the default) ...
+/// `ork_config.dispatch`: the library takes every op it can ...
 pub const ORK_DISPATCH_ALWAYS: u32 = 0;
 /// ... none ...
 pub const ORK_DISPATCH_NEVER: u32 = 1;
-/// ... or, per class of op, the faster path as measured (`ork_observe`).
+/// ... or, per class of op, the faster path as measured (`ork_observe`; the default).
 pub const ORK_DISPATCH_AUTO: u32 = 2;
 
 /// `ork_config.simd`: the kernel path (`ORK_SIMD`); a path this CPU lacks fails `ork_ctx_new`.
@@ -418,7 +418,7 @@ mod tests {
             ("ORK_PREFETCH_MB", "512"),
             ("ORK_DENSE", "0"),
             ("ORK_DISPATCH", "never"),
-            ("ORK_DISPATCH", "auto"),
+            ("ORK_DISPATCH", "always"),
             ("ORK_LOG", "debug"),
             ("ORK_EMU_SUBMIT_US", "61.5"),
             ("ORK_EMU_TASK_US", "0"),

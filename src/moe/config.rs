@@ -96,7 +96,7 @@ impl Default for Config {
             prefetch_cpus: Vec::new(),
             prefetch_bytes: 1 << 30,
             dense: true,
-            dispatch: Dispatch::Always,
+            dispatch: Dispatch::Auto,
             dispatch_cache: None,
             print_verdicts: false,
         }
