@@ -34,6 +34,8 @@ fn ctx(prefetch: bool) -> *mut ork_ctx {
         ork_config_default(&mut cfg);
         cfg.backend = ORK_BACKEND_EMU;
         cfg.min_rows = 0;
+        // Every call the check takes runs (no ggml here to time the other path).
+        cfg.dispatch = ORK_DISPATCH_ALWAYS;
         cfg.cache_verify = ORK_CACHE_VERIFY_FULL;
         cfg.prefetch_threads = prefetch as u32;
         let ctx = ork_ctx_new(&cfg);

@@ -28,6 +28,8 @@ fn ctx() -> *mut ork_ctx {
         ork_config_default(&mut cfg);
         cfg.backend = ORK_BACKEND_EMU;
         cfg.min_rows = 0;
+        // Every call the check takes runs (no ggml here to time the other path).
+        cfg.dispatch = ORK_DISPATCH_ALWAYS;
         ork_ctx_new(&cfg) as usize
     }) as *mut ork_ctx
 }
