@@ -109,16 +109,12 @@ common_prefix() {
         wc -c <"$1"
 }
 
-# The perplexity runs of e2e_archs.sh's KLD check: llama-perplexity's settings, and its text (the one the
-# generators' tokenizer was trained on) written to $1.
+# llama-perplexity's settings for the runs of e2e_archs.sh's KLD check.
 ork_arch_ppl_args=(-c 128 --chunks 4 -b 128)
-ork_arch_text() {
-    python3 -c "import sys; sys.path.insert(0, '$ork_patch_dir/../tools'); import make_tiny_qwen3moe as g; print(g.TEXT * 40)" >"$1"
-}
 
 # A synthetic model of one MoE architecture (tools/make_tiny_moe.py, quantized by llama-quantize to Q4_0, or
 # gpt-oss to MXFP4_MOE), cached by the hash of the generators, the arguments and the perplexity settings;
-# prints the GGUF's path. Beside it: text.txt (ork_arch_text) and f16.kld, the F16 model's logits over that
+# prints the GGUF's path. Beside it: text.txt (the generator's text) and f16.kld, the F16 model's logits over that
 # text (llama-perplexity --kl-divergence-base with ork_arch_ppl_args: the reference of e2e_archs.sh's KLD
 # check); the F16 model itself is not kept (several GB over all architectures, the logits 0.3 MB each).
 # $1 = a folder holding llama-quantize and llama-perplexity; the rest: the generator's arguments (the
@@ -137,10 +133,9 @@ ork_arch_model() {
         if [[ ! -f $models/done ]]; then
             rm -f "$models"/*.gguf "$models"/*.log "$models"/*.kld
             t0=$SECONDS
-            python3 "$repo/tools/make_tiny_moe.py" "$1" "$models/f16.gguf" "${@:2}" >&2
+            python3 "$repo/tools/make_tiny_moe.py" "$1" "$models/f16.gguf" --text-out "$models/text.txt" "${@:2}" >&2
             "$bin/llama-quantize" "$models/f16.gguf" "$models/$quant.gguf" $quant >"$models/quantize-$quant.log" 2>&1 ||
                 { tail -20 "$models/quantize-$quant.log" >&2; die "llama-quantize $1 $quant failed"; }
-            ork_arch_text "$models/text.txt"
             ORK_MOE=0 "$bin/llama-perplexity" -m "$models/f16.gguf" -f "$models/text.txt" "${ork_arch_ppl_args[@]}" \
                 -t "${ORK_E2E_THREADS:-$(nproc)}" --kl-divergence-base "$models/f16.kld" >"$models/f16-logits.log" 2>&1 ||
                 { tail -20 "$models/f16-logits.log" >&2; die "llama-perplexity on the F16 $1 failed"; }

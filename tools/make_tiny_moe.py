@@ -18,7 +18,7 @@ import argparse
 import gguf
 import numpy as np
 
-from make_tiny_qwen3moe import add_vocabulary, write_tensors
+from make_tiny_qwen3moe import add_vocabulary, write_tensors, write_text
 
 # The real models' shapes. hidden = K of gate/up, expert_ffn = N (K of down); heads, kv heads, head size;
 # dense_ffn: feed_forward_length, which olmoe and granitemoe read as the expert width.
@@ -311,6 +311,7 @@ def main():
     ap.add_argument("--experts", type=int, help="routed experts per layer (default: the real model's)")
     ap.add_argument("--merges", type=int, default=400)
     ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--text-out", help="also write the embedded text (repeated) here, e.g. for llama-perplexity")
     args = ap.parse_args()
     c = ARCHS[args.arch]
     e = args.experts or c["experts"]
@@ -348,6 +349,8 @@ def main():
         add_attention(m, args.arch, c, p, il)
         add_ffn(m, args.arch, c, p, il, e)
     write_tensors(w, m.tensors)
+    if args.text_out:
+        write_text(args.text_out)
 
 
 if __name__ == "__main__":

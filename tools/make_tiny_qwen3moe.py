@@ -236,8 +236,13 @@ def main():
     write_tensors(w, tensors)
 
     if args.text_out:
-        with open(args.text_out, "w") as out:
-            out.write(TEXT * 40)
+        write_text(args.text_out)
+
+
+def write_text(path):
+    """The text the tokenizer was trained on, repeated: llama-perplexity's input."""
+    with open(path, "w") as out:
+        out.write(TEXT * 40)
 
 
 if __name__ == "__main__":

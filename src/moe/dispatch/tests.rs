@@ -132,7 +132,7 @@ fn a_first_call_that_sets_up_the_class_does_not_decide_it() {
     assert_eq!(count(&choices[..20], Path::Ggml), P.first_samples);
 }
 
-/// Every `n`th call (counting from `phase`) disturbed: `factor` × its time.
+/// The first half of every period of `n` calls (shifted by `phase`) disturbed: `factor` × its time.
 fn disturbed(i: u64, phase: u64, n: u64, factor: f64) -> f64 {
     if (i + phase) % n < n / 2 {
         factor
