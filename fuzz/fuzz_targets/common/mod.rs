@@ -104,7 +104,7 @@ pub fn dim(b: &mut Bytes, natural: i64) -> i64 {
 pub fn stride(b: &mut Bytes, natural: usize) -> usize {
     match b.below(16) {
         0 => [0, usize::MAX / 2, 1 << 40, 3, 4][b.below(5)],
-        1 => natural + 4 * b.below(16),
+        1 => natural.saturating_add(4 * b.below(16)),
         2 => b.below(1 << 10),
         _ => natural,
     }
