@@ -39,8 +39,10 @@
 # Env: ORK_CACHE, ORK_LLAMA_BUILD (a llama.cpp build dir instead of build.sh's), ORK_REALSCALE_THREADS
 # (default nproc), ORK_REALSCALE_ROUNDS (3), ORK_REALSCALE_REPS (3), ORK_REALSCALE_TYPES ("Q4_0 Q4_K_M"),
 # ORK_REALSCALE_MODES ("plain norepack library library0 stream"), ORK_REALSCALE_STREAM_MB (64),
-# ORK_REALSCALE_SLOW_US (4000). The measured-dispatch comparison:
+# ORK_REALSCALE_SLOW_US (4000), ORK_REALSCALE_PROMPT (512: llama-bench -p). The measured-dispatch comparison:
 #   ORK_REALSCALE_MODES="plain library auto slow autoslow" ggml-patch/realscale.sh
+# and on a short prompt (64 tokens: 4 rows per expert, which `always` takes only with ORK_MIN_ROWS=2):
+#   ORK_MIN_ROWS=2 ORK_REALSCALE_PROMPT=64 ORK_REALSCALE_MODES="plain library auto" ggml-patch/realscale.sh
 set -euo pipefail
 # `library` and its variants are the library's path on every call; auto and autoslow set measured dispatch.
 export ORK_DISPATCH=${ORK_DISPATCH:-always}
@@ -55,6 +57,8 @@ types=${ORK_REALSCALE_TYPES:-Q4_0 Q4_K_M}
 modes=${ORK_REALSCALE_MODES:-plain norepack library library0 stream}
 stream_mb=${ORK_REALSCALE_STREAM_MB:-64}
 slow_us=${ORK_REALSCALE_SLOW_US:-4000}
+prompt=${ORK_REALSCALE_PROMPT:-512}
+pp=pp$prompt
 layers=4
 gen_args=(--layers $layers --experts 128 --embd-std 1)
 out=$here/work/realscale
@@ -100,7 +104,7 @@ bench() {
     *) die "unknown mode $mode (plain, norepack, library, library0, dense0, stream, auto, slow, autoslow)" ;;
     esac
     # -v: llama-bench passes the library's log lines (through the patch into ggml's log) to stderr
-    "${run[@]}" "$bin/llama-bench" -m "$models/$q.gguf" -p 512 -n 128 -t "$threads" -r "$reps" "${args[@]}" \
+    "${run[@]}" "$bin/llama-bench" -m "$models/$q.gguf" -p "$prompt" -n 128 -t "$threads" -r "$reps" "${args[@]}" \
         -o json -v >"$name.json" 2>"$name.log" || { tail -20 "$name.log"; die "llama-bench $q $mode failed (log: $name.log)"; }
 }
 # Tokens/s of test $2 (pp512, tg128) in run file $1: "median mean sd" of the repetitions. Ratios use the
@@ -111,7 +115,7 @@ tps() {
 }
 median() { tps "$@" | cut -d' ' -f1; }
 
-step "llama-bench -p 512 -n 128 -t $threads -r $reps: ${modes// /, } interleaved, $rounds round(s)"
+step "llama-bench -p $prompt -n 128 -t $threads -r $reps: ${modes// /, } interleaved, $rounds round(s)"
 echo "(tokens/s: median of the $reps repetitions, then llama-bench's mean ± sd)"
 for round in $(seq "$rounds"); do
     for q in $types; do
@@ -119,8 +123,8 @@ for round in $(seq "$rounds"); do
             l0=$(load)
             t0=$SECONDS
             bench "$mode" "$q" "$round"
-            printf '%-7s round %s %-9s pp512 %7.1f (%7.1f ± %5.1f)  tg128 %6.1f (%6.1f ± %5.1f)  %3d s, load %s\n' \
-                "$q" "$round" "$mode" $(tps "$out/$q-$mode-$round.json" pp512) $(tps "$out/$q-$mode-$round.json" tg128) \
+            printf "%-7s round %s %-9s $pp %7.1f (%7.1f ± %5.1f)  tg128 %6.1f (%6.1f ± %5.1f)  %3d s, load %s\n" \
+                "$q" "$round" "$mode" $(tps "$out/$q-$mode-$round.json" "$pp") $(tps "$out/$q-$mode-$round.json" tg128) \
                 $((SECONDS - t0)) "$l0"
         done
     done
@@ -132,7 +136,7 @@ for q in $types; do
         [[ $mode == plain || $mode == norepack ]] && continue
         for base in $modes; do
             [[ $base == plain || $base == norepack ]] || continue
-            for t in pp512 tg128; do
+            for t in "$pp" tg128; do
                 ratios=()
                 for round in $(seq "$rounds"); do
                     ratios+=("$(awk -v l="$(median "$out/$q-$mode-$round.json" $t)" \

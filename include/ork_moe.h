@@ -168,7 +168,9 @@ typedef struct ork_config {
   uint32_t core_mask;
   // Expert cache budget in bytes.
   uint64_t cache_bytes;
-  // Average rows per used expert below which a call goes to `min_rows_mode`.
+  // Average rows per used expert below which a call goes to `min_rows_mode`. Under
+  // `ORK_DISPATCH_AUTO` with `ORK_MIN_ROWS_DECLINE`: tokens below which a call is declined
+  // unmeasured, as is one of under 2 rows per expert; every other call is measured.
   uint32_t min_rows;
   // Threads per call of `ork_mul_mat_id`'s own pool, and of a submit on the CPU-executed
   // backends (0 = all cores; never more than the cores).

@@ -95,7 +95,7 @@ macro_rules! settings { ($emit:ident) => { $emit! {
     }
     ORK_MIN_ROWS as min_rows {
         default: "8",
-        meaning: "mean rows per used expert below which a call is not sent to the NPU",
+        meaning: "mean rows per used expert below which a call is not sent to the NPU; under `ORK_DISPATCH=auto` with `decline`, tokens below which a call is declined without measuring it (as one of under 2 rows per expert is), every larger call measured",
         value: min_rows,
         parse: Whole,
     }

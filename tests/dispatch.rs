@@ -29,6 +29,10 @@ fn context_with(dispatch: u32) -> *mut ork_ctx {
 }
 
 fn context_slowed(dispatch: u32, emu_slow_us: u32) -> *mut ork_ctx {
+    context_full(dispatch, emu_slow_us, 0)
+}
+
+fn context_full(dispatch: u32, emu_slow_us: u32, min_rows: u32) -> *mut ork_ctx {
     // These contexts start undecided: no verdict of another test or run is read.
     static NO_CACHE: Once = Once::new();
     NO_CACHE.call_once(|| std::env::set_var("ORK_DISPATCH_CACHE", "off"));
@@ -37,7 +41,7 @@ fn context_slowed(dispatch: u32, emu_slow_us: u32) -> *mut ork_ctx {
     cfg.struct_size = size_of::<ork_config>() as u32;
     ork_config_default(&mut cfg);
     cfg.backend = ORK_BACKEND_EMU;
-    cfg.min_rows = 0;
+    cfg.min_rows = min_rows;
     cfg.cache_verify = ORK_CACHE_VERIFY_FULL;
     cfg.mt_mode = ORK_MT_COOP;
     cfg.dispatch = dispatch;
@@ -101,6 +105,43 @@ const WARM_UP: [ork_result; 6] = [
     ORK_OK,
     ORK_OK,
 ];
+
+#[test]
+fn under_auto_only_decode_sized_calls_are_declined_from_metadata() {
+    // 4 experts, 2 slots: `tokens / 2` rows per expert, rounded up; min_rows 8.
+    let shape = |tokens| [64, 32, 4, 2, tokens, 1];
+    let ctx = context_full(ORK_DISPATCH_AUTO, 0, 8);
+    // Fewer than 8 tokens, or 1 row per expert: declined by the check, before any measuring.
+    for tokens in [1, 2, 7] {
+        let c = Owned::contiguous(GgmlType::Q4_0, shape(tokens), &mut Rng::new(5));
+        assert_eq!(check(ctx, &c.d), ORK_NOT_HANDLED, "{tokens} tokens");
+        assert!(
+            last_error().contains("a decode-sized call"),
+            "{}",
+            last_error()
+        );
+        assert_eq!(call(ctx, &c.d), ORK_NOT_HANDLED, "{tokens} tokens");
+    }
+    // 8 tokens are 4 rows per expert, below min_rows: `always` declines them, `auto` measures
+    // them as any class (ggml's path twice, then the library's).
+    let mut c = Owned::contiguous(GgmlType::Q4_0, shape(8), &mut Rng::new(5));
+    assert_eq!(check(ctx, &c.d), ORK_OK, "{}", last_error());
+    let codes = run(ctx, &mut c, 0, SLOW, 10);
+    assert_eq!(codes[..WARM_UP.len()], WARM_UP);
+    assert!(
+        codes.iter().skip(WARM_UP.len()).all(|&rc| rc == ORK_OK),
+        "{codes:?}"
+    );
+    ork_ctx_free(ctx);
+    let ctx = context_full(ORK_DISPATCH_ALWAYS, 0, 8);
+    assert_eq!(check(ctx, &c.d), ORK_NOT_HANDLED);
+    assert!(
+        last_error().contains("below min_rows 8"),
+        "{}",
+        last_error()
+    );
+    ork_ctx_free(ctx);
+}
 
 #[test]
 fn auto_takes_a_class_where_ggml_is_slower_and_declines_it_where_ggml_is_faster() {

@@ -80,7 +80,9 @@ pub struct ork_config {
     pub core_mask: u32,
     /// Expert cache budget in bytes.
     pub cache_bytes: u64,
-    /// Average rows per used expert below which a call goes to `min_rows_mode`.
+    /// Average rows per used expert below which a call goes to `min_rows_mode`. Under
+    /// `ORK_DISPATCH_AUTO` with `ORK_MIN_ROWS_DECLINE`: tokens below which a call is declined
+    /// unmeasured, as is one of under 2 rows per expert; every other call is measured.
     pub min_rows: u32,
     /// Threads per call of `ork_mul_mat_id`'s own pool, and of a submit on the CPU-executed
     /// backends (0 = all cores; never more than the cores).

@@ -6,6 +6,13 @@ use super::outliers::Rule;
 use crate::npu::DeviceConfig;
 use std::path::PathBuf;
 
+/// Under [`Dispatch::Auto`], the fewest rows per expert (at most `min_rows`) of a call that is
+/// measured rather than declined from its metadata. Below it, and below `min_rows` tokens, a call
+/// is decode-sized: one token or a few parallel ones, whose ops are so short that entering the
+/// measured call (the threads meet to decide) costs more than measuring could ever win back;
+/// above it the threshold is the measurement's, class by class.
+pub const MEASURED_ROWS_PER_EXPERT: u32 = 2;
+
 /// What happens to calls below `min_rows` rows per expert.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SmallBatch {
@@ -35,7 +42,9 @@ pub struct Config {
     pub cache_policy: Policy,
     pub cache_verify: Verify,
     /// Calls whose average rows per used expert (`Problem::rows_per_expert`) are below this go
-    /// to `small_batch`.
+    /// to `small_batch`. Under [`Dispatch::Auto`] with [`SmallBatch::Decline`] it counts tokens
+    /// instead: a call of fewer tokens, or of fewer than [`MEASURED_ROWS_PER_EXPERT`] rows per
+    /// expert, is declined from its metadata; every other call is measured.
     pub min_rows: u32,
     pub small_batch: SmallBatch,
     pub mt_mode: MtMode,

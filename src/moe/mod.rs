@@ -39,7 +39,7 @@ mod staging;
 mod stats;
 mod submit;
 
-pub use config::{Config, Dispatch, MtMode, SmallBatch};
+pub use config::{Config, Dispatch, MtMode, SmallBatch, MEASURED_ROWS_PER_EXPERT};
 pub use engine::Engine;
 pub use plan::{Inputs, PairInputs, Plan};
 pub use staging::{HeldBytes, HeldWeights, PrefetchStats};
@@ -74,8 +74,10 @@ enum Message {
     Text(String),
     Static(&'static str),
     BelowMinRows {
+        tokens: usize,
         rows_per_expert: usize,
         min_rows: u32,
+        measured: bool,
     },
 }
 
@@ -96,13 +98,21 @@ impl Error {
         }
     }
 
-    /// A call whose `rows_per_expert` is below the small-batch threshold: not handled.
-    pub fn below_min_rows(rows_per_expert: usize, min_rows: u32) -> Error {
+    /// A call below the small-batch threshold ([`Config::min_rows`]): not handled. `measured`:
+    /// under [`Dispatch::Auto`], where the threshold counts tokens.
+    pub fn below_min_rows(
+        tokens: usize,
+        rows_per_expert: usize,
+        min_rows: u32,
+        measured: bool,
+    ) -> Error {
         Error {
             kind: ErrorKind::NotHandled,
             message: Message::BelowMinRows {
+                tokens,
                 rows_per_expert,
                 min_rows,
+                measured,
             },
         }
     }
@@ -113,11 +123,25 @@ impl Error {
             Message::Text(text) => text.into(),
             Message::Static(text) => (*text).into(),
             Message::BelowMinRows {
+                tokens,
                 rows_per_expert,
                 min_rows,
+                measured: false,
             } => format!(
-                "{rows_per_expert} rows per expert is below min_rows {min_rows} (ORK_MIN_ROWS): \
-                 left to the caller"
+                "{tokens} tokens, {rows_per_expert} rows per expert: below min_rows {min_rows} \
+                 (ORK_MIN_ROWS) rows per expert, left to the caller"
+            )
+            .into(),
+            Message::BelowMinRows {
+                tokens,
+                rows_per_expert,
+                min_rows,
+                measured: true,
+            } => format!(
+                "{tokens} tokens, {rows_per_expert} rows per expert: a decode-sized call (under \
+                 {min_rows} tokens (ORK_MIN_ROWS) or under {} rows per expert), left to the \
+                 caller without measuring it (ORK_DISPATCH=auto)",
+                MEASURED_ROWS_PER_EXPERT.min(*min_rows)
             )
             .into(),
         }

@@ -2,7 +2,7 @@
 //! from metadata only, and the views of its tensors.
 
 use super::desc::{dense_as_mul_mat_id, validate, Problem, TensorDesc};
-use super::{Config, Error, ErrorKind, SmallBatch};
+use super::{Config, Dispatch, Error, ErrorKind, SmallBatch, MEASURED_ROWS_PER_EXPERT};
 use std::sync::atomic::AtomicU32;
 
 /// Views of one call's tensors, built by the caller from a [`Problem`]'s extents. `dst` is atomic
@@ -108,17 +108,29 @@ impl Plan {
         pair: Option<Problem>,
     ) -> Result<Plan, Error> {
         check_indexable(config, &problem)?;
-        let small = problem.rows_per_expert() < config.min_rows as usize;
-        if small && config.small_batch == SmallBatch::Decline {
-            return Err(Error::below_min_rows(
-                problem.rows_per_expert(),
-                config.min_rows,
-            ));
+        let (tokens, rows) = (problem.n_tokens, problem.rows_per_expert());
+        let small = rows < config.min_rows as usize;
+        if config.small_batch == SmallBatch::Decline {
+            let measured = config.dispatch == Dispatch::Auto;
+            let declined = if measured {
+                tokens < config.min_rows as usize
+                    || rows < MEASURED_ROWS_PER_EXPERT.min(config.min_rows) as usize
+            } else {
+                small
+            };
+            if declined {
+                return Err(Error::below_min_rows(
+                    tokens,
+                    rows,
+                    config.min_rows,
+                    measured,
+                ));
+            }
         }
         Ok(Plan {
             problem,
             pair,
-            on_cpu: small,
+            on_cpu: small && config.small_batch == SmallBatch::Cpu,
         })
     }
 }
@@ -278,5 +290,92 @@ mod tests {
             e.message().contains("the other projection's weights"),
             "{e}"
         );
+    }
+
+    /// A routed call of `tokens` tokens over 16 experts of 4 rows of 32 Q8_0 weights, 8 slots
+    /// each, under `dispatch` and `small_batch` with the default `min_rows` (8).
+    fn routed(tokens: i64, dispatch: Dispatch, small_batch: SmallBatch) -> Result<Plan, Error> {
+        let config = Config {
+            dispatch,
+            small_batch,
+            ..Config::default()
+        };
+        let w = t(8, [32, 4, 16], [34, 34, 136], 0x10000);
+        let b = t(0, [32, 1, tokens], [4, 128, 128], 1 << 32);
+        let ids = t(
+            GGML_TYPE_I32,
+            [8, tokens, 1],
+            [4, 32, 32 * tokens as usize],
+            1 << 33,
+        );
+        let dst = t(0, [4, 8, tokens], [4, 16, 128], 1 << 34);
+        Plan::single(&config, &w, &b, &ids, &dst)
+    }
+
+    #[test]
+    fn under_auto_min_rows_counts_tokens_and_two_rows_per_expert_are_measured() {
+        use {Dispatch::*, SmallBatch::*};
+        // 8 slots over 16 experts: `tokens / 2` rows per expert, rounded up.
+        let declined = |tokens, dispatch, small_batch| {
+            routed(tokens, dispatch, small_batch)
+                .map(|plan| plan.on_cpu)
+                .map_err(|e| {
+                    assert_eq!(e.kind, ErrorKind::NotHandled, "{e}");
+                    e.message().into_owned()
+                })
+        };
+        // always: below 8 rows per expert (15 tokens) is declined, or run on the CPU.
+        assert!(declined(14, Always, Decline)
+            .unwrap_err()
+            .contains("7 rows per expert: below min_rows 8"));
+        assert_eq!(declined(15, Always, Decline), Ok(false));
+        assert_eq!(declined(14, Always, Cpu), Ok(true));
+        // auto: a decode-sized call is declined (fewer than 8 tokens, or 1 row per expert) ...
+        for tokens in [1, 3, 7] {
+            let e = declined(tokens, Auto, Decline).unwrap_err();
+            assert!(e.contains("a decode-sized call"), "{e}");
+            assert!(e.contains("ORK_DISPATCH=auto"), "{e}");
+        }
+        // ... and from 8 tokens (4 rows per expert) every call is taken, to be measured.
+        assert_eq!(declined(8, Auto, Decline), Ok(false));
+        assert_eq!(declined(14, Auto, Decline), Ok(false));
+        // With the CPU mode asked for, nothing is declined: small calls run on the CPU.
+        assert_eq!(declined(1, Auto, Cpu), Ok(true));
+        assert_eq!(declined(16, Auto, Cpu), Ok(false));
+    }
+
+    #[test]
+    fn under_auto_one_row_per_expert_is_declined_however_many_tokens() {
+        // 64 experts, 1 slot: 100 tokens are 2 rows per expert, 63 tokens 1.
+        let config = Config {
+            dispatch: Dispatch::Auto,
+            ..Config::default()
+        };
+        let call = |tokens: i64| {
+            let w = t(8, [32, 4, 64], [34, 34, 136], 0x10000);
+            let b = t(0, [32, 1, tokens], [4, 128, 128], 1 << 32);
+            let ids = t(
+                GGML_TYPE_I32,
+                [1, tokens, 1],
+                [4, 4, 4 * tokens as usize],
+                1 << 33,
+            );
+            let dst = t(0, [4, 1, tokens], [4, 16, 16], 1 << 34);
+            Plan::single(&config, &w, &b, &ids, &dst)
+        };
+        let e = call(63).unwrap_err();
+        assert!(e.message().contains("63 tokens, 1 rows per expert"), "{e}");
+        assert!(e.message().contains("under 2 rows per expert"), "{e}");
+        assert!(call(100).is_ok());
+        // min_rows 0 turns the floor off.
+        let config = Config {
+            min_rows: 0,
+            ..config
+        };
+        let w = t(8, [32, 4, 64], [34, 34, 136], 0x10000);
+        let b = t(0, [32, 1, 1], [4, 128, 128], 1 << 32);
+        let ids = t(GGML_TYPE_I32, [1, 1, 1], [4, 4, 4], 1 << 33);
+        let dst = t(0, [4, 1, 1], [4, 16, 16], 1 << 34);
+        assert!(Plan::single(&config, &w, &b, &ids, &dst).is_ok());
     }
 }
