@@ -8,6 +8,8 @@
 #    library takes (every quantized type llama-quantize writes: q4_0 ... iq1_m, the list below) with
 #    ORK_MIN_ROWS=0, where its own counters must show that it handled every one; all the others with the default settings (the library declines them and
 #    ggml runs them). Every case must pass.
+#    Then -o MUL_MAT for the same types, every weight buffer offered (ORK_MOE_DENSE_ANY_BUFFER=1): the library
+#    must handle every case its dense path takes, and every case must pass.
 # 3. discovery: LD_PRELOAD and ORK_MOE_PLUGIN both activate it, ORK_MOE=0 disables it; ggml repacks the
 #    routed experts into CPU_REPACK as without the plugin (same buffer size), and the plugin reads them there
 #    (its log names the repacked layout of every call it handled);
@@ -109,6 +111,25 @@ else
     tbo_cases=$((tbo_cases + ${cases:-0}))
     echo "test-backend-ops MUL_MAT_ID: $tbo_cases cases in all"
 fi
+
+step "test-backend-ops -b CPU -o MUL_MAT (plugin active, every weight buffer offered)"
+# The patch offers the library a MUL_MAT only when its weights are in a buffer llama.cpp marks as weights, which
+# test-backend-ops's are not: ORK_MOE_DENSE_ANY_BUFFER=1 (for tests) lifts that, ORK_CACHE_VERIFY=full re-reads
+# every cached weight, since each case writes new weights where the last case's were. The library must handle
+# exactly the cases its dense path takes (2-D, F32 activations, unbatched, unpermuted, no views: counted from
+# the case names), and every case must pass.
+for type in $tbo_types; do
+    log=$out/tbo-mul-mat-$type.log
+    t0=$SECONDS
+    "${with_plugin[@]}" ORK_MIN_ROWS=0 ORK_CACHE_VERIFY=full ORK_MOE_DENSE_ANY_BUFFER=1 \
+        "$bin/test-backend-ops" test -b CPU -o MUL_MAT -p "type_a=$type," >"$log" 2>&1 ||
+        fail "test-backend-ops MUL_MAT type_a=$type (log: $log)"
+    n=$(handled "$log")
+    taken=$(grep -F 'MUL_MAT(' "$log" | grep -F 'type_b=f32' | grep -F 'bs=[1,1],nr=[1,1],per=[0,1,2,3]' |
+        grep -cv '_v=1' || true)
+    summary="$(passed_of "$log"); the dense path's $taken handled: $(grep '^ork-moe stats' "$log") ($((SECONDS - t0)) s)"
+    if [[ ${n:-0} -eq $taken && $taken -gt 0 ]]; then pass "type_a=$type: $summary"; else fail "type_a=$type: $summary"; fi
+done
 
 step "discovery"
 probe() { # $1 = log name, rest = env assignments; a 1-token run is enough to resolve and call the plugin
