@@ -231,7 +231,7 @@ pub(super) fn q4_1(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
         store32(even, _mm256_permute2x128_si256::<0x20>(first, second));
         store32(odd, _mm256_permute2x128_si256::<0x31>(first, second));
     };
-    let (ab, inv) = (params.ab(), params.inv());
+    let (ab, inv) = (params.ab(), params.factors());
     // Eight runs per step (one bounds check per row and step), then four, then one at a time.
     let (eights, fours) = (runs / 8 * 8, runs / GROUP * GROUP);
     for_each_row_block_group::<8, 1, 160, _>(rows, ab, tile, 0..eights, |_, j, [blk], [p], out| {
@@ -389,7 +389,7 @@ pub(super) fn q4_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
         let lut1 = _mm256_permute2x128_si256::<0x11>(t, t);
         store32(odd, _mm256_shuffle_epi8(lut1, hi));
     };
-    let (ab, inv) = (params.ab(), params.inv());
+    let (ab, inv) = (params.ab(), params.factors());
     for_each_row_block_group::<8, 1, 144, _>(rows, ab, tile, 0..runs, |_, j, [blk], [p], out| {
         let [[e0], [o0], [e1], [o1], [e2], [o2], [e3], [o3]] = out;
         let (p, inv) = (p.as_chunks::<2>().0, _mm_set1_ps(inv[j]));
@@ -414,11 +414,26 @@ pub(super) fn q6_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
         0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1,
         2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3,
     );
-    let spread = |m: &[[i16; 2]; 8]| -> [__m256i; 8] {
-        // SAFETY: `m` is 32 readable bytes; unaligned load.
-        let v = unsafe { _mm256_loadu_si256(m.as_ptr().cast()) };
+    // The group's 16 multipliers `clamp(rne(fl(e·unit_n)), ±32767)` from its `e` (the packs
+    // saturate to 16 bits first, which the clamp then narrows), words `m0..4, m8..12 | m4..8,
+    // m12..16`: words 2t, 2t + 1 are dword `at[t]`.
+    let (top, bottom) = (_mm256_set1_epi16(32767), _mm256_set1_epi16(-32767));
+    let at = [0, 1, 4, 5, 2, 3, 6, 7];
+    let spread = |e: &[[f32; 2]; 8], unit: f32| -> [__m256i; 8] {
+        let e = e.as_flattened();
+        // SAFETY: `e` is 16 readable f32; unaligned loads.
+        let (e0, e1) = unsafe {
+            (
+                _mm256_loadu_ps(e.as_ptr()),
+                _mm256_loadu_ps(e[8..].as_ptr()),
+            )
+        };
+        let unit = _mm256_set1_ps(unit);
+        let m = |e: __m256| _mm256_cvtps_epi32(_mm256_mul_ps(e, unit));
+        let v = _mm256_packs_epi32(m(e0), m(e1));
+        let v = _mm256_max_epi16(_mm256_min_epi16(v, top), bottom);
         std::array::from_fn(|t| {
-            let pair = _mm256_permutevar8x32_epi32(v, _mm256_set1_epi32(t as i32));
+            let pair = _mm256_permutevar8x32_epi32(v, _mm256_set1_epi32(at[t]));
             _mm256_shuffle_epi8(pair, halves)
         })
     };
@@ -459,10 +474,10 @@ pub(super) fn q6_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
             m[3],
         );
     };
-    let m = params.m_pairs();
-    for_each_block_group::<8, 1, 210, _>(rows, m, tile, 0..runs, |_, [blk], [m], out| {
+    let (e, unit) = (params.e_pairs(), params.factors());
+    for_each_row_block_group::<8, 1, 210, _>(rows, e, tile, 0..runs, |_, j, [blk], [e], out| {
         let [[o0], [o1], [o2], [o3], [o4], [o5], [o6], [o7]] = out;
-        let m = spread(m);
+        let m = spread(e, unit[j]);
         half(blk, 0, [m[0], m[1], m[2], m[3]], [o0, o1, o2, o3]);
         half(blk, 1, [m[4], m[5], m[6], m[7]], [o4, o5, o6, o7]);
     });

@@ -406,7 +406,7 @@ fn load_fg<const N: usize>(p: &[[f32; 2]; N]) -> __m512 {
 pub(super) fn q4_1(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
     let codes = lane_codes();
     let full = runs / GROUP * GROUP;
-    let (ab, inv) = (params.ab(), params.inv());
+    let (ab, inv) = (params.ab(), params.factors());
     // The group's [f, g] of both rows in one vector: row a at items 0..8, row b at 8..16, each
     // [a, b] times its row's inv_n.
     let spread = [pair_spread(0, 8), pair_spread(1, 8)];
@@ -461,13 +461,19 @@ pub(super) fn q4_1(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
     });
 }
 
-#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
+/// Q4_K with the four tables of a run pair of two rows in one vector, `[a run r, a run r + 1,
+/// b run r, b run r + 1]`, each weight looked up across the whole vector (`vpermb`): its nibble
+/// plus the byte offset of its row's and run's table.
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vbmi")]
 pub(super) fn q4_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
     let codes = lane_codes();
     let low = _mm512_set1_epi8(15);
+    // Row b's weights (bytes 32..64 of a store) at table offset 32; run r + 1's 16 further.
+    let off_even = _mm512_inserti64x4::<1>(_mm512_setzero_si512(), _mm256_set1_epi8(32));
+    let off_odd = _mm512_or_si512(off_even, _mm512_set1_epi8(16));
     // A super-block's [f, g] of row a in one vector (items 0..16), row b's in another (16..32).
     let spread: [[__m512i; 2]; 4] = std::array::from_fn(|p| pair_spread(p, 16));
-    let (ab, inv) = (params.ab(), params.inv());
+    let (ab, inv) = (params.ab(), params.factors());
     for_each_row_block_group::<8, ROWS, 144, _>(
         rows,
         ab,
@@ -484,32 +490,39 @@ pub(super) fn q4_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
                 .enumerate()
             {
                 let [f, g] = spread[p].map(|s| _mm512_permutex2var_ps(va, s, vb));
-                let [lut0, lut1] = run_pair_tables(&codes, f, g);
+                let luts = lane_tables(&codes, f, g);
                 let at = 16 + 32 * p;
                 let q = load32x2(&a[at..], &b[at..]);
-                store(even, _mm512_shuffle_epi8(lut0, _mm512_and_si512(q, low)));
-                store(
-                    odd,
-                    _mm512_shuffle_epi8(lut1, _mm512_and_si512(_mm512_srli_epi16::<4>(q), low)),
-                );
+                // (nibble & 15) | offset in one `vpternlogd` (0xea: a & b | c).
+                let even_at = _mm512_ternarylogic_epi32::<0xea>(q, low, off_even);
+                let odd_at =
+                    _mm512_ternarylogic_epi32::<0xea>(_mm512_srli_epi16::<4>(q), low, off_odd);
+                store(even, _mm512_permutexvar_epi8(even_at, luts));
+                store(odd, _mm512_permutexvar_epi8(odd_at, luts));
             }
         },
     );
 }
 
-#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
+/// Q6_K with each run's codes put together by GF(2) affine byte maps (`vgf2p8affineqb`): the
+/// nibble from `ql` into bits 2..6, the two bits from `qh` into bits 6, 7 with bit 7 flipped, so
+/// that each byte is `4·(q - 32)` (`4q ^ 0x80`): three instructions per run.
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,gfni")]
 pub(super) fn q6_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
-    let (low, bits45, bias) = (
-        _mm512_set1_epi8(15),
-        _mm512_set1_epi8(0x30),
-        _mm512_set1_epi8(32),
-    );
-    // 4·(q - 32) with each 16-weight half's multiplier.
-    let put = |out: &mut [[i8; RUN]; ROWS], code: __m512i, m: __m512i| {
-        store(out, rescale::<6>(_mm512_sub_epi8(code, bias), m))
+    // Row `7 - d` of a matrix selects the input bit that becomes output bit `d`.
+    let matrix = |from: &[(u32, u32)]| {
+        let m = from
+            .iter()
+            .fold(0u64, |m, &(bit, to)| m | 1u64 << (8 * (7 - to) + bit));
+        _mm512_set1_epi64(m as i64)
     };
-    // The four runs of 128-weight half `h` of a super-block: low (runs 0, 1) and high (2, 3)
-    // nibbles of ql[64h..][..32], ql[64h + 32..][..32], and bits 2t, 2t + 1 of qh[32h..][..32].
+    let nibble = |at: u32| matrix(&[(at, 2), (at + 1, 3), (at + 2, 4), (at + 3, 5)]);
+    let (low, high) = (nibble(0), nibble(4));
+    let field = |at: u32| matrix(&[(at, 6), (at + 1, 7)]);
+    let fields = [field(0), field(2), field(4), field(6)];
+    // The four runs of 128-weight half `h` of a super-block: runs 0, 1: the low nibbles of
+    // ql[64h..][..32], ql[64h + 32..][..32]; runs 2, 3: their high nibbles; run t: bits 2t,
+    // 2t + 1 of qh[32h..][..32].
     let half = |a: &[u8; 210],
                 b: &[u8; 210],
                 h: usize,
@@ -521,49 +534,55 @@ pub(super) fn q6_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
             load32x2(&a[ql + 32..], &b[ql + 32..]),
         );
         let qh = load32x2(&a[qh..], &b[qh..]);
-        let and = _mm512_and_si512;
-        let [o0, o1, o2, o3] = out;
-        put(
-            o0,
-            _mm512_or_si512(and(ql0, low), and(_mm512_slli_epi16::<4>(qh), bits45)),
-            m[0],
-        );
-        put(
-            o1,
-            _mm512_or_si512(and(ql1, low), and(_mm512_slli_epi16::<2>(qh), bits45)),
-            m[1],
-        );
-        put(
-            o2,
-            _mm512_or_si512(and(_mm512_srli_epi16::<4>(ql0), low), and(qh, bits45)),
-            m[2],
-        );
-        let c3 = and(_mm512_srli_epi16::<2>(qh), bits45);
-        put(
-            o3,
-            _mm512_or_si512(and(_mm512_srli_epi16::<4>(ql1), low), c3),
-            m[3],
-        );
+        let ql = [(ql0, low), (ql1, low), (ql0, high), (ql1, high)];
+        for (t, (out, m)) in out.into_iter().zip(m).enumerate() {
+            let (src, nibble) = ql[t];
+            let code = _mm512_or_si512(
+                _mm512_gf2p8affine_epi64_epi8::<0>(src, nibble),
+                _mm512_gf2p8affine_epi64_epi8::<0x80>(qh, fields[t]),
+            );
+            // Each 16-weight half with its multiplier.
+            store(out, rescale::<8>(code, m));
+        }
     };
-    let spread = set_pair_spread();
-    let m = params.m_pairs();
-    for_each_block_group::<8, ROWS, 210, _>(rows, m, tile, 0..runs, |_, [a, b], [ma, mb], out| {
-        let m = set_pair_multipliers(&spread, ma, mb);
-        let [o0, o1, o2, o3, o4, o5, o6, o7] = out;
-        half(a, b, 0, [m[0], m[1], m[2], m[3]], [o0, o1, o2, o3]);
-        half(a, b, 1, [m[4], m[5], m[6], m[7]], [o4, o5, o6, o7]);
-    });
+    // `vpackssdw` of the two rows' 16 multipliers leaves row a's items 4l..4l + 4 in words
+    // 8l..8l + 4, row b's in 8l + 4..8l + 8.
+    let spread = set_pair_spread(|row, item| (8 * (item / 4) + 4 * row + item % 4) as i16);
+    let (top, bottom) = (_mm512_set1_epi16(32767), _mm512_set1_epi16(-32767));
+    let (e, unit) = (params.e_pairs(), params.factors());
+    for_each_row_block_group::<8, ROWS, 210, _>(
+        rows,
+        e,
+        tile,
+        0..runs,
+        |_, j, [a, b], [ea, eb], out| {
+            // Each row's multipliers `clamp(rne(fl(e·unit_n)), ±32767)` (the packs saturate to
+            // 16 bits first, which the clamp then narrows).
+            let m = |e: &[[f32; 2]; 8], unit: f32| {
+                // SAFETY: `e` is 64 readable bytes; unaligned load.
+                let e = unsafe { _mm512_loadu_ps(e.as_ptr().cast()) };
+                _mm512_cvtps_epi32(_mm512_mul_ps(e, _mm512_set1_ps(unit)))
+            };
+            let v = _mm512_packs_epi32(m(ea, unit[j]), m(eb, unit[j + 1]));
+            let v = _mm512_max_epi16(_mm512_min_epi16(v, top), bottom);
+            let m: [__m512i; 8] = std::array::from_fn(|t| _mm512_permutexvar_epi16(spread[t], v));
+            let [o0, o1, o2, o3, o4, o5, o6, o7] = out;
+            half(a, b, 0, [m[0], m[1], m[2], m[3]], [o0, o1, o2, o3]);
+            half(a, b, 1, [m[4], m[5], m[6], m[7]], [o4, o5, o6, o7]);
+        },
+    );
 }
 
-/// The `vpermw` indices of [`set_pair_multipliers`]: run `t`'s lanes `[a's first set, a's
-/// second, b's first, b's second]` take words `2t, 2t + 1` of row a's 16 multipliers and `16 +
-/// 2t, 17 + 2t` of row b's, each in all eight words of a lane.
+/// The `vpermw` indices that spread the 16 multipliers of each of two rows (a, b) over a group
+/// of 8 runs with two sets each: run `t`'s lanes `[a's first set, a's second, b's first, b's
+/// second]` take items `2t, 2t + 1` of row a's and of row b's, each in all eight words of a
+/// lane; `word(row, item)` says where the vector holds them (row 0: a, 1: b).
 #[inline]
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
-fn set_pair_spread() -> [__m512i; 8] {
+fn set_pair_spread(word: impl Fn(usize, usize) -> i16) -> [__m512i; 8] {
     std::array::from_fn(|t| {
-        let (w0, w1) = (2 * t as i16, 2 * t as i16 + 1);
-        let (w2, w3) = (16 + w0, 16 + w1);
+        let (w0, w1) = (word(0, 2 * t), word(0, 2 * t + 1));
+        let (w2, w3) = (word(1, 2 * t), word(1, 2 * t + 1));
         #[rustfmt::skip]
         let v = _mm512_set_epi16(
             w3, w3, w3, w3, w3, w3, w3, w3, w2, w2, w2, w2, w2, w2, w2, w2,
@@ -573,9 +592,14 @@ fn set_pair_spread() -> [__m512i; 8] {
     })
 }
 
-/// For the formats of two sets of 16 per run (Q6_K, Q3_K): the multipliers of a group of 8
-/// runs of two rows (`ma`, `mb`), run `t`'s as `[a's first set, a's second, b's first, b's
-/// second]`, each in all eight 16-bit lanes of a 128-bit lane (`spread`: [`set_pair_spread`]).
+/// Where [`group_multipliers`]`::<16>` holds item `item` of row `row`: row a's in words 0..16,
+/// row b's in 16..32.
+const ROWS_IN_HALVES: fn(usize, usize) -> i16 = |row, item| (16 * row + item) as i16;
+
+/// For the formats of two sets of 16 per run (Q3_K): the multipliers of a group of 8 runs of
+/// two rows (`ma`, `mb`), run `t`'s as `[a's first set, a's second, b's first, b's second]`,
+/// each in all eight 16-bit lanes of a 128-bit lane (`spread`: [`set_pair_spread`] of
+/// [`ROWS_IN_HALVES`]).
 #[inline]
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
 fn set_pair_multipliers(
@@ -608,7 +632,7 @@ pub(super) fn q3_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
     // 128-bit lane after the pack.
     let codes = _mm512_broadcast_i32x4(_mm_setr_epi16(-128, -96, -64, -32, 0, 32, 64, 96));
     let (three, four) = (_mm512_set1_epi8(3), _mm512_set1_epi8(4));
-    let spread = set_pair_spread();
+    let spread = set_pair_spread(ROWS_IN_HALVES);
     let m = params.m_pairs();
     // Run s of a super-block: 2-bit field s % 4 of qs[32·(s / 4)..][..32], bit s of hmask.
     for_each_block_group::<8, ROWS, 110, _>(rows, m, tile, 0..runs, |_, [a, b], [ma, mb], out| {
