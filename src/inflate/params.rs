@@ -169,8 +169,20 @@ impl TileParams {
         }
     }
 
-    /// Q2_K: the `[f_j, g_j]` of each run's two halves.
+    /// Q2_K: the `[f_j, g_j]` of each run's two halves (after [`Self::prepare`]).
     pub fn fg_pairs(&self) -> RowMajor<'_, [[f32; 2]; 2]> {
+        assert!(self.scaled, "fg of a tile prepared unscaled");
+        RowMajor {
+            items: self.fg.as_chunks().0,
+            stride: self.stride,
+        }
+    }
+
+    /// Q2_K after [`Self::prepare_unscaled`]: the `[a_j, b_j]` of each run's two halves; with
+    /// row `j`'s `factors()[j]` they give `[f_j, g_j]` as for [`Self::ab`].
+    #[cfg(target_arch = "x86_64")]
+    pub fn ab_pairs(&self) -> RowMajor<'_, [[f32; 2]; 2]> {
+        assert!(!self.scaled, "ab of a tile prepared scaled");
         RowMajor {
             items: self.fg.as_chunks().0,
             stride: self.stride,
@@ -199,7 +211,7 @@ impl TileParams {
         }
     }
 
-    /// Each tile row's factor: Q4_1, Q4_K: `inv_n`; Q6_K: `unit_n = fl(32512/E_n)` (0 for
+    /// Each tile row's factor: Q4_1, Q4_K, Q2_K: `inv_n`; Q6_K: `unit_n = fl(32512/E_n)` (0 for
     /// padding and all-zero rows).
     #[cfg(target_arch = "x86_64")]
     pub fn factors(&self) -> &[f32] {
@@ -221,8 +233,8 @@ impl TileParams {
         self.prepare_in(ops, rows, scales, true)
     }
 
-    /// [`Self::prepare`], but Q4_1 and Q4_K keep `[a_j, b_j]` ([`Self::ab`]) and Q6_K its `e_j`
-    /// ([`Self::e_pairs`]), and leave the multiplication by `inv_n` or `unit_n` to the kernel,
+    /// [`Self::prepare`], but Q4_1, Q4_K and Q2_K keep `[a_j, b_j]` ([`Self::ab`],
+    /// [`Self::ab_pairs`]) and Q6_K its `e_j` ([`Self::e_pairs`]), and leave the multiplication by `inv_n` or `unit_n` to the kernel,
     /// which does it as it loads them: a pass over the parameters, and the reload of what the
     /// scan just stored, fewer.
     #[cfg(target_arch = "x86_64")]
@@ -245,7 +257,7 @@ impl TileParams {
         scale_fg: bool,
     ) -> Result<(), (usize, usize)> {
         if let Some(sets) = Sets::of(self.ty) {
-            return sets::prepare(self, sets, ops, rows, scales);
+            return sets::prepare(self, sets, ops, rows, scales, scale_fg);
         }
         let (ty, stride, n) = (self.ty, self.stride, rows.len());
         self.scaled = scale_fg;

@@ -69,7 +69,8 @@ pub(super) fn rescale_unit(ty: GgmlType, c_max: i32) -> f32 {
     (127 << 15) as f32 / (code_scale(ty) * c_max) as f32
 }
 
-/// [`TileParams::prepare`] for the types of [`Sets::of`].
+/// [`TileParams::prepare`] for the types of [`Sets::of`]; without `scale_fg`, Q2_K keeps its
+/// `[a_j, b_j]` ([`TileParams::prepare_unscaled`]).
 #[inline(always)]
 pub(super) fn prepare(
     p: &mut TileParams,
@@ -77,10 +78,11 @@ pub(super) fn prepare(
     ops: impl ScanOps,
     rows: &[&[u8]],
     scales: &mut [f32],
+    scale_fg: bool,
 ) -> Result<(), (usize, usize)> {
     let (ty, n) = (p.ty, rows.len());
     let per_row = sets.per_run * p.stride;
-    p.scaled = true;
+    p.scaled = scale_fg || ty != GgmlType::Q2_K;
     let sc = &mut p.scratch;
     if let Method::PowerOfTwo = sets.method {
         return power_of_two_rows(ops, rows, &mut p.m, &mut sc.h0, p.stride, scales);
@@ -103,10 +105,12 @@ pub(super) fn prepare(
             for ((&w_max, inv), s) in per_row_factor {
                 (*inv, *s) = table_range(f32::from_bits(w_max));
             }
-            let fg = p.fg.chunks_exact_mut(per_row);
-            for (fg, &inv) in fg.zip(&sc.factor[..n]) {
-                // [a_j, b_j] becomes [fl(a_j·inv_n), fl(b_j·inv_n)].
-                ops.scale(fg.as_flattened_mut(), inv);
+            if p.scaled {
+                let fg = p.fg.chunks_exact_mut(per_row);
+                for (fg, &inv) in fg.zip(&sc.factor[..n]) {
+                    // [a_j, b_j] becomes [fl(a_j·inv_n), fl(b_j·inv_n)].
+                    ops.scale(fg.as_flattened_mut(), inv);
+                }
             }
         }
         Method::Rescale { c_max } => {

@@ -522,14 +522,17 @@ pub(super) fn q2_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
     let (three, twelve) = (_mm256_set1_ps(3.0), _mm256_set1_epi8(12));
     // The tables of four runs (their eight sets' `[f, g]`): lane 0 the runs' first sets, lane
     // 1 their second ones; byte 4q + t of a lane is code q of run t's set, `sat8(rne(fl(fl(q·f)
-    // + g)))` (fl(0·f) + g = g and fl(2·f) = f + f: the same values).
-    let tables = |fg: &[[f32; 2]]| {
+    // + g)))` (fl(0·f) + g = g and fl(2·f) = f + f: the same values), from their `[a, b]`
+    // times the row's `inv_n`: `[f, g]`.
+    let tables = |fg: &[[f32; 2]], inv: f32| {
         let fg: &[[f32; 2]; 8] = fg.try_into().expect("8 sets");
         // SAFETY: `fg` is 64 readable bytes; unaligned loads.
         let (p0, p1) = unsafe {
             let at = fg.as_ptr().cast::<f32>();
             (_mm256_loadu_ps(at), _mm256_loadu_ps(at.add(8)))
         };
+        let inv = _mm256_set1_ps(inv);
+        let (p0, p1) = (_mm256_mul_ps(p0, inv), _mm256_mul_ps(p1, inv));
         // Sets [0, 2, 4, 6 | 1, 3, 5, 7] (each run's first sets, then its second).
         let f = _mm256_permutevar8x32_ps(_mm256_shuffle_ps::<0b10_00_10_00>(p0, p1), order);
         let g = _mm256_permutevar8x32_ps(_mm256_shuffle_ps::<0b11_01_11_01>(p0, p1), order);
@@ -540,11 +543,11 @@ pub(super) fn q2_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
         _mm256_packs_epi16(_mm256_packs_epi32(e0, e1), _mm256_packs_epi32(e2, e3))
     };
     // Runs 4h..4h + 4 of a super-block: 2-bit field t of qs[32h..][..32] for run 4h + t.
-    let m = params.fg_pairs();
-    for_each_block_group::<8, 1, 84, _>(rows, m, tile, 0..runs, |_, [blk], [p], out| {
+    let (ab, inv) = (params.ab_pairs(), params.factors());
+    for_each_row_block_group::<8, 1, 84, _>(rows, ab, tile, 0..runs, |_, j, [blk], [p], out| {
         let mut out = out.into_iter();
         for (h, fg) in p.as_flattened().chunks_exact(8).enumerate() {
-            let t = tables(fg);
+            let t = tables(fg, inv[j]);
             let q = load32(&blk[16 + 32 * h..]);
             for (run, [out]) in (0..4).zip(&mut out) {
                 let code = _mm256_and_si256(move_bit(q, 2 * run, 2), twelve);

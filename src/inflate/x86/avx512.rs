@@ -659,8 +659,9 @@ pub(super) fn q2_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
     let g_at = _mm512_add_epi32(f_at, _mm512_set1_epi32(1));
     let (three, twelve) = (_mm512_set1_ps(3.0), _mm512_set1_epi8(12));
     // The tables of four runs of two rows: byte 4q + t of a lane is code q of run t's set,
-    // `sat8(rne(fl(fl(q·f) + g)))` (fl(0·f) + g = g and fl(2·f) = f + f: the same values).
-    let tables = |fa: &[[f32; 2]], fb: &[[f32; 2]]| {
+    // `sat8(rne(fl(fl(q·f) + g)))` (fl(0·f) + g = g and fl(2·f) = f + f: the same values), from
+    // their `[a, b]` times each row's `inv_n`: `[f, g]`.
+    let tables = |fa: &[[f32; 2]], fb: &[[f32; 2]], inv_a: f32, inv_b: f32| {
         let (fa, fb): (&[[f32; 2]; 8], &[[f32; 2]; 8]) = (
             fa.try_into().expect("8 sets"),
             fb.try_into().expect("8 sets"),
@@ -672,6 +673,8 @@ pub(super) fn q2_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
                 _mm512_loadu_ps(fb.as_ptr().cast()),
             )
         };
+        let va = _mm512_mul_ps(va, _mm512_set1_ps(inv_a));
+        let vb = _mm512_mul_ps(vb, _mm512_set1_ps(inv_b));
         let f = _mm512_permutex2var_ps(va, f_at, vb);
         let g = _mm512_permutex2var_ps(va, g_at, vb);
         let e0 = _mm512_cvtps_epi32(g);
@@ -681,25 +684,34 @@ pub(super) fn q2_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
         _mm512_packs_epi16(_mm512_packs_epi32(e0, e1), _mm512_packs_epi32(e2, e3))
     };
     // Runs 4h..4h + 4 of a super-block: 2-bit field t of qs[32h..][..32] for run 4h + t.
-    let m = params.fg_pairs();
-    for_each_block_group::<8, ROWS, 84, _>(rows, m, tile, 0..runs, |_, [a, b], [pa, pb], out| {
-        let mut out = out.into_iter();
-        let sets = pa
-            .as_flattened()
-            .chunks_exact(8)
-            .zip(pb.as_flattened().chunks_exact(8));
-        for (h, (fa, fb)) in sets.enumerate() {
-            let t = tables(fa, fb);
-            let q = load32x2(&a[16 + 32 * h..], &b[16 + 32 * h..]);
-            for (run, out) in (0..4).zip(&mut out) {
-                // (code << 2 & 12) | run in one `vpternlogd` (0xec: a & c | b).
-                let code = move_bit(q, 2 * run, 2);
-                let index =
-                    _mm512_ternarylogic_epi32::<0xec>(code, _mm512_set1_epi8(run as i8), twelve);
-                store(out, _mm512_shuffle_epi8(t, index));
+    let (ab, inv) = (params.ab_pairs(), params.factors());
+    for_each_row_block_group::<8, ROWS, 84, _>(
+        rows,
+        ab,
+        tile,
+        0..runs,
+        |_, j, [a, b], [pa, pb], out| {
+            let mut out = out.into_iter();
+            let sets = pa
+                .as_flattened()
+                .chunks_exact(8)
+                .zip(pb.as_flattened().chunks_exact(8));
+            for (h, (fa, fb)) in sets.enumerate() {
+                let t = tables(fa, fb, inv[j], inv[j + 1]);
+                let q = load32x2(&a[16 + 32 * h..], &b[16 + 32 * h..]);
+                for (run, out) in (0..4).zip(&mut out) {
+                    // (code << 2 & 12) | run in one `vpternlogd` (0xec: a & c | b).
+                    let code = move_bit(q, 2 * run, 2);
+                    let index = _mm512_ternarylogic_epi32::<0xec>(
+                        code,
+                        _mm512_set1_epi8(run as i8),
+                        twelve,
+                    );
+                    store(out, _mm512_shuffle_epi8(t, index));
+                }
             }
-        }
-    });
+        },
+    );
 }
 
 /// Binary32 codes `[4k..4k + 4, 16 + 4k..16 + 4k + 4]` in each 256-bit half, k in 0..4:
