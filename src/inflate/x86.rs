@@ -45,17 +45,18 @@ macro_rules! unsafe_call {
 pub(super) fn tile_kernel(isa: Isa, ty: GgmlType, b_n: usize) -> Option<TileKernel> {
     let pairs = b_n.is_multiple_of(avx512::ROWS);
     // Byte permutes across a whole vector and GF(2) affine byte maps: the AVX-512 CPUs from
-    // Ice Lake and Zen 4 on have both; on the others, Q4_K and Q6_K take the AVX2 kernels.
+    // Ice Lake and Zen 4 on have both; on the others, Q4_1, Q5_0, Q4_K and Q6_K take the AVX2
+    // kernels.
     let vbmi = std::arch::is_x86_feature_detected!("avx512vbmi");
     let gfni = std::arch::is_x86_feature_detected!("gfni");
     let k: TileKernel = match (isa, ty) {
         (Isa::Avx512, GgmlType::Q4_0) if pairs => {
             |r, p, t, n| unsafe_call!(avx512::q4_0(r, p, t, n))
         }
-        (Isa::Avx512, GgmlType::Q4_1) if pairs => {
+        (Isa::Avx512, GgmlType::Q4_1) if pairs && vbmi => {
             |r, p, t, n| unsafe_call!(avx512::q4_1(r, p, t, n))
         }
-        (Isa::Avx512, GgmlType::Q5_0) if pairs => {
+        (Isa::Avx512, GgmlType::Q5_0) if pairs && vbmi => {
             |r, p, t, n| unsafe_call!(avx512::q5_0(r, p, t, n))
         }
         (Isa::Avx512, GgmlType::Q8_0) if pairs => {

@@ -184,10 +184,11 @@ fn for_each_block_pair<const G: usize, const GB: usize, const RS: usize, const F
 }
 
 /// The four nibble vectors of two 16-byte quant runs `[qa, qb]`: lanes `[qa & 15, qa >> 4, qb &
-/// 15, qb >> 4]`, i.e. weights 0..32 of each row's run in order (Q4_0, Q4_1, Q5_0).
+/// 15, qb >> 4]`, i.e. weights 0..32 of each row's run in order (Q4_0, Q4_1, Q5_0), each byte
+/// or'ed with the byte of `offset` in its place.
 #[inline]
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
-fn nibbles(q: __m256i) -> __m512i {
+fn nibbles(q: __m256i, offset: __m512i) -> __m512i {
     let q = _mm512_permutexvar_epi64(
         _mm512_set_epi64(3, 2, 3, 2, 1, 0, 1, 0),
         _mm512_castsi256_si512(q),
@@ -195,7 +196,16 @@ fn nibbles(q: __m256i) -> __m512i {
     #[rustfmt::skip]
     let shift = _mm512_set_epi64(4 * 0x0001_0001_0001_0001, 4 * 0x0001_0001_0001_0001, 0, 0,
                                  4 * 0x0001_0001_0001_0001, 4 * 0x0001_0001_0001_0001, 0, 0);
-    _mm512_and_si512(_mm512_srlv_epi16(q, shift), _mm512_set1_epi8(15))
+    // (q & 15) | offset in one `vpternlogd` (0xea: a & b | c).
+    _mm512_ternarylogic_epi32::<0xea>(_mm512_srlv_epi16(q, shift), _mm512_set1_epi8(15), offset)
+}
+
+/// The table offsets of a run of two rows whose tables lie in one vector (`vpermb` lookups): row
+/// b's weights (bytes 32..64 of a store) at 32 + `run`, row a's at `run`.
+#[inline]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
+fn row_offsets(run: i8) -> __m512i {
+    _mm512_inserti64x4::<1>(_mm512_set1_epi8(run), _mm256_set1_epi8(32 + run))
 }
 
 /// `sat8((y·m + 2¹⁴) >> 15)` for each of 64 signed bytes `x`, with `y = x·2^(8 - SHIFT)` and `m`
@@ -248,7 +258,10 @@ fn nibble_rescale<
         let lut = _mm512_packs_epi16(_mm512_mulhrs_epi16(c_lo, m), _mm512_mulhrs_epi16(c_hi, m));
         store(
             out,
-            _mm512_shuffle_epi8(lut, nibbles(load16x2(&a[QS..], &b[QS..]))),
+            _mm512_shuffle_epi8(
+                lut,
+                nibbles(load16x2(&a[QS..], &b[QS..]), _mm512_setzero_si512()),
+            ),
         );
     });
 }
@@ -277,18 +290,29 @@ pub(super) fn iq4_xs(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs:
     nibble_rescale::<8, 136, 16, 8, 0>(rows, params, tile, runs, &c);
 }
 
-#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
+/// Q5_0 through the 32-entry tables of a run of two rows, both in one vector (`[a 0..16, a
+/// 16..32, b 0..16, b 16..32]`: two multiplies and a pack), each weight looked up across the
+/// vector (`vpermb`) by its 5-bit code plus its row's offset.
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vbmi")]
 pub(super) fn q5_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
-    let sixteen = _mm512_set1_epi8(16);
+    let c: [i16; 32] = scaled_codes(GgmlType::Q5_0);
+    // Lane l of the pack takes its first eight entries from `lo`, the next eight from `hi`:
+    // codes 0..8 and 8..16 (lanes 0, 2), 16..24 and 24..32 (lanes 1, 3).
+    let lane_codes = |first: usize| {
+        let v: [i16; 32] = std::array::from_fn(|i| c[i / 8 % 2 * 16 + first + i % 8]);
+        // SAFETY: `v` is 64 readable bytes; unaligned load.
+        unsafe { _mm512_loadu_si512(v.as_ptr().cast()) }
+    };
+    let (lo, hi) = (lane_codes(0), lane_codes(8));
+    let (sixteen, offsets) = (_mm512_set1_epi8(16), row_offsets(0));
     for_each_block_pair::<GROUP, 88, 22, 0>(rows, params, tile, runs, |[a, b], m, out| {
         let qh = |blk: &[u8; 22]| u32::from_le_bytes([blk[2], blk[3], blk[4], blk[5]]) as u64;
         // Byte i of the vector is weight i % 32 of its row: bit i of the pair's qh.
         let fifth: __mmask64 = qh(a) | qh(b) << 32;
-        let q = nibbles(load16x2(&a[6..], &b[6..]));
-        // c = q - 16: the nibble, less 16 where the fifth bit is clear.
-        let c = _mm512_mask_sub_epi8(q, !fifth, q, sixteen);
-        // 8·c = the scaled code.
-        store(out, rescale::<5>(c, m));
+        let q = nibbles(load16x2(&a[6..], &b[6..]), offsets);
+        let index = _mm512_mask_add_epi8(q, fifth, q, sixteen);
+        let lut = _mm512_packs_epi16(_mm512_mulhrs_epi16(lo, m), _mm512_mulhrs_epi16(hi, m));
+        store(out, _mm512_permutexvar_epi8(index, lut));
     });
 }
 
@@ -375,18 +399,6 @@ fn pair_spread(p: usize, first_b: usize) -> [__m512i; 2] {
     [spread(0), spread(1)]
 }
 
-/// The tables of runs `r` and `r + 1` of two rows from [`pair_spread`]'s `f` and `g` lanes:
-/// lanes `[a run r, a run r, b run r, b run r]` and the same for run `r + 1`, ready for `pshufb`.
-#[inline]
-#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
-fn run_pair_tables(codes: &[__m512; 4], f: __m512, g: __m512) -> [__m512i; 2] {
-    let luts = lane_tables(codes, f, g);
-    [
-        _mm512_shuffle_i32x4::<0b10_10_00_00>(luts, luts),
-        _mm512_shuffle_i32x4::<0b11_11_01_01>(luts, luts),
-    ]
-}
-
 /// `N` runs' `[f, g]` (`N·8` bytes) at the start of `p` as a vector.
 #[inline]
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
@@ -402,7 +414,10 @@ fn load_fg<const N: usize>(p: &[[f32; 2]; N]) -> __m512 {
     }
 }
 
-#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
+/// Q4_1 with the four tables of a run pair of two rows in one vector, `[a run r, a run r + 1,
+/// b run r, b run r + 1]`, each weight looked up across the whole vector (`vpermb`); the last
+/// `runs % GROUP` runs one at a time, their tables in each 128-bit lane of their row.
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vbmi")]
 pub(super) fn q4_1(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
     let codes = lane_codes();
     let full = runs / GROUP * GROUP;
@@ -410,6 +425,7 @@ pub(super) fn q4_1(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
     // The group's [f, g] of both rows in one vector: row a at items 0..8, row b at 8..16, each
     // [a, b] times its row's inv_n.
     let spread = [pair_spread(0, 8), pair_spread(1, 8)];
+    let (even_at, odd_at) = (row_offsets(0), row_offsets(16));
     for_each_row_block_group::<GROUP, ROWS, 80, _>(
         rows,
         ab,
@@ -427,16 +443,13 @@ pub(super) fn q4_1(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
             let [o0, o1, o2, o3] = out;
             for (i, (even, odd)) in [(o0, o1), (o2, o3)].into_iter().enumerate() {
                 let [f, g] = spread[i].map(|s| _mm512_permutexvar_ps(s, v));
-                let [lut0, lut1] = run_pair_tables(&codes, f, g);
-                let (r0, r1) = (2 * i, 2 * i + 1);
-                store(
-                    even,
-                    _mm512_shuffle_epi8(lut0, nibbles(load16x2(&a[r0][4..], &b[r0][4..]))),
-                );
-                store(
-                    odd,
-                    _mm512_shuffle_epi8(lut1, nibbles(load16x2(&a[r1][4..], &b[r1][4..]))),
-                );
+                // Lanes [a run r, a run r + 1, b run r, b run r + 1].
+                let luts = lane_tables(&codes, f, g);
+                for (r, (out, offsets)) in [(even, even_at), (odd, odd_at)].into_iter().enumerate()
+                {
+                    let q = load16x2(&a[2 * i + r][4..], &b[2 * i + r][4..]);
+                    store(out, _mm512_permutexvar_epi8(nibbles(q, offsets), luts));
+                }
             }
         },
     );
@@ -456,7 +469,10 @@ pub(super) fn q4_1(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
         let lut = lane_tables(&codes, f, g);
         store(
             out,
-            _mm512_shuffle_epi8(lut, nibbles(load16x2(&a[4..], &b[4..]))),
+            _mm512_shuffle_epi8(
+                lut,
+                nibbles(load16x2(&a[4..], &b[4..]), _mm512_setzero_si512()),
+            ),
         );
     });
 }
@@ -468,9 +484,7 @@ pub(super) fn q4_1(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
 pub(super) fn q4_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
     let codes = lane_codes();
     let low = _mm512_set1_epi8(15);
-    // Row b's weights (bytes 32..64 of a store) at table offset 32; run r + 1's 16 further.
-    let off_even = _mm512_inserti64x4::<1>(_mm512_setzero_si512(), _mm256_set1_epi8(32));
-    let off_odd = _mm512_or_si512(off_even, _mm512_set1_epi8(16));
+    let (off_even, off_odd) = (row_offsets(0), row_offsets(16));
     // A super-block's [f, g] of row a in one vector (items 0..16), row b's in another (16..32).
     let spread: [[__m512i; 2]; 4] = std::array::from_fn(|p| pair_spread(p, 16));
     let (ab, inv) = (params.ab(), params.factors());
@@ -766,7 +780,7 @@ pub(super) fn q5_1(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
     let qh = |blk: &[u8; 24]| u32::from_le_bytes([blk[4], blk[5], blk[6], blk[7]]) as u64;
     let run = |a: &[u8; 24], b: &[u8; 24], [f, g]: [__m512; 2], out: &mut [[i8; RUN]; ROWS]| {
         let [t_lo, t_hi] = table32x2(&codes, f, g);
-        let q = nibbles(load16x2(&a[8..], &b[8..]));
+        let q = nibbles(load16x2(&a[8..], &b[8..]), _mm512_setzero_si512());
         // Byte i of the vector is weight i % 32 of its row: bit i of the pair's qh.
         let fifth: __mmask64 = qh(a) | qh(b) << 32;
         let v = _mm512_shuffle_epi8(t_lo, q);
