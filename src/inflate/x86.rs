@@ -45,8 +45,8 @@ macro_rules! unsafe_call {
 pub(super) fn tile_kernel(isa: Isa, ty: GgmlType, b_n: usize) -> Option<TileKernel> {
     let pairs = b_n.is_multiple_of(avx512::ROWS);
     // Byte permutes across a whole vector and GF(2) affine byte maps: the AVX-512 CPUs from
-    // Ice Lake and Zen 4 on have both; on the others, Q4_1, Q5_0, Q4_K and Q6_K take the AVX2
-    // kernels.
+    // Ice Lake and Zen 4 on have both; on the others, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K take
+    // the AVX2 kernels.
     let vbmi = std::arch::is_x86_feature_detected!("avx512vbmi");
     let gfni = std::arch::is_x86_feature_detected!("gfni");
     let k: TileKernel = match (isa, ty) {
@@ -68,10 +68,10 @@ pub(super) fn tile_kernel(isa: Isa, ty: GgmlType, b_n: usize) -> Option<TileKern
         (Isa::Avx512, GgmlType::Q6_K) if pairs && gfni => {
             |r, p, t, n| unsafe_call!(avx512::q6_k(r, p, t, n))
         }
-        (Isa::Avx512, GgmlType::Q5_1) if pairs => {
+        (Isa::Avx512, GgmlType::Q5_1) if pairs && vbmi => {
             |r, p, t, n| unsafe_call!(avx512::q5_1(r, p, t, n))
         }
-        (Isa::Avx512, GgmlType::Q5_K) if pairs => {
+        (Isa::Avx512, GgmlType::Q5_K) if pairs && vbmi => {
             |r, p, t, n| unsafe_call!(avx512::q5_k(r, p, t, n))
         }
         (Isa::Avx512, GgmlType::Q2_K) if pairs => {

@@ -746,21 +746,26 @@ fn codes32() -> [__m512; 4] {
 }
 
 /// The 32-entry tables of a run of two rows (Q5_1, Q5_K), `lut[q] = sat8(rne(fl(fl(q·f) + g)))`
-/// with `f`, `g` of row a in lanes 0..8 and of row b in 8..16: returns the tables of the
-/// codes 0..16 and 16..32, each as `[a, a, b, b]` (`codes`: [`codes32`]).
+/// with `f`, `g` of row a in lanes 0..8 and of row b in 8..16, in one vector: row a's at bytes
+/// 0..32, row b's at 32..64 (`codes`: [`codes32`]).
 #[inline]
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
-fn table32x2(codes: &[__m512; 4], f: __m512, g: __m512) -> [__m512i; 2] {
+fn table32x2(codes: &[__m512; 4], f: __m512, g: __m512) -> __m512i {
     let step = |c: __m512| _mm512_cvtps_epi32(_mm512_add_ps(_mm512_mul_ps(c, f), g));
-    let t = _mm512_packs_epi16(
+    _mm512_packs_epi16(
         _mm512_packs_epi32(step(codes[0]), step(codes[1])),
         _mm512_packs_epi32(step(codes[2]), step(codes[3])),
-    );
-    // Lanes [a 0..16, a 16..32, b 0..16, b 16..32].
-    [
-        _mm512_shuffle_i32x4::<0b10_10_00_00>(t, t),
-        _mm512_shuffle_i32x4::<0b11_11_01_01>(t, t),
-    ]
+    )
+}
+
+/// The 32-entry tables of [`table32x2`] looked up (`vpermb`) by each weight's 5-bit code: its
+/// nibble or'ed with its row's offset (`nibbles`: [`row_offsets`]`(0)`), plus 16 where
+/// `fifth` has its bit.
+#[inline]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vbmi")]
+fn lookup32x2(luts: __m512i, nibbles: __m512i, fifth: __mmask64) -> __m512i {
+    let index = _mm512_mask_add_epi8(nibbles, fifth, nibbles, _mm512_set1_epi8(16));
+    _mm512_permutexvar_epi8(index, luts)
 }
 
 /// Run `r`'s `f` (`at + 0`) or `g` (`at + 1`) of rows a (items 0..16 of the two-vector table)
@@ -772,19 +777,18 @@ fn run_spread(r: i32, at: i32) -> __m512i {
     _mm512_setr_epi32(a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b)
 }
 
-#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vbmi")]
 pub(super) fn q5_1(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
     let codes = codes32();
     let spread: [[__m512i; 2]; GROUP] =
         std::array::from_fn(|r| [run_spread(r as i32, 0), run_spread(r as i32, 1)]);
     let qh = |blk: &[u8; 24]| u32::from_le_bytes([blk[4], blk[5], blk[6], blk[7]]) as u64;
+    let offsets = row_offsets(0);
     let run = |a: &[u8; 24], b: &[u8; 24], [f, g]: [__m512; 2], out: &mut [[i8; RUN]; ROWS]| {
-        let [t_lo, t_hi] = table32x2(&codes, f, g);
-        let q = nibbles(load16x2(&a[8..], &b[8..]), _mm512_setzero_si512());
+        let q = nibbles(load16x2(&a[8..], &b[8..]), offsets);
         // Byte i of the vector is weight i % 32 of its row: bit i of the pair's qh.
         let fifth: __mmask64 = qh(a) | qh(b) << 32;
-        let v = _mm512_shuffle_epi8(t_lo, q);
-        store(out, _mm512_mask_shuffle_epi8(v, fifth, t_hi, q));
+        store(out, lookup32x2(table32x2(&codes, f, g), q, fifth));
     };
     let fg = params.fg();
     let full = runs / GROUP * GROUP;
@@ -815,10 +819,10 @@ pub(super) fn q5_1(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
     });
 }
 
-#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vbmi")]
 pub(super) fn q5_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
     let codes = codes32();
-    let low = _mm512_set1_epi8(15);
+    let (low, offsets) = (_mm512_set1_epi8(15), row_offsets(0));
     let spread: [[__m512i; 2]; 8] =
         std::array::from_fn(|r| [run_spread(r as i32, 0), run_spread(r as i32, 1)]);
     // Run s of a super-block: nibble s % 2 of qs[32·(s / 2)..][..32], bit s of qh.
@@ -835,16 +839,16 @@ pub(super) fn q5_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
         for (s, out) in out.into_iter().enumerate() {
             let f = _mm512_permutex2var_ps(va, spread[s][0], vb);
             let g = _mm512_permutex2var_ps(va, spread[s][1], vb);
-            let [t_lo, t_hi] = table32x2(&codes, f, g);
             let q = load32x2(&a[48 + 32 * (s / 2)..], &b[48 + 32 * (s / 2)..]);
-            let nibbles = if s % 2 == 0 {
-                _mm512_and_si512(q, low)
+            let q = if s % 2 == 0 {
+                q
             } else {
-                _mm512_and_si512(_mm512_srli_epi16::<4>(q), low)
+                _mm512_srli_epi16::<4>(q)
             };
+            // (q & 15) | offset in one `vpternlogd` (0xea: a & b | c).
+            let nibbles = _mm512_ternarylogic_epi32::<0xea>(q, low, offsets);
             let fifth = _mm512_test_epi8_mask(qh, _mm512_set1_epi8(1 << s));
-            let v = _mm512_shuffle_epi8(t_lo, nibbles);
-            store(out, _mm512_mask_shuffle_epi8(v, fifth, t_hi, nibbles));
+            store(out, lookup32x2(table32x2(&codes, f, g), nibbles, fifth));
         }
     });
 }
