@@ -151,7 +151,7 @@ impl TileParams {
     /// Q6_K: the multipliers of each run's two halves (after [`Self::prepare`]).
     pub fn m_pairs(&self) -> RowMajor<'_, [i16; 2]> {
         assert!(
-            self.scaled || self.ty != GgmlType::Q6_K,
+            self.scaled || !matches!(self.ty, GgmlType::Q6_K | GgmlType::Q3_K),
             "m of a tile prepared unscaled"
         );
         RowMajor {
@@ -200,7 +200,7 @@ impl TileParams {
         }
     }
 
-    /// Q6_K after [`Self::prepare_unscaled`]: each run's `[e_j, e_j']` (its two halves'); with
+    /// Q6_K, Q3_K after [`Self::prepare_unscaled`]: each run's `[e_j, e_j']` (its two halves'); with
     /// row `j`'s `factors()[j]` they give the multipliers `multiplier(e_j, unit_n)`.
     #[cfg(target_arch = "x86_64")]
     pub fn e_pairs(&self) -> RowMajor<'_, [f32; 2]> {
@@ -211,8 +211,8 @@ impl TileParams {
         }
     }
 
-    /// Each tile row's factor: Q4_1, Q4_K, Q2_K: `inv_n`; Q6_K: `unit_n = fl(32512/E_n)` (0 for
-    /// padding and all-zero rows).
+    /// Each tile row's factor: Q4_1, Q4_K, Q2_K: `inv_n`; Q6_K: `unit_n = fl(32512/E_n)`, Q3_K:
+    /// `fl(U/E_n)` (0 for padding and all-zero rows).
     #[cfg(target_arch = "x86_64")]
     pub fn factors(&self) -> &[f32] {
         &self.scratch.factor
@@ -234,7 +234,7 @@ impl TileParams {
     }
 
     /// [`Self::prepare`], but Q4_1, Q4_K and Q2_K keep `[a_j, b_j]` ([`Self::ab`],
-    /// [`Self::ab_pairs`]) and Q6_K its `e_j` ([`Self::e_pairs`]), and leave the multiplication by `inv_n` or `unit_n` to the kernel,
+    /// [`Self::ab_pairs`]) and Q6_K and Q3_K their `e_j` ([`Self::e_pairs`]), and leave the multiplication by `inv_n` or `unit_n` to the kernel,
     /// which does it as it loads them: a pass over the parameters, and the reload of what the
     /// scan just stored, fewer.
     #[cfg(target_arch = "x86_64")]

@@ -183,7 +183,7 @@ pub(super) fn tile_kernel(isa: Isa, ty: GgmlType, b_n: usize) -> Option<TileKern
 }
 
 /// The tile scan compiled for `isa`, if `isa` is an x86 path with a build of its own. It leaves
-/// Q4_1/Q4_K/Q2_K's `[a_j, b_j]` unscaled and Q6_K's `e_j` unconverted
+/// Q4_1/Q4_K/Q2_K's `[a_j, b_j]` unscaled and Q6_K/Q3_K's `e_j` unconverted
 /// ([`TileParams::prepare_unscaled`]): every AVX2 and AVX-512 kernel of those types (the two
 /// paths' only ones) multiplies them by the row's factor itself.
 pub(super) fn scan_tile(isa: Isa) -> Option<ScanTile> {

@@ -70,19 +70,18 @@ pub(super) fn lane_pairs(m: &[i16; 2]) -> __m512i {
 }
 
 /// The multipliers of a group of runs of two rows, `a` (row `a`'s, `N` 16-bit items) then `b`,
-/// in one vector: `N` = 4: `[a, b]` in every 128-bit lane; 8: `[a, a, b, b]`; 16: `[a, b]` in
-/// each 256-bit half.
+/// in one vector: `N` = 4: `[a, b]` in every 128-bit lane; 8: `[a, a, b, b]`.
 #[inline]
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
 fn group_multipliers<const N: usize>(a: &[i16; N], b: &[i16; N]) -> __m512i {
-    const { assert!(N == 4 || N == 8 || N == 16) };
-    // SAFETY: `a` and `b` are `2·N` readable bytes each (8, 16 or 32); unaligned loads.
+    const { assert!(N == 4 || N == 8) };
+    // SAFETY: `a` and `b` are `2·N` readable bytes each (8 or 16); unaligned loads.
     unsafe {
         if N == 4 {
             let v = _mm_loadl_epi64(a.as_ptr().cast());
             let v = _mm_castpd_si128(_mm_loadh_pd(_mm_castsi128_pd(v), b.as_ptr().cast()));
             _mm512_broadcast_i32x4(v)
-        } else if N == 8 {
+        } else {
             let (a, b) = (
                 _mm_loadu_si128(a.as_ptr().cast()),
                 _mm_loadu_si128(b.as_ptr().cast()),
@@ -90,11 +89,6 @@ fn group_multipliers<const N: usize>(a: &[i16; N], b: &[i16; N]) -> __m512i {
             _mm512_inserti64x4::<1>(
                 _mm512_castsi256_si512(_mm256_broadcastsi128_si256(a)),
                 _mm256_broadcastsi128_si256(b),
-            )
-        } else {
-            _mm512_inserti64x4::<1>(
-                _mm512_castsi256_si512(_mm256_loadu_si256(a.as_ptr().cast())),
-                _mm256_loadu_si256(b.as_ptr().cast()),
             )
         }
     }
@@ -559,41 +553,24 @@ pub(super) fn q6_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
             store(out, rescale::<8>(code, m));
         }
     };
-    // `vpackssdw` of the two rows' 16 multipliers leaves row a's items 4l..4l + 4 in words
-    // 8l..8l + 4, row b's in 8l + 4..8l + 8.
-    let spread = set_pair_spread(|row, item| (8 * (item / 4) + 4 * row + item % 4) as i16);
-    let (top, bottom) = (_mm512_set1_epi16(32767), _mm512_set1_epi16(-32767));
+    let spread = set_pair_spread();
     let (e, unit) = (params.e_pairs(), params.factors());
-    for_each_row_block_group::<8, ROWS, 210, _>(
-        rows,
-        e,
-        tile,
-        0..runs,
-        |_, j, [a, b], [ea, eb], out| {
-            // Each row's multipliers `clamp(rne(fl(e·unit_n)), ±32767)` (the packs saturate to
-            // 16 bits first, which the clamp then narrows).
-            let m = |e: &[[f32; 2]; 8], unit: f32| {
-                // SAFETY: `e` is 64 readable bytes; unaligned load.
-                let e = unsafe { _mm512_loadu_ps(e.as_ptr().cast()) };
-                _mm512_cvtps_epi32(_mm512_mul_ps(e, _mm512_set1_ps(unit)))
-            };
-            let v = _mm512_packs_epi32(m(ea, unit[j]), m(eb, unit[j + 1]));
-            let v = _mm512_max_epi16(_mm512_min_epi16(v, top), bottom);
-            let m: [__m512i; 8] = std::array::from_fn(|t| _mm512_permutexvar_epi16(spread[t], v));
-            let [o0, o1, o2, o3, o4, o5, o6, o7] = out;
-            half(a, b, 0, [m[0], m[1], m[2], m[3]], [o0, o1, o2, o3]);
-            half(a, b, 1, [m[4], m[5], m[6], m[7]], [o4, o5, o6, o7]);
-        },
-    );
+    for_each_row_block_group::<8, ROWS, 210, _>(rows, e, tile, 0..runs, |_, j, [a, b], e, out| {
+        let m = set_pair_multipliers(&spread, e, [unit[j], unit[j + 1]]);
+        let [o0, o1, o2, o3, o4, o5, o6, o7] = out;
+        half(a, b, 0, [m[0], m[1], m[2], m[3]], [o0, o1, o2, o3]);
+        half(a, b, 1, [m[4], m[5], m[6], m[7]], [o4, o5, o6, o7]);
+    });
 }
 
-/// The `vpermw` indices that spread the 16 multipliers of each of two rows (a, b) over a group
-/// of 8 runs with two sets each: run `t`'s lanes `[a's first set, a's second, b's first, b's
-/// second]` take items `2t, 2t + 1` of row a's and of row b's, each in all eight words of a
-/// lane; `word(row, item)` says where the vector holds them (row 0: a, 1: b).
+/// The `vpermw` indices of [`set_pair_multipliers`]: run `t`'s lanes `[a's first set, a's
+/// second, b's first, b's second]` take items `2t, 2t + 1` of row a's 16 multipliers and of row
+/// b's, each in all eight words of a lane. `vpackssdw` of the two rows' 16 leaves row a's items
+/// 4l..4l + 4 in words 8l..8l + 4 and row b's in 8l + 4..8l + 8.
 #[inline]
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
-fn set_pair_spread(word: impl Fn(usize, usize) -> i16) -> [__m512i; 8] {
+fn set_pair_spread() -> [__m512i; 8] {
+    let word = |row: usize, item: usize| (8 * (item / 4) + 4 * row + item % 4) as i16;
     std::array::from_fn(|t| {
         let (w0, w1) = (word(0, 2 * t), word(0, 2 * t + 1));
         let (w2, w3) = (word(1, 2 * t), word(1, 2 * t + 1));
@@ -606,24 +583,27 @@ fn set_pair_spread(word: impl Fn(usize, usize) -> i16) -> [__m512i; 8] {
     })
 }
 
-/// Where [`group_multipliers`]`::<16>` holds item `item` of row `row`: row a's in words 0..16,
-/// row b's in 16..32.
-const ROWS_IN_HALVES: fn(usize, usize) -> i16 = |row, item| (16 * row + item) as i16;
-
-/// For the formats of two sets of 16 per run (Q3_K): the multipliers of a group of 8 runs of
-/// two rows (`ma`, `mb`), run `t`'s as `[a's first set, a's second, b's first, b's second]`,
-/// each in all eight 16-bit lanes of a 128-bit lane (`spread`: [`set_pair_spread`] of
-/// [`ROWS_IN_HALVES`]).
+/// For the formats of two sets of 16 per run (Q6_K, Q3_K): the multipliers `clamp(rne(fl(e·
+/// unit)), ±32767)` of a group of 8 runs of two rows from their `e` (`ea`, `eb`) and units, run
+/// `t`'s as `[a's first set, a's second, b's first, b's second]`, each in all eight 16-bit lanes
+/// of a 128-bit lane (`spread`: [`set_pair_spread`]). The pack saturates to 16 bits first,
+/// which the clamp then narrows.
 #[inline]
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
 fn set_pair_multipliers(
     spread: &[__m512i; 8],
-    ma: &[[i16; 2]; 8],
-    mb: &[[i16; 2]; 8],
+    [ea, eb]: [&[[f32; 2]; 8]; 2],
+    [unit_a, unit_b]: [f32; 2],
 ) -> [__m512i; 8] {
-    let v = group_multipliers::<16>(
-        ma.as_flattened().try_into().expect("16"),
-        mb.as_flattened().try_into().expect("16"),
+    let m = |e: &[[f32; 2]; 8], unit: f32| {
+        // SAFETY: `e` is 64 readable bytes; unaligned load.
+        let e = unsafe { _mm512_loadu_ps(e.as_ptr().cast()) };
+        _mm512_cvtps_epi32(_mm512_mul_ps(e, _mm512_set1_ps(unit)))
+    };
+    let v = _mm512_packs_epi32(m(ea, unit_a), m(eb, unit_b));
+    let v = _mm512_max_epi16(
+        _mm512_min_epi16(v, _mm512_set1_epi16(32767)),
+        _mm512_set1_epi16(-32767),
     );
     std::array::from_fn(|t| _mm512_permutexvar_epi16(spread[t], v))
 }
@@ -646,11 +626,11 @@ pub(super) fn q3_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
     // 128-bit lane after the pack.
     let codes = _mm512_broadcast_i32x4(_mm_setr_epi16(-128, -96, -64, -32, 0, 32, 64, 96));
     let (three, four) = (_mm512_set1_epi8(3), _mm512_set1_epi8(4));
-    let spread = set_pair_spread(ROWS_IN_HALVES);
-    let m = params.m_pairs();
+    let spread = set_pair_spread();
+    let (e, unit) = (params.e_pairs(), params.factors());
     // Run s of a super-block: 2-bit field s % 4 of qs[32·(s / 4)..][..32], bit s of hmask.
-    for_each_block_group::<8, ROWS, 110, _>(rows, m, tile, 0..runs, |_, [a, b], [ma, mb], out| {
-        let m = set_pair_multipliers(&spread, ma, mb);
+    for_each_row_block_group::<8, ROWS, 110, _>(rows, e, tile, 0..runs, |_, j, [a, b], e, out| {
+        let m = set_pair_multipliers(&spread, e, [unit[j], unit[j + 1]]);
         let hmask = load32x2(a, b);
         let qs = [load32x2(&a[32..], &b[32..]), load32x2(&a[64..], &b[64..])];
         for (s, out) in out.into_iter().enumerate() {
