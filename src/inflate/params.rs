@@ -200,8 +200,9 @@ impl TileParams {
         }
     }
 
-    /// Q6_K, Q3_K after [`Self::prepare_unscaled`]: each run's `[e_j, e_j']` (its two halves'); with
-    /// row `j`'s `factors()[j]` they give the multipliers `multiplier(e_j, unit_n)`.
+    /// Q6_K, Q3_K after [`Self::prepare_unscaled`]: each run's `[e_j, e_j']` (its two
+    /// halves'); with row `j`'s `factors()[j]` they give the multipliers `multiplier(e_j,
+    /// unit_n)`.
     #[cfg(target_arch = "x86_64")]
     pub fn e_pairs(&self) -> RowMajor<'_, [f32; 2]> {
         assert!(!self.scaled, "e of a tile prepared scaled");
@@ -234,9 +235,9 @@ impl TileParams {
     }
 
     /// [`Self::prepare`], but Q4_1, Q4_K and Q2_K keep `[a_j, b_j]` ([`Self::ab`],
-    /// [`Self::ab_pairs`]) and Q6_K and Q3_K their `e_j` ([`Self::e_pairs`]), and leave the multiplication by `inv_n` or `unit_n` to the kernel,
-    /// which does it as it loads them: a pass over the parameters, and the reload of what the
-    /// scan just stored, fewer.
+    /// [`Self::ab_pairs`]) and Q6_K and Q3_K their `e_j` ([`Self::e_pairs`]), and leave the
+    /// multiplication by `inv_n` or the unit to the kernel, which does it as it loads them: a
+    /// pass over the parameters, and the reload of what the scan just stored, fewer.
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
     pub fn prepare_unscaled(
