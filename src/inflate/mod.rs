@@ -86,9 +86,10 @@
 //! set (`ScanOps`); everything else is one definition, compiled for each path. The SIMD kernels
 //! take each row's blocks and parameters of a group of runs as fixed-size arrays (`tile.rs`),
 //! the AVX-512 ones two tile rows per 512-bit step, the AVX2 ones two runs per table build. On
-//! x86 the Q4_1/Q4_K kernels do the scan's last step themselves: they multiply each run's
-//! `[a_j, b_j]` by the row's `inv_n` as they load them (the same products), which saves a pass
-//! over the parameters and the reload of what it stored.
+//! x86 the Q4_1/Q4_K/Q2_K/Q6_K/Q3_K kernels do the scan's last step themselves: they multiply
+//! each run's `[a_j, b_j]` by the row's `inv_n` (Q6_K, Q3_K: each set's `e_j` by the row's
+//! unit, then round and clamp) as they load them (the same operations), which saves a pass over
+//! the parameters and the reload of what it stored.
 
 mod codebook;
 mod columns;

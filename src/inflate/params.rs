@@ -28,7 +28,8 @@ pub(super) struct TileParams {
     /// Q4_1, Q4_K: `[f_j, g_j] = [fl(a_j·inv_n), fl(b_j·inv_n)]` of run `r` at `j·stride + r`,
     /// or, after [`Self::prepare_unscaled`], still `[a_j, b_j]`.
     fg: Vec<[f32; 2]>,
-    /// Whether `fg` holds `[f_j, g_j]`.
+    /// Whether `fg` holds `[f_j, g_j]` and Q6_K's `m` its multipliers (else only the scratch's
+    /// `e` and factors hold Q6_K's parameters).
     scaled: bool,
     scratch: Scratch,
 }
@@ -147,8 +148,12 @@ impl TileParams {
         }
     }
 
-    /// Q6_K: the multipliers of each run's two halves.
+    /// Q6_K: the multipliers of each run's two halves (after [`Self::prepare`]).
     pub fn m_pairs(&self) -> RowMajor<'_, [i16; 2]> {
+        assert!(
+            self.scaled || !matches!(self.ty, GgmlType::Q6_K | GgmlType::Q3_K),
+            "m of a tile prepared unscaled"
+        );
         RowMajor {
             items: self.m.as_chunks().0,
             stride: self.stride,
@@ -164,8 +169,20 @@ impl TileParams {
         }
     }
 
-    /// Q2_K: the `[f_j, g_j]` of each run's two halves.
+    /// Q2_K: the `[f_j, g_j]` of each run's two halves (after [`Self::prepare`]).
     pub fn fg_pairs(&self) -> RowMajor<'_, [[f32; 2]; 2]> {
+        assert!(self.scaled, "fg of a tile prepared unscaled");
+        RowMajor {
+            items: self.fg.as_chunks().0,
+            stride: self.stride,
+        }
+    }
+
+    /// Q2_K after [`Self::prepare_unscaled`]: the `[a_j, b_j]` of each run's two halves; with
+    /// row `j`'s `factors()[j]` they give `[f_j, g_j]` as for [`Self::ab`].
+    #[cfg(target_arch = "x86_64")]
+    pub fn ab_pairs(&self) -> RowMajor<'_, [[f32; 2]; 2]> {
+        assert!(!self.scaled, "ab of a tile prepared scaled");
         RowMajor {
             items: self.fg.as_chunks().0,
             stride: self.stride,
@@ -173,7 +190,7 @@ impl TileParams {
     }
 
     /// Q4_1, Q4_K after [`Self::prepare_unscaled`]: each run's `[a_j, b_j]`; with row `j`'s
-    /// `inv()[j]` they give `[f_j, g_j] = [fl(a_j·inv_n), fl(b_j·inv_n)]`.
+    /// `factors()[j]` they give `[f_j, g_j] = [fl(a_j·inv_n), fl(b_j·inv_n)]`.
     #[cfg(target_arch = "x86_64")]
     pub fn ab(&self) -> RowMajor<'_, [f32; 2]> {
         assert!(!self.scaled, "ab of a tile prepared scaled");
@@ -183,9 +200,22 @@ impl TileParams {
         }
     }
 
-    /// Q4_1, Q4_K: each tile row's `inv_n` (0 for padding and all-zero rows).
+    /// Q6_K, Q3_K after [`Self::prepare_unscaled`]: each run's `[e_j, e_j']` (its two
+    /// halves'); with row `j`'s `factors()[j]` they give the multipliers `multiplier(e_j,
+    /// unit_n)`.
     #[cfg(target_arch = "x86_64")]
-    pub fn inv(&self) -> &[f32] {
+    pub fn e_pairs(&self) -> RowMajor<'_, [f32; 2]> {
+        assert!(!self.scaled, "e of a tile prepared scaled");
+        RowMajor {
+            items: self.scratch.e.as_chunks().0,
+            stride: self.stride,
+        }
+    }
+
+    /// Each tile row's factor: Q4_1, Q4_K, Q2_K: `inv_n`; Q6_K: `unit_n = fl(32512/E_n)`, Q3_K:
+    /// `fl(U/E_n)` (0 for padding and all-zero rows).
+    #[cfg(target_arch = "x86_64")]
+    pub fn factors(&self) -> &[f32] {
         &self.scratch.factor
     }
 
@@ -204,9 +234,10 @@ impl TileParams {
         self.prepare_in(ops, rows, scales, true)
     }
 
-    /// [`Self::prepare`], but Q4_1 and Q4_K keep `[a_j, b_j]` ([`Self::ab`]) and leave the
-    /// multiplication by `inv_n` to the kernel, which does it as it loads them: a pass over
-    /// the parameters, and the reload of what the scan just stored, fewer.
+    /// [`Self::prepare`], but Q4_1, Q4_K and Q2_K keep `[a_j, b_j]` ([`Self::ab`],
+    /// [`Self::ab_pairs`]) and Q6_K and Q3_K their `e_j` ([`Self::e_pairs`]), and leave the
+    /// multiplication by `inv_n` or the unit to the kernel, which does it as it loads them: a
+    /// pass over the parameters, and the reload of what the scan just stored, fewer.
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
     pub fn prepare_unscaled(
@@ -227,7 +258,7 @@ impl TileParams {
         scale_fg: bool,
     ) -> Result<(), (usize, usize)> {
         if let Some(sets) = Sets::of(self.ty) {
-            return sets::prepare(self, sets, ops, rows, scales);
+            return sets::prepare(self, sets, ops, rows, scales, scale_fg);
         }
         let (ty, stride, n) = (self.ty, self.stride, rows.len());
         self.scaled = scale_fg;
@@ -261,6 +292,7 @@ impl TileParams {
                     ops.scale(fg.as_flattened_mut(), inv);
                 }
             }
+            GgmlType::Q6_K if !scale_fg => {}
             GgmlType::Q6_K => {
                 let rows = self.m.chunks_exact_mut(2 * stride);
                 for ((m, e), &unit) in rows.zip(sc.e.chunks_exact(2 * stride)).zip(&sc.factor) {

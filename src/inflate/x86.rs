@@ -34,7 +34,8 @@ pub(super) fn prefetch(bytes: &[u8]) {
 macro_rules! unsafe_call {
     ($call:expr) => {
         // SAFETY: `tile_kernel` gives these out only for an `isa` the caller checked is
-        // available, and each kernel enables exactly that path's features.
+        // available, and each kernel enables exactly that path's features (and VBMI or GFNI,
+        // which `tile_kernel` checks, for the kernels that use them).
         unsafe { $call }
     };
 }
@@ -43,29 +44,34 @@ macro_rules! unsafe_call {
 /// `isa.is_available()`: the returned safe functions rely on it.
 pub(super) fn tile_kernel(isa: Isa, ty: GgmlType, b_n: usize) -> Option<TileKernel> {
     let pairs = b_n.is_multiple_of(avx512::ROWS);
+    // Byte permutes across a whole vector and GF(2) affine byte maps: the AVX-512 CPUs from
+    // Ice Lake and Zen 4 on have both; on the others, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K take
+    // the AVX2 kernels.
+    let vbmi = std::arch::is_x86_feature_detected!("avx512vbmi");
+    let gfni = std::arch::is_x86_feature_detected!("gfni");
     let k: TileKernel = match (isa, ty) {
         (Isa::Avx512, GgmlType::Q4_0) if pairs => {
             |r, p, t, n| unsafe_call!(avx512::q4_0(r, p, t, n))
         }
-        (Isa::Avx512, GgmlType::Q4_1) if pairs => {
+        (Isa::Avx512, GgmlType::Q4_1) if pairs && vbmi => {
             |r, p, t, n| unsafe_call!(avx512::q4_1(r, p, t, n))
         }
-        (Isa::Avx512, GgmlType::Q5_0) if pairs => {
+        (Isa::Avx512, GgmlType::Q5_0) if pairs && vbmi => {
             |r, p, t, n| unsafe_call!(avx512::q5_0(r, p, t, n))
         }
         (Isa::Avx512, GgmlType::Q8_0) if pairs => {
             |r, p, t, n| unsafe_call!(avx512::q8_0(r, p, t, n))
         }
-        (Isa::Avx512, GgmlType::Q4_K) if pairs => {
+        (Isa::Avx512, GgmlType::Q4_K) if pairs && vbmi => {
             |r, p, t, n| unsafe_call!(avx512::q4_k(r, p, t, n))
         }
-        (Isa::Avx512, GgmlType::Q6_K) if pairs => {
+        (Isa::Avx512, GgmlType::Q6_K) if pairs && gfni => {
             |r, p, t, n| unsafe_call!(avx512::q6_k(r, p, t, n))
         }
-        (Isa::Avx512, GgmlType::Q5_1) if pairs => {
+        (Isa::Avx512, GgmlType::Q5_1) if pairs && vbmi => {
             |r, p, t, n| unsafe_call!(avx512::q5_1(r, p, t, n))
         }
-        (Isa::Avx512, GgmlType::Q5_K) if pairs => {
+        (Isa::Avx512, GgmlType::Q5_K) if pairs && vbmi => {
             |r, p, t, n| unsafe_call!(avx512::q5_k(r, p, t, n))
         }
         (Isa::Avx512, GgmlType::Q2_K) if pairs => {
@@ -89,7 +95,7 @@ pub(super) fn tile_kernel(isa: Isa, ty: GgmlType, b_n: usize) -> Option<TileKern
         (Isa::Ssse3, GgmlType::Q8_0) => |r, p, t, n| unsafe_call!(ssse3::q8_0(r, p, t, n)),
         (Isa::Ssse3, GgmlType::Q4_K) => |r, p, t, n| unsafe_call!(ssse3::q4_k(r, p, t, n)),
         (Isa::Ssse3, GgmlType::Q6_K) => |r, p, t, n| unsafe_call!(ssse3::q6_k(r, p, t, n)),
-        // AVX2, and AVX-512 tiles of an odd number of rows.
+        // AVX2, and AVX-512 tiles of an odd number of rows (or without the features above).
         (Isa::Avx2 | Isa::Avx512, GgmlType::Q4_0) => {
             |r, p, t, n| unsafe_call!(avx2::q4_0(r, p, t, n))
         }
@@ -177,8 +183,9 @@ pub(super) fn tile_kernel(isa: Isa, ty: GgmlType, b_n: usize) -> Option<TileKern
 }
 
 /// The tile scan compiled for `isa`, if `isa` is an x86 path with a build of its own. It leaves
-/// Q4_1/Q4_K's `[a_j, b_j]` unscaled ([`TileParams::prepare_unscaled`]): every AVX2 and AVX-512
-/// kernel (the two paths' only ones) multiplies them by `inv_n` itself.
+/// Q4_1/Q4_K/Q2_K's `[a_j, b_j]` unscaled and Q6_K/Q3_K's `e_j` unconverted
+/// ([`TileParams::prepare_unscaled`]): every AVX2 and AVX-512 kernel of those types (the two
+/// paths' only ones) multiplies them by the row's factor itself.
 pub(super) fn scan_tile(isa: Isa) -> Option<ScanTile> {
     type Res = Result<(), (usize, usize)>;
     #[target_feature(enable = "avx2,f16c")]

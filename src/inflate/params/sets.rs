@@ -69,7 +69,8 @@ pub(super) fn rescale_unit(ty: GgmlType, c_max: i32) -> f32 {
     (127 << 15) as f32 / (code_scale(ty) * c_max) as f32
 }
 
-/// [`TileParams::prepare`] for the types of [`Sets::of`].
+/// [`TileParams::prepare`] for the types of [`Sets::of`]; without `scale_fg`, Q2_K keeps its
+/// `[a_j, b_j]` and Q3_K its `e_j` ([`TileParams::prepare_unscaled`]).
 #[inline(always)]
 pub(super) fn prepare(
     p: &mut TileParams,
@@ -77,19 +78,22 @@ pub(super) fn prepare(
     ops: impl ScanOps,
     rows: &[&[u8]],
     scales: &mut [f32],
+    scale_fg: bool,
 ) -> Result<(), (usize, usize)> {
     let (ty, n) = (p.ty, rows.len());
     let per_row = sets.per_run * p.stride;
-    p.scaled = true;
+    p.scaled = scale_fg || !matches!(ty, GgmlType::Q2_K | GgmlType::Q3_K);
     let sc = &mut p.scratch;
     if let Method::PowerOfTwo = sets.method {
         return power_of_two_rows(ops, rows, &mut p.m, &mut sc.h0, p.stride, scales);
     }
     fields(ops, ty, rows, p.stride, &mut p.fg, sc);
-    // Padding channels: zero parameters.
-    let (m_len, fg_len) = (p.m.len(), p.fg.len());
+    // Padding channels: zero parameters (and zero `e`, which the kernels of a tile prepared
+    // unscaled turn into multipliers).
+    let (m_len, fg_len, e_len) = (p.m.len(), p.fg.len(), sc.e.len());
     p.m[(n * per_row).min(m_len)..].fill(0);
     p.fg[(n * per_row).min(fg_len)..].fill([0.0; 2]);
+    sc.e[(n * per_row).min(e_len)..].fill(0.0);
     if let Some(j) = sc.largest_half[..n].iter().position(|&t| t >= NON_FINITE) {
         let block = first_non_finite(ty, rows[j]).expect("a non-finite scale exists");
         return Err((j, block));
@@ -103,10 +107,12 @@ pub(super) fn prepare(
             for ((&w_max, inv), s) in per_row_factor {
                 (*inv, *s) = table_range(f32::from_bits(w_max));
             }
-            let fg = p.fg.chunks_exact_mut(per_row);
-            for (fg, &inv) in fg.zip(&sc.factor[..n]) {
-                // [a_j, b_j] becomes [fl(a_j·inv_n), fl(b_j·inv_n)].
-                ops.scale(fg.as_flattened_mut(), inv);
+            if p.scaled {
+                let fg = p.fg.chunks_exact_mut(per_row);
+                for (fg, &inv) in fg.zip(&sc.factor[..n]) {
+                    // [a_j, b_j] becomes [fl(a_j·inv_n), fl(b_j·inv_n)].
+                    ops.scale(fg.as_flattened_mut(), inv);
+                }
             }
         }
         Method::Rescale { c_max } => {
@@ -121,7 +127,9 @@ pub(super) fn prepare(
                 *s = c_max as f32 * e_max / 127.0;
             }
             let (m, factor) = (p.m.chunks_exact_mut(per_row), &sc.factor[..n]);
-            if ty == GgmlType::IQ4_NL {
+            if !p.scaled {
+                // The kernels turn `e_j` into multipliers themselves.
+            } else if ty == GgmlType::IQ4_NL {
                 for ((m, h), &unit) in m.zip(sc.h0.chunks_exact(per_row)).zip(factor) {
                     ops.half_multipliers(h, unit, m);
                 }

@@ -231,7 +231,7 @@ pub(super) fn q4_1(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
         store32(even, _mm256_permute2x128_si256::<0x20>(first, second));
         store32(odd, _mm256_permute2x128_si256::<0x31>(first, second));
     };
-    let (ab, inv) = (params.ab(), params.inv());
+    let (ab, inv) = (params.ab(), params.factors());
     // Eight runs per step (one bounds check per row and step), then four, then one at a time.
     let (eights, fours) = (runs / 8 * 8, runs / GROUP * GROUP);
     for_each_row_block_group::<8, 1, 160, _>(rows, ab, tile, 0..eights, |_, j, [blk], [p], out| {
@@ -389,7 +389,7 @@ pub(super) fn q4_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
         let lut1 = _mm256_permute2x128_si256::<0x11>(t, t);
         store32(odd, _mm256_shuffle_epi8(lut1, hi));
     };
-    let (ab, inv) = (params.ab(), params.inv());
+    let (ab, inv) = (params.ab(), params.factors());
     for_each_row_block_group::<8, 1, 144, _>(rows, ab, tile, 0..runs, |_, j, [blk], [p], out| {
         let [[e0], [o0], [e1], [o1], [e2], [o2], [e3], [o3]] = out;
         let (p, inv) = (p.as_chunks::<2>().0, _mm_set1_ps(inv[j]));
@@ -400,6 +400,42 @@ pub(super) fn q4_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
     });
 }
 
+/// For the formats of two sets of 16 per run (Q6_K, Q3_K): the multipliers `clamp(rne(fl(e·
+/// unit)), ±32767)` of a group of 8 runs of one row from their `e`, run `t`'s first set's in the
+/// 16-bit lanes of 128-bit lane 0, its second's in those of lane 1. The pack saturates to 16 bits
+/// first, which the clamp then narrows.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn set_multipliers(e: &[[f32; 2]; 8], unit: f32) -> [__m256i; 8] {
+    let e = e.as_flattened();
+    // SAFETY: `e` is 16 readable f32; unaligned loads.
+    let (e0, e1) = unsafe {
+        (
+            _mm256_loadu_ps(e.as_ptr()),
+            _mm256_loadu_ps(e[8..].as_ptr()),
+        )
+    };
+    let unit = _mm256_set1_ps(unit);
+    let m = |e: __m256| _mm256_cvtps_epi32(_mm256_mul_ps(e, unit));
+    let v = _mm256_packs_epi32(m(e0), m(e1));
+    let v = _mm256_max_epi16(
+        _mm256_min_epi16(v, _mm256_set1_epi16(32767)),
+        _mm256_set1_epi16(-32767),
+    );
+    // The pack leaves words m0..4, m8..12 | m4..8, m12..16: words 2t, 2t + 1 are dword `at[t]`,
+    // broadcast, then word 0 of it spread over lane 0 and word 1 over lane 1.
+    let at = [0, 1, 4, 5, 2, 3, 6, 7];
+    #[rustfmt::skip]
+    let halves = _mm256_setr_epi8(
+        0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1,
+        2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3,
+    );
+    std::array::from_fn(|t| {
+        let pair = _mm256_permutevar8x32_epi32(v, _mm256_set1_epi32(at[t]));
+        _mm256_shuffle_epi8(pair, halves)
+    })
+}
+
 #[target_feature(enable = "avx2,f16c")]
 pub(super) fn q6_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
     let (low, bits45, bias) = (
@@ -407,21 +443,6 @@ pub(super) fn q6_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
         _mm256_set1_epi8(0x30),
         _mm256_set1_epi8(32),
     );
-    // Run t's multipliers: words 2t (lane 0) and 2t + 1 (lane 1) of the group's 16, each in
-    // all 16-bit lanes of its 128-bit lane (a dword broadcast, then a byte shuffle).
-    #[rustfmt::skip]
-    let halves = _mm256_setr_epi8(
-        0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1,
-        2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3,
-    );
-    let spread = |m: &[[i16; 2]; 8]| -> [__m256i; 8] {
-        // SAFETY: `m` is 32 readable bytes; unaligned load.
-        let v = unsafe { _mm256_loadu_si256(m.as_ptr().cast()) };
-        std::array::from_fn(|t| {
-            let pair = _mm256_permutevar8x32_epi32(v, _mm256_set1_epi32(t as i32));
-            _mm256_shuffle_epi8(pair, halves)
-        })
-    };
     // 4·(q - 32) with each 16-weight half's multiplier.
     let put = |out: &mut [i8; RUN], code: __m256i, m: __m256i| {
         store32(out, rescale::<6>(_mm256_sub_epi8(code, bias), m))
@@ -459,10 +480,10 @@ pub(super) fn q6_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
             m[3],
         );
     };
-    let m = params.m_pairs();
-    for_each_block_group::<8, 1, 210, _>(rows, m, tile, 0..runs, |_, [blk], [m], out| {
+    let (e, unit) = (params.e_pairs(), params.factors());
+    for_each_row_block_group::<8, 1, 210, _>(rows, e, tile, 0..runs, |_, j, [blk], [e], out| {
         let [[o0], [o1], [o2], [o3], [o4], [o5], [o6], [o7]] = out;
-        let m = spread(m);
+        let m = set_multipliers(e, unit[j]);
         half(blk, 0, [m[0], m[1], m[2], m[3]], [o0, o1, o2, o3]);
         half(blk, 1, [m[4], m[5], m[6], m[7]], [o4, o5, o6, o7]);
     });
@@ -486,13 +507,14 @@ pub(super) fn q3_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
     // 128-bit lane after the pack (lane 0: the run's first set, lane 1: its second).
     let codes = _mm256_broadcastsi128_si256(_mm_setr_epi16(-128, -96, -64, -32, 0, 32, 64, 96));
     let (three, four) = (_mm256_set1_epi8(3), _mm256_set1_epi8(4));
-    let m = params.m_pairs();
+    let (e, unit) = (params.e_pairs(), params.factors());
     // Run s of a super-block: 2-bit field s % 4 of qs[32·(s / 4)..][..32], bit s of hmask.
-    for_each_block_group::<8, 1, 110, _>(rows, m, tile, 0..runs, |_, [blk], [m], out| {
+    for_each_row_block_group::<8, 1, 110, _>(rows, e, tile, 0..runs, |_, j, [blk], [e], out| {
         let hmask = load32(blk);
         let qs = [load32(&blk[32..]), load32(&blk[64..])];
+        let m = set_multipliers(e, unit[j]);
         for (s, [out]) in out.into_iter().enumerate() {
-            let t = _mm256_mulhrs_epi16(codes, pair_multipliers(&m[s]));
+            let t = _mm256_mulhrs_epi16(codes, m[s]);
             let t = _mm256_packs_epi16(t, t);
             let low = _mm256_and_si256(move_bit(qs[s / 4], 2 * (s as u32 % 4), 0), three);
             let high = _mm256_and_si256(move_bit(hmask, s as u32, 2), four);
@@ -507,14 +529,17 @@ pub(super) fn q2_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
     let (three, twelve) = (_mm256_set1_ps(3.0), _mm256_set1_epi8(12));
     // The tables of four runs (their eight sets' `[f, g]`): lane 0 the runs' first sets, lane
     // 1 their second ones; byte 4q + t of a lane is code q of run t's set, `sat8(rne(fl(fl(q·f)
-    // + g)))` (fl(0·f) + g = g and fl(2·f) = f + f: the same values).
-    let tables = |fg: &[[f32; 2]]| {
+    // + g)))` (fl(0·f) + g = g and fl(2·f) = f + f: the same values), from their `[a, b]`
+    // times the row's `inv_n`: `[f, g]`.
+    let tables = |fg: &[[f32; 2]], inv: f32| {
         let fg: &[[f32; 2]; 8] = fg.try_into().expect("8 sets");
         // SAFETY: `fg` is 64 readable bytes; unaligned loads.
         let (p0, p1) = unsafe {
             let at = fg.as_ptr().cast::<f32>();
             (_mm256_loadu_ps(at), _mm256_loadu_ps(at.add(8)))
         };
+        let inv = _mm256_set1_ps(inv);
+        let (p0, p1) = (_mm256_mul_ps(p0, inv), _mm256_mul_ps(p1, inv));
         // Sets [0, 2, 4, 6 | 1, 3, 5, 7] (each run's first sets, then its second).
         let f = _mm256_permutevar8x32_ps(_mm256_shuffle_ps::<0b10_00_10_00>(p0, p1), order);
         let g = _mm256_permutevar8x32_ps(_mm256_shuffle_ps::<0b11_01_11_01>(p0, p1), order);
@@ -525,11 +550,11 @@ pub(super) fn q2_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
         _mm256_packs_epi16(_mm256_packs_epi32(e0, e1), _mm256_packs_epi32(e2, e3))
     };
     // Runs 4h..4h + 4 of a super-block: 2-bit field t of qs[32h..][..32] for run 4h + t.
-    let m = params.fg_pairs();
-    for_each_block_group::<8, 1, 84, _>(rows, m, tile, 0..runs, |_, [blk], [p], out| {
+    let (ab, inv) = (params.ab_pairs(), params.factors());
+    for_each_row_block_group::<8, 1, 84, _>(rows, ab, tile, 0..runs, |_, j, [blk], [p], out| {
         let mut out = out.into_iter();
         for (h, fg) in p.as_flattened().chunks_exact(8).enumerate() {
-            let t = tables(fg);
+            let t = tables(fg, inv[j]);
             let q = load32(&blk[16 + 32 * h..]);
             for (run, [out]) in (0..4).zip(&mut out) {
                 let code = _mm256_and_si256(move_bit(q, 2 * run, 2), twelve);

@@ -70,19 +70,18 @@ pub(super) fn lane_pairs(m: &[i16; 2]) -> __m512i {
 }
 
 /// The multipliers of a group of runs of two rows, `a` (row `a`'s, `N` 16-bit items) then `b`,
-/// in one vector: `N` = 4: `[a, b]` in every 128-bit lane; 8: `[a, a, b, b]`; 16: `[a, b]` in
-/// each 256-bit half.
+/// in one vector: `N` = 4: `[a, b]` in every 128-bit lane; 8: `[a, a, b, b]`.
 #[inline]
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
 fn group_multipliers<const N: usize>(a: &[i16; N], b: &[i16; N]) -> __m512i {
-    const { assert!(N == 4 || N == 8 || N == 16) };
-    // SAFETY: `a` and `b` are `2·N` readable bytes each (8, 16 or 32); unaligned loads.
+    const { assert!(N == 4 || N == 8) };
+    // SAFETY: `a` and `b` are `2·N` readable bytes each (8 or 16); unaligned loads.
     unsafe {
         if N == 4 {
             let v = _mm_loadl_epi64(a.as_ptr().cast());
             let v = _mm_castpd_si128(_mm_loadh_pd(_mm_castsi128_pd(v), b.as_ptr().cast()));
             _mm512_broadcast_i32x4(v)
-        } else if N == 8 {
+        } else {
             let (a, b) = (
                 _mm_loadu_si128(a.as_ptr().cast()),
                 _mm_loadu_si128(b.as_ptr().cast()),
@@ -90,11 +89,6 @@ fn group_multipliers<const N: usize>(a: &[i16; N], b: &[i16; N]) -> __m512i {
             _mm512_inserti64x4::<1>(
                 _mm512_castsi256_si512(_mm256_broadcastsi128_si256(a)),
                 _mm256_broadcastsi128_si256(b),
-            )
-        } else {
-            _mm512_inserti64x4::<1>(
-                _mm512_castsi256_si512(_mm256_loadu_si256(a.as_ptr().cast())),
-                _mm256_loadu_si256(b.as_ptr().cast()),
             )
         }
     }
@@ -184,10 +178,11 @@ fn for_each_block_pair<const G: usize, const GB: usize, const RS: usize, const F
 }
 
 /// The four nibble vectors of two 16-byte quant runs `[qa, qb]`: lanes `[qa & 15, qa >> 4, qb &
-/// 15, qb >> 4]`, i.e. weights 0..32 of each row's run in order (Q4_0, Q4_1, Q5_0).
+/// 15, qb >> 4]`, i.e. weights 0..32 of each row's run in order (Q4_0, Q4_1, Q5_0), each byte
+/// or'ed with the byte of `offset` in its place.
 #[inline]
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
-fn nibbles(q: __m256i) -> __m512i {
+fn nibbles(q: __m256i, offset: __m512i) -> __m512i {
     let q = _mm512_permutexvar_epi64(
         _mm512_set_epi64(3, 2, 3, 2, 1, 0, 1, 0),
         _mm512_castsi256_si512(q),
@@ -195,7 +190,16 @@ fn nibbles(q: __m256i) -> __m512i {
     #[rustfmt::skip]
     let shift = _mm512_set_epi64(4 * 0x0001_0001_0001_0001, 4 * 0x0001_0001_0001_0001, 0, 0,
                                  4 * 0x0001_0001_0001_0001, 4 * 0x0001_0001_0001_0001, 0, 0);
-    _mm512_and_si512(_mm512_srlv_epi16(q, shift), _mm512_set1_epi8(15))
+    // (q & 15) | offset in one `vpternlogd` (0xea: a & b | c).
+    _mm512_ternarylogic_epi32::<0xea>(_mm512_srlv_epi16(q, shift), _mm512_set1_epi8(15), offset)
+}
+
+/// The table offsets of a run of two rows whose tables lie in one vector (`vpermb` lookups): row
+/// b's weights (bytes 32..64 of a store) at 32 + `run`, row a's at `run`.
+#[inline]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
+fn row_offsets(run: i8) -> __m512i {
+    _mm512_inserti64x4::<1>(_mm512_set1_epi8(run), _mm256_set1_epi8(32 + run))
 }
 
 /// `sat8((y·m + 2¹⁴) >> 15)` for each of 64 signed bytes `x`, with `y = x·2^(8 - SHIFT)` and `m`
@@ -248,7 +252,10 @@ fn nibble_rescale<
         let lut = _mm512_packs_epi16(_mm512_mulhrs_epi16(c_lo, m), _mm512_mulhrs_epi16(c_hi, m));
         store(
             out,
-            _mm512_shuffle_epi8(lut, nibbles(load16x2(&a[QS..], &b[QS..]))),
+            _mm512_shuffle_epi8(
+                lut,
+                nibbles(load16x2(&a[QS..], &b[QS..]), _mm512_setzero_si512()),
+            ),
         );
     });
 }
@@ -277,18 +284,29 @@ pub(super) fn iq4_xs(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs:
     nibble_rescale::<8, 136, 16, 8, 0>(rows, params, tile, runs, &c);
 }
 
-#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
+/// Q5_0 through the 32-entry tables of a run of two rows, both in one vector (`[a 0..16, a
+/// 16..32, b 0..16, b 16..32]`: two multiplies and a pack), each weight looked up across the
+/// vector (`vpermb`) by its 5-bit code plus its row's offset.
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vbmi")]
 pub(super) fn q5_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
-    let sixteen = _mm512_set1_epi8(16);
+    let c: [i16; 32] = scaled_codes(GgmlType::Q5_0);
+    // Lane l of the pack takes its first eight entries from `lo`, the next eight from `hi`:
+    // codes 0..8 and 8..16 (lanes 0, 2), 16..24 and 24..32 (lanes 1, 3).
+    let lane_codes = |first: usize| {
+        let v: [i16; 32] = std::array::from_fn(|i| c[i / 8 % 2 * 16 + first + i % 8]);
+        // SAFETY: `v` is 64 readable bytes; unaligned load.
+        unsafe { _mm512_loadu_si512(v.as_ptr().cast()) }
+    };
+    let (lo, hi) = (lane_codes(0), lane_codes(8));
+    let (sixteen, offsets) = (_mm512_set1_epi8(16), row_offsets(0));
     for_each_block_pair::<GROUP, 88, 22, 0>(rows, params, tile, runs, |[a, b], m, out| {
         let qh = |blk: &[u8; 22]| u32::from_le_bytes([blk[2], blk[3], blk[4], blk[5]]) as u64;
         // Byte i of the vector is weight i % 32 of its row: bit i of the pair's qh.
         let fifth: __mmask64 = qh(a) | qh(b) << 32;
-        let q = nibbles(load16x2(&a[6..], &b[6..]));
-        // c = q - 16: the nibble, less 16 where the fifth bit is clear.
-        let c = _mm512_mask_sub_epi8(q, !fifth, q, sixteen);
-        // 8·c = the scaled code.
-        store(out, rescale::<5>(c, m));
+        let q = nibbles(load16x2(&a[6..], &b[6..]), offsets);
+        let index = _mm512_mask_add_epi8(q, fifth, q, sixteen);
+        let lut = _mm512_packs_epi16(_mm512_mulhrs_epi16(lo, m), _mm512_mulhrs_epi16(hi, m));
+        store(out, _mm512_permutexvar_epi8(index, lut));
     });
 }
 
@@ -375,18 +393,6 @@ fn pair_spread(p: usize, first_b: usize) -> [__m512i; 2] {
     [spread(0), spread(1)]
 }
 
-/// The tables of runs `r` and `r + 1` of two rows from [`pair_spread`]'s `f` and `g` lanes:
-/// lanes `[a run r, a run r, b run r, b run r]` and the same for run `r + 1`, ready for `pshufb`.
-#[inline]
-#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
-fn run_pair_tables(codes: &[__m512; 4], f: __m512, g: __m512) -> [__m512i; 2] {
-    let luts = lane_tables(codes, f, g);
-    [
-        _mm512_shuffle_i32x4::<0b10_10_00_00>(luts, luts),
-        _mm512_shuffle_i32x4::<0b11_11_01_01>(luts, luts),
-    ]
-}
-
 /// `N` runs' `[f, g]` (`N·8` bytes) at the start of `p` as a vector.
 #[inline]
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
@@ -402,14 +408,18 @@ fn load_fg<const N: usize>(p: &[[f32; 2]; N]) -> __m512 {
     }
 }
 
-#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
+/// Q4_1 with the four tables of a run pair of two rows in one vector, `[a run r, a run r + 1,
+/// b run r, b run r + 1]`, each weight looked up across the whole vector (`vpermb`); the last
+/// `runs % GROUP` runs one at a time, their tables in each 128-bit lane of their row.
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vbmi")]
 pub(super) fn q4_1(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
     let codes = lane_codes();
     let full = runs / GROUP * GROUP;
-    let (ab, inv) = (params.ab(), params.inv());
+    let (ab, inv) = (params.ab(), params.factors());
     // The group's [f, g] of both rows in one vector: row a at items 0..8, row b at 8..16, each
     // [a, b] times its row's inv_n.
     let spread = [pair_spread(0, 8), pair_spread(1, 8)];
+    let (even_at, odd_at) = (row_offsets(0), row_offsets(16));
     for_each_row_block_group::<GROUP, ROWS, 80, _>(
         rows,
         ab,
@@ -427,16 +437,13 @@ pub(super) fn q4_1(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
             let [o0, o1, o2, o3] = out;
             for (i, (even, odd)) in [(o0, o1), (o2, o3)].into_iter().enumerate() {
                 let [f, g] = spread[i].map(|s| _mm512_permutexvar_ps(s, v));
-                let [lut0, lut1] = run_pair_tables(&codes, f, g);
-                let (r0, r1) = (2 * i, 2 * i + 1);
-                store(
-                    even,
-                    _mm512_shuffle_epi8(lut0, nibbles(load16x2(&a[r0][4..], &b[r0][4..]))),
-                );
-                store(
-                    odd,
-                    _mm512_shuffle_epi8(lut1, nibbles(load16x2(&a[r1][4..], &b[r1][4..]))),
-                );
+                // Lanes [a run r, a run r + 1, b run r, b run r + 1].
+                let luts = lane_tables(&codes, f, g);
+                for (r, (out, offsets)) in [(even, even_at), (odd, odd_at)].into_iter().enumerate()
+                {
+                    let q = load16x2(&a[2 * i + r][4..], &b[2 * i + r][4..]);
+                    store(out, _mm512_permutexvar_epi8(nibbles(q, offsets), luts));
+                }
             }
         },
     );
@@ -456,18 +463,25 @@ pub(super) fn q4_1(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
         let lut = lane_tables(&codes, f, g);
         store(
             out,
-            _mm512_shuffle_epi8(lut, nibbles(load16x2(&a[4..], &b[4..]))),
+            _mm512_shuffle_epi8(
+                lut,
+                nibbles(load16x2(&a[4..], &b[4..]), _mm512_setzero_si512()),
+            ),
         );
     });
 }
 
-#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
+/// Q4_K with the four tables of a run pair of two rows in one vector, `[a run r, a run r + 1,
+/// b run r, b run r + 1]`, each weight looked up across the whole vector (`vpermb`): its nibble
+/// plus the byte offset of its row's and run's table.
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vbmi")]
 pub(super) fn q4_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
     let codes = lane_codes();
     let low = _mm512_set1_epi8(15);
+    let (off_even, off_odd) = (row_offsets(0), row_offsets(16));
     // A super-block's [f, g] of row a in one vector (items 0..16), row b's in another (16..32).
     let spread: [[__m512i; 2]; 4] = std::array::from_fn(|p| pair_spread(p, 16));
-    let (ab, inv) = (params.ab(), params.inv());
+    let (ab, inv) = (params.ab(), params.factors());
     for_each_row_block_group::<8, ROWS, 144, _>(
         rows,
         ab,
@@ -484,32 +498,39 @@ pub(super) fn q4_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
                 .enumerate()
             {
                 let [f, g] = spread[p].map(|s| _mm512_permutex2var_ps(va, s, vb));
-                let [lut0, lut1] = run_pair_tables(&codes, f, g);
+                let luts = lane_tables(&codes, f, g);
                 let at = 16 + 32 * p;
                 let q = load32x2(&a[at..], &b[at..]);
-                store(even, _mm512_shuffle_epi8(lut0, _mm512_and_si512(q, low)));
-                store(
-                    odd,
-                    _mm512_shuffle_epi8(lut1, _mm512_and_si512(_mm512_srli_epi16::<4>(q), low)),
-                );
+                // (nibble & 15) | offset in one `vpternlogd` (0xea: a & b | c).
+                let even_at = _mm512_ternarylogic_epi32::<0xea>(q, low, off_even);
+                let odd_at =
+                    _mm512_ternarylogic_epi32::<0xea>(_mm512_srli_epi16::<4>(q), low, off_odd);
+                store(even, _mm512_permutexvar_epi8(even_at, luts));
+                store(odd, _mm512_permutexvar_epi8(odd_at, luts));
             }
         },
     );
 }
 
-#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
+/// Q6_K with each run's codes put together by GF(2) affine byte maps (`vgf2p8affineqb`): the
+/// nibble from `ql` into bits 2..6, the two bits from `qh` into bits 6, 7 with bit 7 flipped, so
+/// that each byte is `4·(q - 32)` (`4q ^ 0x80`): three instructions per run.
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,gfni")]
 pub(super) fn q6_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
-    let (low, bits45, bias) = (
-        _mm512_set1_epi8(15),
-        _mm512_set1_epi8(0x30),
-        _mm512_set1_epi8(32),
-    );
-    // 4·(q - 32) with each 16-weight half's multiplier.
-    let put = |out: &mut [[i8; RUN]; ROWS], code: __m512i, m: __m512i| {
-        store(out, rescale::<6>(_mm512_sub_epi8(code, bias), m))
+    // Row `7 - d` of a matrix selects the input bit that becomes output bit `d`.
+    let matrix = |from: &[(u32, u32)]| {
+        let m = from
+            .iter()
+            .fold(0u64, |m, &(bit, to)| m | 1u64 << (8 * (7 - to) + bit));
+        _mm512_set1_epi64(m as i64)
     };
-    // The four runs of 128-weight half `h` of a super-block: low (runs 0, 1) and high (2, 3)
-    // nibbles of ql[64h..][..32], ql[64h + 32..][..32], and bits 2t, 2t + 1 of qh[32h..][..32].
+    let nibble = |at: u32| matrix(&[(at, 2), (at + 1, 3), (at + 2, 4), (at + 3, 5)]);
+    let (low, high) = (nibble(0), nibble(4));
+    let field = |at: u32| matrix(&[(at, 6), (at + 1, 7)]);
+    let fields = [field(0), field(2), field(4), field(6)];
+    // The four runs of 128-weight half `h` of a super-block: runs 0, 1: the low nibbles of
+    // ql[64h..][..32], ql[64h + 32..][..32]; runs 2, 3: their high nibbles; run t: bits 2t,
+    // 2t + 1 of qh[32h..][..32].
     let half = |a: &[u8; 210],
                 b: &[u8; 210],
                 h: usize,
@@ -521,34 +542,21 @@ pub(super) fn q6_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
             load32x2(&a[ql + 32..], &b[ql + 32..]),
         );
         let qh = load32x2(&a[qh..], &b[qh..]);
-        let and = _mm512_and_si512;
-        let [o0, o1, o2, o3] = out;
-        put(
-            o0,
-            _mm512_or_si512(and(ql0, low), and(_mm512_slli_epi16::<4>(qh), bits45)),
-            m[0],
-        );
-        put(
-            o1,
-            _mm512_or_si512(and(ql1, low), and(_mm512_slli_epi16::<2>(qh), bits45)),
-            m[1],
-        );
-        put(
-            o2,
-            _mm512_or_si512(and(_mm512_srli_epi16::<4>(ql0), low), and(qh, bits45)),
-            m[2],
-        );
-        let c3 = and(_mm512_srli_epi16::<2>(qh), bits45);
-        put(
-            o3,
-            _mm512_or_si512(and(_mm512_srli_epi16::<4>(ql1), low), c3),
-            m[3],
-        );
+        let ql = [(ql0, low), (ql1, low), (ql0, high), (ql1, high)];
+        for (t, (out, m)) in out.into_iter().zip(m).enumerate() {
+            let (src, nibble) = ql[t];
+            let code = _mm512_or_si512(
+                _mm512_gf2p8affine_epi64_epi8::<0>(src, nibble),
+                _mm512_gf2p8affine_epi64_epi8::<0x80>(qh, fields[t]),
+            );
+            // Each 16-weight half with its multiplier.
+            store(out, rescale::<8>(code, m));
+        }
     };
     let spread = set_pair_spread();
-    let m = params.m_pairs();
-    for_each_block_group::<8, ROWS, 210, _>(rows, m, tile, 0..runs, |_, [a, b], [ma, mb], out| {
-        let m = set_pair_multipliers(&spread, ma, mb);
+    let (e, unit) = (params.e_pairs(), params.factors());
+    for_each_row_block_group::<8, ROWS, 210, _>(rows, e, tile, 0..runs, |_, j, [a, b], e, out| {
+        let m = set_pair_multipliers(&spread, e, [unit[j], unit[j + 1]]);
         let [o0, o1, o2, o3, o4, o5, o6, o7] = out;
         half(a, b, 0, [m[0], m[1], m[2], m[3]], [o0, o1, o2, o3]);
         half(a, b, 1, [m[4], m[5], m[6], m[7]], [o4, o5, o6, o7]);
@@ -556,14 +564,16 @@ pub(super) fn q6_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
 }
 
 /// The `vpermw` indices of [`set_pair_multipliers`]: run `t`'s lanes `[a's first set, a's
-/// second, b's first, b's second]` take words `2t, 2t + 1` of row a's 16 multipliers and `16 +
-/// 2t, 17 + 2t` of row b's, each in all eight words of a lane.
+/// second, b's first, b's second]` take items `2t, 2t + 1` of row a's 16 multipliers and of row
+/// b's, each in all eight words of a lane. `vpackssdw` of the two rows' 16 leaves row a's items
+/// 4l..4l + 4 in words 8l..8l + 4 and row b's in 8l + 4..8l + 8.
 #[inline]
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
 fn set_pair_spread() -> [__m512i; 8] {
+    let word = |row: usize, item: usize| (8 * (item / 4) + 4 * row + item % 4) as i16;
     std::array::from_fn(|t| {
-        let (w0, w1) = (2 * t as i16, 2 * t as i16 + 1);
-        let (w2, w3) = (16 + w0, 16 + w1);
+        let (w0, w1) = (word(0, 2 * t), word(0, 2 * t + 1));
+        let (w2, w3) = (word(1, 2 * t), word(1, 2 * t + 1));
         #[rustfmt::skip]
         let v = _mm512_set_epi16(
             w3, w3, w3, w3, w3, w3, w3, w3, w2, w2, w2, w2, w2, w2, w2, w2,
@@ -573,19 +583,27 @@ fn set_pair_spread() -> [__m512i; 8] {
     })
 }
 
-/// For the formats of two sets of 16 per run (Q6_K, Q3_K): the multipliers of a group of 8
-/// runs of two rows (`ma`, `mb`), run `t`'s as `[a's first set, a's second, b's first, b's
-/// second]`, each in all eight 16-bit lanes of a 128-bit lane (`spread`: [`set_pair_spread`]).
+/// For the formats of two sets of 16 per run (Q6_K, Q3_K): the multipliers `clamp(rne(fl(e·
+/// unit)), ±32767)` of a group of 8 runs of two rows from their `e` (`ea`, `eb`) and units, run
+/// `t`'s as `[a's first set, a's second, b's first, b's second]`, each in all eight 16-bit lanes
+/// of a 128-bit lane (`spread`: [`set_pair_spread`]). The pack saturates to 16 bits first,
+/// which the clamp then narrows.
 #[inline]
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
 fn set_pair_multipliers(
     spread: &[__m512i; 8],
-    ma: &[[i16; 2]; 8],
-    mb: &[[i16; 2]; 8],
+    [ea, eb]: [&[[f32; 2]; 8]; 2],
+    [unit_a, unit_b]: [f32; 2],
 ) -> [__m512i; 8] {
-    let v = group_multipliers::<16>(
-        ma.as_flattened().try_into().expect("16"),
-        mb.as_flattened().try_into().expect("16"),
+    let m = |e: &[[f32; 2]; 8], unit: f32| {
+        // SAFETY: `e` is 64 readable bytes; unaligned load.
+        let e = unsafe { _mm512_loadu_ps(e.as_ptr().cast()) };
+        _mm512_cvtps_epi32(_mm512_mul_ps(e, _mm512_set1_ps(unit)))
+    };
+    let v = _mm512_packs_epi32(m(ea, unit_a), m(eb, unit_b));
+    let v = _mm512_max_epi16(
+        _mm512_min_epi16(v, _mm512_set1_epi16(32767)),
+        _mm512_set1_epi16(-32767),
     );
     std::array::from_fn(|t| _mm512_permutexvar_epi16(spread[t], v))
 }
@@ -609,10 +627,10 @@ pub(super) fn q3_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
     let codes = _mm512_broadcast_i32x4(_mm_setr_epi16(-128, -96, -64, -32, 0, 32, 64, 96));
     let (three, four) = (_mm512_set1_epi8(3), _mm512_set1_epi8(4));
     let spread = set_pair_spread();
-    let m = params.m_pairs();
+    let (e, unit) = (params.e_pairs(), params.factors());
     // Run s of a super-block: 2-bit field s % 4 of qs[32·(s / 4)..][..32], bit s of hmask.
-    for_each_block_group::<8, ROWS, 110, _>(rows, m, tile, 0..runs, |_, [a, b], [ma, mb], out| {
-        let m = set_pair_multipliers(&spread, ma, mb);
+    for_each_row_block_group::<8, ROWS, 110, _>(rows, e, tile, 0..runs, |_, j, [a, b], e, out| {
+        let m = set_pair_multipliers(&spread, e, [unit[j], unit[j + 1]]);
         let hmask = load32x2(a, b);
         let qs = [load32x2(&a[32..], &b[32..]), load32x2(&a[64..], &b[64..])];
         for (s, out) in out.into_iter().enumerate() {
@@ -635,8 +653,9 @@ pub(super) fn q2_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
     let g_at = _mm512_add_epi32(f_at, _mm512_set1_epi32(1));
     let (three, twelve) = (_mm512_set1_ps(3.0), _mm512_set1_epi8(12));
     // The tables of four runs of two rows: byte 4q + t of a lane is code q of run t's set,
-    // `sat8(rne(fl(fl(q·f) + g)))` (fl(0·f) + g = g and fl(2·f) = f + f: the same values).
-    let tables = |fa: &[[f32; 2]], fb: &[[f32; 2]]| {
+    // `sat8(rne(fl(fl(q·f) + g)))` (fl(0·f) + g = g and fl(2·f) = f + f: the same values), from
+    // their `[a, b]` times each row's `inv_n`: `[f, g]`.
+    let tables = |fa: &[[f32; 2]], fb: &[[f32; 2]], inv_a: f32, inv_b: f32| {
         let (fa, fb): (&[[f32; 2]; 8], &[[f32; 2]; 8]) = (
             fa.try_into().expect("8 sets"),
             fb.try_into().expect("8 sets"),
@@ -648,6 +667,8 @@ pub(super) fn q2_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
                 _mm512_loadu_ps(fb.as_ptr().cast()),
             )
         };
+        let va = _mm512_mul_ps(va, _mm512_set1_ps(inv_a));
+        let vb = _mm512_mul_ps(vb, _mm512_set1_ps(inv_b));
         let f = _mm512_permutex2var_ps(va, f_at, vb);
         let g = _mm512_permutex2var_ps(va, g_at, vb);
         let e0 = _mm512_cvtps_epi32(g);
@@ -657,25 +678,34 @@ pub(super) fn q2_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
         _mm512_packs_epi16(_mm512_packs_epi32(e0, e1), _mm512_packs_epi32(e2, e3))
     };
     // Runs 4h..4h + 4 of a super-block: 2-bit field t of qs[32h..][..32] for run 4h + t.
-    let m = params.fg_pairs();
-    for_each_block_group::<8, ROWS, 84, _>(rows, m, tile, 0..runs, |_, [a, b], [pa, pb], out| {
-        let mut out = out.into_iter();
-        let sets = pa
-            .as_flattened()
-            .chunks_exact(8)
-            .zip(pb.as_flattened().chunks_exact(8));
-        for (h, (fa, fb)) in sets.enumerate() {
-            let t = tables(fa, fb);
-            let q = load32x2(&a[16 + 32 * h..], &b[16 + 32 * h..]);
-            for (run, out) in (0..4).zip(&mut out) {
-                // (code << 2 & 12) | run in one `vpternlogd` (0xec: a & c | b).
-                let code = move_bit(q, 2 * run, 2);
-                let index =
-                    _mm512_ternarylogic_epi32::<0xec>(code, _mm512_set1_epi8(run as i8), twelve);
-                store(out, _mm512_shuffle_epi8(t, index));
+    let (ab, inv) = (params.ab_pairs(), params.factors());
+    for_each_row_block_group::<8, ROWS, 84, _>(
+        rows,
+        ab,
+        tile,
+        0..runs,
+        |_, j, [a, b], [pa, pb], out| {
+            let mut out = out.into_iter();
+            let sets = pa
+                .as_flattened()
+                .chunks_exact(8)
+                .zip(pb.as_flattened().chunks_exact(8));
+            for (h, (fa, fb)) in sets.enumerate() {
+                let t = tables(fa, fb, inv[j], inv[j + 1]);
+                let q = load32x2(&a[16 + 32 * h..], &b[16 + 32 * h..]);
+                for (run, out) in (0..4).zip(&mut out) {
+                    // (code << 2 & 12) | run in one `vpternlogd` (0xec: a & c | b).
+                    let code = move_bit(q, 2 * run, 2);
+                    let index = _mm512_ternarylogic_epi32::<0xec>(
+                        code,
+                        _mm512_set1_epi8(run as i8),
+                        twelve,
+                    );
+                    store(out, _mm512_shuffle_epi8(t, index));
+                }
             }
-        }
-    });
+        },
+    );
 }
 
 /// Binary32 codes `[4k..4k + 4, 16 + 4k..16 + 4k + 4]` in each 256-bit half, k in 0..4:
@@ -696,21 +726,26 @@ fn codes32() -> [__m512; 4] {
 }
 
 /// The 32-entry tables of a run of two rows (Q5_1, Q5_K), `lut[q] = sat8(rne(fl(fl(q·f) + g)))`
-/// with `f`, `g` of row a in lanes 0..8 and of row b in 8..16: returns the tables of the
-/// codes 0..16 and 16..32, each as `[a, a, b, b]` (`codes`: [`codes32`]).
+/// with `f`, `g` of row a in lanes 0..8 and of row b in 8..16, in one vector: row a's at bytes
+/// 0..32, row b's at 32..64 (`codes`: [`codes32`]).
 #[inline]
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
-fn table32x2(codes: &[__m512; 4], f: __m512, g: __m512) -> [__m512i; 2] {
+fn table32x2(codes: &[__m512; 4], f: __m512, g: __m512) -> __m512i {
     let step = |c: __m512| _mm512_cvtps_epi32(_mm512_add_ps(_mm512_mul_ps(c, f), g));
-    let t = _mm512_packs_epi16(
+    _mm512_packs_epi16(
         _mm512_packs_epi32(step(codes[0]), step(codes[1])),
         _mm512_packs_epi32(step(codes[2]), step(codes[3])),
-    );
-    // Lanes [a 0..16, a 16..32, b 0..16, b 16..32].
-    [
-        _mm512_shuffle_i32x4::<0b10_10_00_00>(t, t),
-        _mm512_shuffle_i32x4::<0b11_11_01_01>(t, t),
-    ]
+    )
+}
+
+/// The 32-entry tables of [`table32x2`] looked up (`vpermb`) by each weight's 5-bit code: its
+/// nibble or'ed with its row's offset (`nibbles`: [`row_offsets`]`(0)`), plus 16 where
+/// `fifth` has its bit.
+#[inline]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vbmi")]
+fn lookup32x2(luts: __m512i, nibbles: __m512i, fifth: __mmask64) -> __m512i {
+    let index = _mm512_mask_add_epi8(nibbles, fifth, nibbles, _mm512_set1_epi8(16));
+    _mm512_permutexvar_epi8(index, luts)
 }
 
 /// Run `r`'s `f` (`at + 0`) or `g` (`at + 1`) of rows a (items 0..16 of the two-vector table)
@@ -722,19 +757,18 @@ fn run_spread(r: i32, at: i32) -> __m512i {
     _mm512_setr_epi32(a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b)
 }
 
-#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vbmi")]
 pub(super) fn q5_1(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
     let codes = codes32();
     let spread: [[__m512i; 2]; GROUP] =
         std::array::from_fn(|r| [run_spread(r as i32, 0), run_spread(r as i32, 1)]);
     let qh = |blk: &[u8; 24]| u32::from_le_bytes([blk[4], blk[5], blk[6], blk[7]]) as u64;
+    let offsets = row_offsets(0);
     let run = |a: &[u8; 24], b: &[u8; 24], [f, g]: [__m512; 2], out: &mut [[i8; RUN]; ROWS]| {
-        let [t_lo, t_hi] = table32x2(&codes, f, g);
-        let q = nibbles(load16x2(&a[8..], &b[8..]));
+        let q = nibbles(load16x2(&a[8..], &b[8..]), offsets);
         // Byte i of the vector is weight i % 32 of its row: bit i of the pair's qh.
         let fifth: __mmask64 = qh(a) | qh(b) << 32;
-        let v = _mm512_shuffle_epi8(t_lo, q);
-        store(out, _mm512_mask_shuffle_epi8(v, fifth, t_hi, q));
+        store(out, lookup32x2(table32x2(&codes, f, g), q, fifth));
     };
     let fg = params.fg();
     let full = runs / GROUP * GROUP;
@@ -765,10 +799,10 @@ pub(super) fn q5_1(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
     });
 }
 
-#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vbmi")]
 pub(super) fn q5_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
     let codes = codes32();
-    let low = _mm512_set1_epi8(15);
+    let (low, offsets) = (_mm512_set1_epi8(15), row_offsets(0));
     let spread: [[__m512i; 2]; 8] =
         std::array::from_fn(|r| [run_spread(r as i32, 0), run_spread(r as i32, 1)]);
     // Run s of a super-block: nibble s % 2 of qs[32·(s / 2)..][..32], bit s of qh.
@@ -785,16 +819,16 @@ pub(super) fn q5_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
         for (s, out) in out.into_iter().enumerate() {
             let f = _mm512_permutex2var_ps(va, spread[s][0], vb);
             let g = _mm512_permutex2var_ps(va, spread[s][1], vb);
-            let [t_lo, t_hi] = table32x2(&codes, f, g);
             let q = load32x2(&a[48 + 32 * (s / 2)..], &b[48 + 32 * (s / 2)..]);
-            let nibbles = if s % 2 == 0 {
-                _mm512_and_si512(q, low)
+            let q = if s % 2 == 0 {
+                q
             } else {
-                _mm512_and_si512(_mm512_srli_epi16::<4>(q), low)
+                _mm512_srli_epi16::<4>(q)
             };
+            // (q & 15) | offset in one `vpternlogd` (0xea: a & b | c).
+            let nibbles = _mm512_ternarylogic_epi32::<0xea>(q, low, offsets);
             let fifth = _mm512_test_epi8_mask(qh, _mm512_set1_epi8(1 << s));
-            let v = _mm512_shuffle_epi8(t_lo, nibbles);
-            store(out, _mm512_mask_shuffle_epi8(v, fifth, t_hi, nibbles));
+            store(out, lookup32x2(table32x2(&codes, f, g), nibbles, fifth));
         }
     });
 }
