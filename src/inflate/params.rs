@@ -5,13 +5,18 @@
 //! implement in explicit vector code: the kernel modules call [`TileParams::prepare`] from
 //! functions compiled for their instruction set.
 
+mod arith;
 mod sets;
 
+use arith::table_range;
+pub(super) use arith::{
+    finite_half_to_f32, multiplier, q4k_scales_mins, table_block_max, table_set_max, table_value,
+};
 pub(super) use sets::SetOps;
 
 use super::tile::RowMajor;
 use crate::quant::grids::{KVALUES_IQ4NL, KVALUES_MXFP4};
-use crate::quant::{GgmlType, K_SCALE_SIZE, QK_K};
+use crate::quant::{GgmlType, QK_K};
 use sets::Sets;
 
 /// The parameters of one N-tile's rows, row by row (run `r` of tile row `j` at `j·stride + r`),
@@ -555,89 +560,6 @@ pub(super) fn gather_halves<const BB: usize, const AT: usize>(row: &[u8], out: &
     for (h, blk) in out.iter_mut().zip(row.as_chunks::<BB>().0) {
         *h = u16::from_le_bytes([blk[AT], blk[AT + 1]]);
     }
-}
-
-/// `(inv_n, s_n) = (fl(127/M_n), fl(M_n/127))`, or zeros for an all-zero row.
-fn table_range(w_max: f32) -> (f32, f32) {
-    if w_max > 0.0 {
-        (127.0 / w_max, w_max / 127.0)
-    } else {
-        (0.0, 0.0)
-    }
-}
-
-/// `max` for values known not to be NaN: one instruction, unlike `f32::max`.
-#[inline(always)]
-fn larger(a: f32, b: f32) -> f32 {
-    if a > b {
-        a
-    } else {
-        b
-    }
-}
-
-/// The table types' value of code `c` in units of `s_n`, before rounding: `fl(fl(c·f) + g)`.
-#[inline(always)]
-pub(super) fn table_value(c: i32, f: f32, g: f32) -> f32 {
-    c as f32 * f + g
-}
-
-/// Largest `|w|` over the codes 0..=15 of a Q4_1/Q4_K block, `w = fl(fl(q·a) + b)`.
-#[inline(always)]
-pub(super) fn table_block_max(a: f32, b: f32) -> f32 {
-    table_set_max(a, b, 15.0)
-}
-
-/// Largest `|w|` over the codes `0..=top` of a set, `w = fl(fl(q·a) + b)`: `w` is monotonic in
-/// `q`, so it is `|w|` at one end.
-#[inline(always)]
-pub(super) fn table_set_max(a: f32, b: f32, top: f32) -> f32 {
-    larger(b.abs(), (top * a + b).abs())
-}
-
-/// All eight 6-bit scales and mins of a Q4_K super-block at once, with 32-bit word operations
-/// (the same unpacking as [`crate::quant::q4k_scale_min`], which decodes one at a time; tested equal).
-#[inline(always)]
-pub(super) fn q4k_scales_mins(packed: &[u8; K_SCALE_SIZE]) -> ([u8; 8], [u8; 8]) {
-    let word = |i: usize| u32::from_le_bytes(packed[4 * i..4 * i + 4].try_into().expect("4 bytes"));
-    let (w0, w1, w2) = (word(0), word(1), word(2));
-    let (low6, low4, top2) = (0x3f3f_3f3f, 0x0f0f_0f0f, 0x0303_0303);
-    // Sub-blocks 0..4 keep their low six bits; 4..8 combine a nibble of w2 with the top two
-    // bits of w0 (scales) or w1 (mins).
-    let scales = [w0 & low6, (w2 & low4) | (((w0 >> 6) & top2) << 4)];
-    let mins = [w1 & low6, ((w2 >> 4) & low4) | (((w1 >> 6) & top2) << 4)];
-    let bytes = |w: [u32; 2]| {
-        let (a, b) = (w[0].to_le_bytes(), w[1].to_le_bytes());
-        [a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3]]
-    };
-    (bytes(scales), bytes(mins))
-}
-
-/// `clamp(rne(fl(e·unit)), ±32767)`.
-#[inline(always)]
-pub(super) fn multiplier(e: f32, unit: f32) -> i16 {
-    rne_i32(e * unit).clamp(-32767, 32767) as i16
-}
-
-/// `x` rounded to an integer, ties to even, for `|x| < 2²²`: adding 1.5·2²³ leaves the rounded
-/// integer in the low mantissa bits. Integer-only after one add, so loops of it vectorize
-/// (`round_ties_even() as i32` is a libm call plus saturation checks on baseline x86-64).
-#[inline(always)]
-pub(super) fn rne_i32(x: f32) -> i32 {
-    const SHIFTER: f32 = 12_582_912.0;
-    (x + SHIFTER).to_bits() as i32 - SHIFTER.to_bits() as i32
-}
-
-/// Exact binary16 -> binary32 for finite values, without branches: the row scan's hot path.
-/// Agrees with [`crate::quant::fp16::f16_to_f32`] on every finite half (tested exhaustively).
-#[inline(always)]
-pub(super) fn finite_half_to_f32(h: u16) -> f32 {
-    let sign = ((h & 0x8000) as u32) << 16;
-    let mag = (h & 0x7fff) as u32;
-    let normal = f32::from_bits((mag << 13) + ((127 - 15) << 23));
-    // Subnormals (and zero): mantissa · 2⁻²⁴, exact in binary32.
-    let small = mag as f32 * (1.0 / 16_777_216.0);
-    f32::from_bits((if mag >= 0x0400 { normal } else { small }).to_bits() | sign)
 }
 
 #[cfg(test)]

@@ -1,8 +1,9 @@
 //! The scan's helpers against their definitions.
 
+use super::arith::rne_i32;
 use super::*;
 use crate::quant::fp16::f16_to_f32;
-use crate::quant::q4k_scale_min;
+use crate::quant::{q4k_scale_min, K_SCALE_SIZE};
 use sets::Sets;
 
 #[test]
