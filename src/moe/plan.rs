@@ -292,24 +292,20 @@ mod tests {
         );
     }
 
-    /// A routed call of `tokens` tokens over 16 experts of 4 rows of 32 Q8_0 weights, 8 slots
-    /// each, under `dispatch` and `small_batch` with the default `min_rows` (8).
-    fn routed(tokens: i64, dispatch: Dispatch, small_batch: SmallBatch) -> Result<Plan, Error> {
-        let config = Config {
-            dispatch,
-            small_batch,
-            ..Config::default()
-        };
-        let w = t(8, [32, 4, 16], [34, 34, 136], 0x10000);
+    /// A routed call of `tokens` tokens over `experts` experts of 4 rows of 32 Q8_0 weights,
+    /// `slots` slots each, broadcast activations.
+    fn routed(config: &Config, experts: i64, slots: i64, tokens: i64) -> Result<Plan, Error> {
+        let per_token = 4 * slots as usize;
+        let w = t(8, [32, 4, experts], [34, 34, 136], 0x10000);
         let b = t(0, [32, 1, tokens], [4, 128, 128], 1 << 32);
         let ids = t(
             GGML_TYPE_I32,
-            [8, tokens, 1],
-            [4, 32, 32 * tokens as usize],
+            [slots, tokens, 1],
+            [4, per_token, per_token * tokens as usize],
             1 << 33,
         );
-        let dst = t(0, [4, 8, tokens], [4, 16, 128], 1 << 34);
-        Plan::single(&config, &w, &b, &ids, &dst)
+        let dst = t(0, [4, slots, tokens], [4, 16, 4 * per_token], 1 << 34);
+        Plan::single(config, &w, &b, &ids, &dst)
     }
 
     #[test]
@@ -317,7 +313,12 @@ mod tests {
         use {Dispatch::*, SmallBatch::*};
         // 8 slots over 16 experts: `tokens / 2` rows per expert, rounded up.
         let declined = |tokens, dispatch, small_batch| {
-            routed(tokens, dispatch, small_batch)
+            let config = Config {
+                dispatch,
+                small_batch,
+                ..Config::default()
+            };
+            routed(&config, 16, 8, tokens)
                 .map(|plan| plan.on_cpu)
                 .map_err(|e| {
                     assert_eq!(e.kind, ErrorKind::NotHandled, "{e}");
@@ -351,18 +352,7 @@ mod tests {
             dispatch: Dispatch::Auto,
             ..Config::default()
         };
-        let call = |tokens: i64| {
-            let w = t(8, [32, 4, 64], [34, 34, 136], 0x10000);
-            let b = t(0, [32, 1, tokens], [4, 128, 128], 1 << 32);
-            let ids = t(
-                GGML_TYPE_I32,
-                [1, tokens, 1],
-                [4, 4, 4 * tokens as usize],
-                1 << 33,
-            );
-            let dst = t(0, [4, 1, tokens], [4, 16, 16], 1 << 34);
-            Plan::single(&config, &w, &b, &ids, &dst)
-        };
+        let call = |tokens| routed(&config, 64, 1, tokens);
         let e = call(63).unwrap_err();
         assert!(e.message().contains("63 tokens, 1 rows per expert"), "{e}");
         assert!(e.message().contains("under 2 rows per expert"), "{e}");
@@ -372,10 +362,6 @@ mod tests {
             min_rows: 0,
             ..config
         };
-        let w = t(8, [32, 4, 64], [34, 34, 136], 0x10000);
-        let b = t(0, [32, 1, 1], [4, 128, 128], 1 << 32);
-        let ids = t(GGML_TYPE_I32, [1, 1, 1], [4, 4, 4], 1 << 33);
-        let dst = t(0, [4, 1, 1], [4, 16, 16], 1 << 34);
-        assert!(Plan::single(&config, &w, &b, &ids, &dst).is_ok());
+        assert!(routed(&config, 64, 1, 1).is_ok());
     }
 }
