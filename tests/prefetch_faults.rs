@@ -166,8 +166,10 @@ fn on_runtime(lib: &str) -> *mut ork_ctx {
 
 #[test]
 fn faults_while_a_dense_calls_threads_help_the_prefetch() {
-    // Announced: 512 experts, more than the prefetch thread inflates while the dense call runs.
-    let later = Owned::contiguous(GgmlType::Q4_0, [256, 128, 512, 2, 4, 1], &mut Rng::new(3));
+    // Announced: some 300 distinct experts of 512 (64 tokens, 8 each), more than the prefetch
+    // thread inflates before the dense call's threads first wait for a run. A handful would race:
+    // a fast prefetch thread takes them all while the call still prepares.
+    let later = Owned::contiguous(GgmlType::Q4_0, [256, 256, 512, 8, 64, 1], &mut Rng::new(3));
     let mut dense = Owned::contiguous(GgmlType::Q4_0, [512, 256, 1, 1, 40, 1], &mut Rng::new(4));
     let want = expected(&dense.d, &dense.memory());
     let [a, b, d] = dense.d.as_dense().map(|t| t.c());
