@@ -1,6 +1,6 @@
 //! x86-64 kernels: SSSE3 (16-byte `pshufb` tables), AVX2 (`avx2.rs`: a whole 32-byte run per
-//! vector) and AVX-512 (`avx512.rs`: two tile rows per vector), and the scan's steps (window
-//! gathers of the fp16 fields, Q4_K's scales unpacked by byte shuffles). They reproduce
+//! vector) and AVX-512 (`avx512.rs`: two tile rows per vector), and the scan's steps (the fp16
+//! fields by loads or windows, Q4_K's scales unpacked by byte shuffles). They reproduce
 //! [`super::scalar`] bit for bit: the same binary32 products in the same order, `cvtps2dq`
 //! rounding to nearest-even as `round_ties_even` does (the default MXCSR mode, which Rust code
 //! never changes), saturating packs where the scalar code's `as i8`/`clamp` saturate, and

@@ -8,7 +8,7 @@ use super::super::params::{PlainOps, ScanOps, SetOps};
 use super::load16;
 use std::arch::x86_64::*;
 
-/// [`ScanOps`] for the AVX2 path: the fp16 fields by `vpgatherdd` (eight blocks at a time).
+/// [`ScanOps`] for the AVX2 path: the fp16 fields by eight scalar loads at a time.
 #[derive(Clone, Copy)]
 pub(super) struct OpsAvx2(());
 
@@ -67,7 +67,7 @@ impl ScanOps for OpsAvx2 {
     #[inline(always)]
     fn halves<const BB: usize, const AT: usize>(self, row: &[u8], out: &mut [u16]) -> u16 {
         // SAFETY: see `avx2_steps`.
-        unsafe { gather_halves_avx2::<BB, AT>(row, out) }
+        unsafe { halves_avx2::<BB, AT>(row, out) }
     }
 
     #[inline(always)]
@@ -89,7 +89,7 @@ impl ScanOps for OpsAvx512 {
     #[inline(always)]
     fn halves<const BB: usize, const AT: usize>(self, row: &[u8], out: &mut [u16]) -> u16 {
         // SAFETY: an `OpsAvx512` exists only where the AVX-512 path is available.
-        unsafe { gather_halves_avx512::<BB, AT>(row, out) }
+        unsafe { halves_avx512::<BB, AT>(row, out) }
     }
 
     #[inline(always)]
@@ -323,8 +323,31 @@ fn halves8(h: &[u16; 8]) -> __m256 {
     _mm256_cvtph_ps(unsafe { _mm_loadu_si128(h.as_ptr().cast()) })
 }
 
-/// [`ScanOps::q4_1_values`] eight blocks per `vpgatherdd` of their first four bytes (`d`, `m`):
-/// as halves, already the pairs `[d, m]` that `vcvtph2ps` turns into `[a_j, b_j]`. A last
+/// The four bytes at `AT` of each of eight `BB`-byte blocks, each in the low dword of a vector:
+/// eight `vmovd` loads. A gather (`vpgatherdd`) would be one instruction, but it is microcoded
+/// and takes longer than these on AMD's cores and on Intel's since the Downfall mitigation.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn dwords8<const BB: usize, const AT: usize>(blocks: &[[u8; BB]; 8]) -> [__m128i; 8] {
+    const { assert!(AT + 4 <= BB) };
+    blocks.each_ref().map(|blk| {
+        let d = i32::from_le_bytes(blk[AT..AT + 4].try_into().expect("4 bytes"));
+        _mm_cvtsi32_si128(d)
+    })
+}
+
+/// Blocks `first..first + 8` of `row`.
+#[inline]
+fn eight_blocks<const BB: usize>(row: &[u8], first: usize) -> &[[u8; BB]; 8] {
+    row[first * BB..(first + 8) * BB]
+        .as_chunks::<BB>()
+        .0
+        .try_into()
+        .expect("8 blocks")
+}
+
+/// [`ScanOps::q4_1_values`] eight blocks at a time: their first four bytes (`d`, `m`) as
+/// halves, already the pairs `[d, m]` that `vcvtph2ps` turns into `[a_j, b_j]`. A last
 /// `len % 8` with the seven before them, again; fewer than eight blocks as defined. Also
 /// Q5_1's (`BB` 24, codes `0..=TOP` 31), whose blocks start as Q4_1's.
 #[inline]
@@ -337,16 +360,14 @@ pub(super) fn q4_1_values_avx2<const BB: usize, const TOP: u32>(
     if blocks < 8 {
         return table_values_defined::<BB>(row, ab);
     }
-    let index = _mm256_mullo_epi32(
-        _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
-        _mm256_set1_epi32(BB as i32),
-    );
     let magnitude = _mm256_set1_epi16(0x7fff);
     let (mut largest, mut w_max) = (_mm256_setzero_si256(), _mm256_setzero_ps());
     let mut group = |first: usize| {
         let ab: &mut [[f32; 2]; 8] = (&mut ab[first..first + 8]).try_into().expect("8");
-        // SAFETY: reads the first 4 bytes of blocks `first..first + 8 <= blocks`, inside `row`.
-        let h = unsafe { _mm256_i32gather_epi32::<1>(row.as_ptr().add(BB * first).cast(), index) };
+        let [d0, d1, d2, d3, d4, d5, d6, d7] = dwords8::<BB, 0>(eight_blocks::<BB>(row, first));
+        let pairs =
+            |a, b, c, d| _mm_unpacklo_epi64(_mm_unpacklo_epi32(a, b), _mm_unpacklo_epi32(c, d));
+        let h = _mm256_set_m128i(pairs(d4, d5, d6, d7), pairs(d0, d1, d2, d3));
         largest = _mm256_max_epu16(largest, _mm256_and_si256(h, magnitude));
         let x0 = _mm256_cvtph_ps(_mm256_castsi256_si128(h));
         let x1 = _mm256_cvtph_ps(_mm256_extracti128_si256::<1>(h));
@@ -560,7 +581,7 @@ fn scale_avx2(x: &mut [f32], factor: f32) {
 /// to eight blocks) in one `vpermt2w`, their maximum kept in a register.
 #[inline]
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
-fn gather_halves_avx512<const BB: usize, const AT: usize>(row: &[u8], out: &mut [u16]) -> u16 {
+fn halves_avx512<const BB: usize, const AT: usize>(row: &[u8], out: &mut [u16]) -> u16 {
     // Blocks whose field lies inside one 128-byte window (at most 8: one 16-byte store).
     let per_window: usize = const {
         let n = (126 - AT) / BB + 1;
@@ -627,40 +648,22 @@ fn gather_halves_avx512<const BB: usize, const AT: usize>(row: &[u8], out: &mut 
     lane_max_u16(largest).max(tail)
 }
 
-/// [`ScanOps::halves`] by `vpgatherdd`, eight blocks at a time, their maximum kept in a
-/// register.
+/// [`ScanOps::halves`] eight blocks at a time ([`dwords8`]), their maximum kept in a register.
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
-pub(super) fn gather_halves_avx2<const BB: usize, const AT: usize>(
-    row: &[u8],
-    out: &mut [u16],
-) -> u16 {
+pub(super) fn halves_avx2<const BB: usize, const AT: usize>(row: &[u8], out: &mut [u16]) -> u16 {
     const { assert!(AT + 4 <= BB) };
     let blocks = (row.len() / BB).min(out.len());
-    let index = _mm256_mullo_epi32(
-        _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
-        _mm256_set1_epi32(BB as i32),
-    );
     let magnitude = _mm_set1_epi16(0x7fff);
     let mut largest = _mm_setzero_si128();
     // The fields of blocks `first..first + 8`.
     let mut group = |first: usize| {
         let out: &mut [u16; 8] = (&mut out[first..first + 8]).try_into().expect("8");
-        // SAFETY: reads the 4 bytes at `AT` of blocks `first..first + 8`, all inside `row`
-        // (`AT + 4 <= BB`, and `first + 8 <= blocks`).
-        let v = unsafe {
-            let base = row.as_ptr().add(first * BB + AT);
-            _mm256_i32gather_epi32::<1>(base.cast(), index)
-        };
-        // The low halves of the eight dwords, in order.
-        let v = _mm256_shuffle_epi8(
-            v,
-            _mm256_setr_epi8(
-                0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1, 0, 1, 4, 5, 8, 9, 12, 13,
-                -1, -1, -1, -1, -1, -1, -1, -1,
-            ),
-        );
-        let v = _mm256_castsi256_si128(_mm256_permute4x64_epi64(v, 0b00_00_10_00));
+        let [d0, d1, d2, d3, d4, d5, d6, d7] = dwords8::<BB, AT>(eight_blocks::<BB>(row, first));
+        // The low words of the eight dwords, in order.
+        let (w01, w23) = (_mm_unpacklo_epi16(d0, d1), _mm_unpacklo_epi16(d2, d3));
+        let (w45, w67) = (_mm_unpacklo_epi16(d4, d5), _mm_unpacklo_epi16(d6, d7));
+        let v = _mm_unpacklo_epi64(_mm_unpacklo_epi32(w01, w23), _mm_unpacklo_epi32(w45, w67));
         largest = _mm_max_epu16(largest, _mm_and_si128(v, magnitude));
         // SAFETY: `out` is 8 writable u16; unaligned store.
         unsafe { _mm_storeu_si128(out.as_mut_ptr().cast(), v) };
@@ -714,7 +717,7 @@ mod tests {
         for round in 0..1500 {
             let len = 1 + round % 40;
             let ctx = format!("{what} round {round}, {len} items");
-            // The fp16 fields of the plain block types (windows, gathers and their edges; an
+            // The fp16 fields of the plain block types (windows, eight-block groups and their edges; an
             // output shorter than the row).
             let mut row = vec![0u8; 34 * len];
             rng.fill_bytes(&mut row);
