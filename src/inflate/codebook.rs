@@ -130,6 +130,18 @@ pub(super) fn groups(ty: GgmlType, blk: &[u8], ib: usize) -> ([u64; 4], u32) {
     }
 }
 
+/// The codebook types, for the tests of every path's code for them.
+#[cfg(test)]
+pub(super) const CODEBOOK_TYPES: [GgmlType; 7] = [
+    GgmlType::IQ2_XXS,
+    GgmlType::IQ2_XS,
+    GgmlType::IQ2_S,
+    GgmlType::IQ3_XXS,
+    GgmlType::IQ3_S,
+    GgmlType::IQ1_S,
+    GgmlType::IQ1_M,
+];
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -137,16 +149,6 @@ mod tests {
         Block, BlockIq1M, BlockIq1S, BlockIq2S, BlockIq2Xs, BlockIq2Xxs, BlockIq3S, BlockIq3Xxs,
     };
     use crate::testutil::Rng;
-
-    const CODEBOOK_TYPES: [GgmlType; 7] = [
-        GgmlType::IQ2_XXS,
-        GgmlType::IQ2_XS,
-        GgmlType::IQ2_S,
-        GgmlType::IQ3_XXS,
-        GgmlType::IQ3_S,
-        GgmlType::IQ1_S,
-        GgmlType::IQ1_M,
-    ];
 
     /// The codes `quant`'s accessors give group `l` of run `ib`: grid values with their signs
     /// (IQ1: `8·grid ± 1`).

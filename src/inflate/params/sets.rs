@@ -194,7 +194,7 @@ fn fields(
                 ($($t:ident),*) => {
                     match ty {
                         $(GgmlType::$t => each_row!(sc.e.chunks_exact_mut(per_row), |r, e| {
-                            codebook_values(GgmlType::$t, r, e)
+                            ops.codebook_values(GgmlType::$t, r, e)
                         }),)*
                         _ => unreachable!("{ty:?} is no codebook type"),
                     }
@@ -235,10 +235,10 @@ fn power_of_two_rows(
 }
 
 /// The per-row steps of the set types' scan. Each default method is the definition (plain
-/// loads, stores and arithmetic); the x86 paths override them in explicit vector code. Each
-/// returns the largest magnitude bits (`h & 0x7fff`) of the row's fp16 scale fields and the
-/// binary32 bits of the largest value its sets can take (`M_n`, `E_n`); where a field is NaN
-/// or infinite, what it writes and that value are unspecified.
+/// loads, stores and arithmetic); the x86 paths, and for some the aarch64 one, override them in
+/// explicit vector code. Each returns the largest magnitude bits (`h & 0x7fff`) of the row's
+/// fp16 scale fields and the binary32 bits of the largest value its sets can take (`M_n`,
+/// `E_n`); where a field is NaN or infinite, what it writes and that value are unspecified.
 pub(in crate::inflate) trait SetOps: Copy {
     /// MXFP4: each block's E8M0 scale `x_j` into `x`; returns the largest, `x_max`.
     #[inline(always)]
@@ -365,28 +365,28 @@ pub(in crate::inflate) trait SetOps: Copy {
         }
         (largest, e_max)
     }
-}
 
-/// The codebook types' `e_j` of every set of `row` (see [`SetOps`]).
-#[inline(always)]
-fn codebook_values(ty: GgmlType, row: &[u8], e: &mut [f32]) -> (u16, u32) {
-    let per_block = e.len() / (row.len() / ty.block_bytes());
-    let mut largest = 0;
-    for (blk, e) in row
-        .chunks_exact(ty.block_bytes())
-        .zip(e.chunks_exact_mut(per_block))
-    {
-        let h = if ty == GgmlType::IQ1_M {
-            iq1m_scale(blk[48..56].try_into().expect("8 bytes"))
-        } else {
-            half_at(blk, 0)
-        };
-        largest = largest.max(h & 0x7fff);
-        codebook_sets(ty, finite_half_to_f32(h), blk, e);
+    /// The codebook types (`ty`): `e_j` of every set (of 16 or 32 weights, in weight order).
+    #[inline(always)]
+    fn codebook_values(self, ty: GgmlType, row: &[u8], e: &mut [f32]) -> (u16, u32) {
+        let per_block = e.len() / (row.len() / ty.block_bytes());
+        let mut largest = 0;
+        for (blk, e) in row
+            .chunks_exact(ty.block_bytes())
+            .zip(e.chunks_exact_mut(per_block))
+        {
+            let h = if ty == GgmlType::IQ1_M {
+                iq1m_scale(blk[48..56].try_into().expect("8 bytes"))
+            } else {
+                half_at(blk, 0)
+            };
+            largest = largest.max(h & 0x7fff);
+            codebook_sets(ty, finite_half_to_f32(h), blk, e);
+        }
+        // One pass over the row's sets, not a reduction per block.
+        let e_max = e.iter().fold(0, |m, e| m.max(e.to_bits() & 0x7fff_ffff));
+        (largest, e_max)
     }
-    // One pass over the row's sets, not a reduction per block.
-    let e_max = e.iter().fold(0, |m, e| m.max(e.to_bits() & 0x7fff_ffff));
-    (largest, e_max)
 }
 
 /// `e_j` of the sets of one block of a codebook type with super-block scale `d`, in weight

@@ -10,6 +10,7 @@ use super::scan::{
     block_max, lane_max, q4_1_values_avx2, q4_1_values_avx512, q4_k_values_avx2,
     q4_k_values_avx512, store_pairs, OpsAvx2, OpsAvx512,
 };
+use crate::quant::{iq1m_scale, GgmlType};
 use std::arch::x86_64::*;
 
 /// The steps both paths take from the AVX2 code. SAFETY (for each call): a value of either
@@ -38,6 +39,12 @@ macro_rules! avx2_steps {
         fn iq4_xs_values(self, row: &[u8], e: &mut [f32]) -> (u16, u32) {
             // SAFETY: see `avx2_steps`.
             unsafe { iq4_xs_values_avx2(row, e) }
+        }
+
+        #[inline(always)]
+        fn codebook_values(self, ty: GgmlType, row: &[u8], e: &mut [f32]) -> (u16, u32) {
+            // SAFETY: see `avx2_steps`.
+            unsafe { codebook_values_avx2(ty, row, e) }
         }
     };
 }
@@ -193,6 +200,163 @@ fn iq4_xs_values_avx2(row: &[u8], e: &mut [f32]) -> (u16, u32) {
     (largest, lane_max(e_max))
 }
 
+/// The codebook types' `e_j = fl(fl(d·v)·c)` of one block's 8 or 16 sets, `v` as binary32 (a
+/// small integer or one plus a half: exact) in `v[0]` (sets 0..8) and `v[1]` (8..16), `c` a
+/// power of two (so the second product is exact, as the definition's).
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn codebook_block<const SETS: usize>(
+    h: u16,
+    v: [__m256; 2],
+    c: f32,
+    e: &mut [f32],
+    e_max: __m256i,
+) -> __m256i {
+    let (d, c, magnitude) = (
+        splat_half(h),
+        _mm256_set1_ps(c),
+        _mm256_set1_epi32(0x7fff_ffff),
+    );
+    let mut e_max = e_max;
+    for (e, v) in e[..SETS].as_chunks_mut::<8>().0.iter_mut().zip(v) {
+        let x = _mm256_mul_ps(_mm256_mul_ps(d, v), c);
+        // SAFETY: `e` is 32 writable bytes; unaligned store.
+        unsafe { _mm256_storeu_ps(e.as_mut_ptr(), x) };
+        e_max = _mm256_max_epu32(e_max, _mm256_and_si256(_mm256_castps_si256(x), magnitude));
+    }
+    e_max
+}
+
+/// `0.5 + s` and `2·s + 1` of eight small integers `s` as binary32 (exact).
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn plus_half(s: __m256i) -> __m256 {
+    _mm256_add_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(0.5))
+}
+
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn odd(s: __m256i) -> __m256 {
+    _mm256_cvtepi32_ps(_mm256_or_si256(
+        _mm256_slli_epi32::<1>(s),
+        _mm256_set1_epi32(1),
+    ))
+}
+
+/// [`SetOps::codebook_values`] a block at a time: each type's small integers by 32-bit lane
+/// shifts of its scale fields, then [`codebook_block`]; `E_n` as a running lane maximum of the
+/// magnitude bits.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn codebook_values_avx2(ty: GgmlType, row: &[u8], e: &mut [f32]) -> (u16, u32) {
+    let zero = _mm256_setzero_ps();
+    let (mut largest, mut e_max) = (0, _mm256_setzero_si256());
+    // One loop per type: `sets` maps a block to its fp16 scale, its `v` and `c`.
+    macro_rules! blocks {
+        ($bb:literal, $sets:literal, |$blk:ident| $sets_of:expr) => {{
+            let blocks = row.as_chunks::<$bb>().0;
+            for (e, $blk) in e.as_chunks_mut::<$sets>().0.iter_mut().zip(blocks) {
+                let (h, v, c): (u16, [__m256; 2], f32) = $sets_of;
+                largest = largest.max(h & 0x7fff);
+                e_max = codebook_block::<$sets>(h, v, c, e, e_max);
+            }
+        }};
+    }
+    let nibbles = |bytes: u64| {
+        // Set 2k: the low nibble of byte k, set 2k + 1: its high nibble.
+        let x = _mm256_cvtepu8_epi32(_mm_set1_epi64x(bytes as i64));
+        let (lo, hi) = (
+            _mm256_and_si256(x, _mm256_set1_epi32(15)),
+            _mm256_srli_epi32::<4>(x),
+        );
+        let (a, b) = (_mm256_unpacklo_epi32(lo, hi), _mm256_unpackhi_epi32(lo, hi));
+        [
+            plus_half(_mm256_permute2x128_si256::<0x20>(a, b)),
+            plus_half(_mm256_permute2x128_si256::<0x31>(a, b)),
+        ]
+    };
+    let u64_at =
+        |blk: &[u8], at: usize| u64::from_le_bytes(blk[at..at + 8].try_into().expect("8 bytes"));
+    match ty {
+        GgmlType::IQ2_XXS => blocks!(66, 8, |blk| {
+            // Each group of 8 bytes from byte 2 ends in its sub-block's word: the odd dwords.
+            // SAFETY: bytes 2..66 of the block; unaligned loads.
+            let (a, b) = unsafe {
+                (
+                    _mm256_loadu_ps(blk[2..34].as_ptr().cast()),
+                    _mm256_loadu_ps(blk[34..66].as_ptr().cast()),
+                )
+            };
+            let aux = _mm256_castps_si256(_mm256_shuffle_ps::<0b11_01_11_01>(a, b));
+            let aux = _mm256_permute4x64_epi64::<0b11_01_10_00>(aux);
+            (
+                u16_at(blk, 0),
+                [plus_half(_mm256_srli_epi32::<28>(aux)), zero],
+                0.25,
+            )
+        }),
+        GgmlType::IQ2_XS => blocks!(74, 16, |blk| (
+            u16_at(blk, 0),
+            nibbles(u64_at(blk, 66)),
+            0.25
+        )),
+        GgmlType::IQ2_S => blocks!(82, 16, |blk| (
+            u16_at(blk, 0),
+            nibbles(u64_at(blk, 74)),
+            0.25
+        )),
+        GgmlType::IQ3_XXS => blocks!(98, 8, |blk| {
+            // SAFETY: bytes 66..98 of the block; unaligned load.
+            let aux = unsafe { _mm256_loadu_si256(blk[66..98].as_ptr().cast()) };
+            (
+                u16_at(blk, 0),
+                [plus_half(_mm256_srli_epi32::<28>(aux)), zero],
+                0.5,
+            )
+        }),
+        GgmlType::IQ3_S => blocks!(110, 8, |blk| {
+            let word = u32::from_le_bytes(blk[106..110].try_into().expect("4 bytes"));
+            let s = _mm256_srlv_epi32(
+                _mm256_set1_epi32(word as i32),
+                _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28),
+            );
+            let s = _mm256_and_si256(s, _mm256_set1_epi32(15));
+            (u16_at(blk, 0), [odd(s), zero], 1.0)
+        }),
+        GgmlType::IQ1_S => blocks!(50, 8, |blk| {
+            let words = _mm256_cvtepu16_epi32(load16(&blk[34..]));
+            let s = _mm256_and_si256(_mm256_srli_epi32::<12>(words), _mm256_set1_epi32(7));
+            (u16_at(blk, 0), [odd(s), zero], 0.125)
+        }),
+        GgmlType::IQ1_M => blocks!(56, 16, |blk| {
+            // Set i: bits 3·(i % 4).. of scale word i / 4.
+            let scales: &[u8; 8] = blk[48..56].try_into().expect("8 bytes");
+            let words = _mm256_cvtepu16_epi32(_mm_set1_epi64x(u64::from_le_bytes(*scales) as i64));
+            let shift = _mm256_setr_epi32(0, 3, 6, 9, 0, 3, 6, 9);
+            let s = |first: i32| {
+                let second = first + 1;
+                let w = _mm256_permutevar8x32_epi32(
+                    words,
+                    _mm256_setr_epi32(first, first, first, first, second, second, second, second),
+                );
+                odd(_mm256_and_si256(
+                    _mm256_srlv_epi32(w, shift),
+                    _mm256_set1_epi32(7),
+                ))
+            };
+            (iq1m_scale(scales), [s(0), s(2)], 0.125)
+        }),
+        _ => unreachable!("{ty:?} is no codebook type"),
+    }
+    let e_max = _mm_max_epu32(
+        _mm256_castsi256_si128(e_max),
+        _mm256_extracti128_si256::<1>(e_max),
+    );
+    let e_max = _mm_max_epu32(e_max, _mm_shuffle_epi32::<0b01_00_11_10>(e_max));
+    let e_max = _mm_max_epu32(e_max, _mm_shuffle_epi32::<0b10_11_00_01>(e_max));
+    (largest, _mm_cvtsi128_si32(e_max) as u32)
+}
+
 /// [`SetOps::mxfp4_multipliers`] 16 at a time: `x_max - x_j`, saturated at 15 (whose
 /// multiplier is 0, as every larger distance's), looks the low and high bytes of `2^(14 -
 /// distance)` up in two tables. The last `len % 16` with the items before them, again (an
@@ -235,11 +399,12 @@ fn mxfp4_multipliers_avx2(x: &[u16], x_max: u8, m: &mut [i16]) {
 
 #[cfg(test)]
 mod tests {
+    use super::super::super::codebook::CODEBOOK_TYPES;
     use super::super::super::params::{PlainOps, SetOps};
     use super::*;
     use crate::isa::Isa;
     use crate::quant::GgmlType;
-    use crate::testutil::{half_offsets, Rng};
+    use crate::testutil::{half_offsets, set_iq1m_scale, Rng};
 
     /// fp16 values that stress the steps: both zeros, subnormals, the extremes, NaN, infinity.
     const SPECIAL: [u16; 10] = [
@@ -252,14 +417,15 @@ mod tests {
         let mut rng = Rng::new(23);
         let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         for round in 0..800 {
-            for ty in [
+            let others = [
                 GgmlType::Q5_1,
                 GgmlType::Q5_K,
                 GgmlType::Q2_K,
                 GgmlType::Q3_K,
                 GgmlType::IQ4_XS,
                 GgmlType::MXFP4,
-            ] {
+            ];
+            for ty in others.into_iter().chain(CODEBOOK_TYPES) {
                 let blocks = if ty.block_elems() == 32 {
                     1 + round % 40
                 } else {
@@ -269,13 +435,18 @@ mod tests {
                 let mut row = vec![0u8; blocks * ty.block_bytes()];
                 rng.fill_bytes(&mut row);
                 for blk in row.chunks_exact_mut(ty.block_bytes()) {
-                    for &at in half_offsets(ty) {
-                        let h = if rng.below(3) == 0 {
+                    let mut half = || {
+                        if rng.below(3) == 0 {
                             SPECIAL[rng.below(SPECIAL.len())]
                         } else {
                             rng.next_u32() as u16 & 0xfbff
-                        };
-                        blk[at..at + 2].copy_from_slice(&h.to_le_bytes());
+                        }
+                    };
+                    if ty == GgmlType::IQ1_M {
+                        set_iq1m_scale(blk, half());
+                    }
+                    for &at in half_offsets(ty) {
+                        blk[at..at + 2].copy_from_slice(&half().to_le_bytes());
                     }
                 }
                 let sets = blocks * ty.block_elems() / 16;
@@ -311,7 +482,7 @@ mod tests {
                         };
                         (w, g, bits(&want), bits(&got))
                     }
-                    _ => {
+                    GgmlType::Q2_K | GgmlType::Q5_K | GgmlType::Q5_1 => {
                         let n = if ty == GgmlType::Q2_K { sets } else { sets / 2 };
                         let (mut want, mut got) = (vec![[0f32; 2]; n], vec![[0f32; 2]; n]);
                         let (w, g) = match ty {
@@ -329,6 +500,17 @@ mod tests {
                             ),
                         };
                         (w, g, bits(want.as_flattened()), bits(got.as_flattened()))
+                    }
+                    _ => {
+                        // Sets of 16 (IQ2_XS, IQ2_S, IQ1_M) or 32 weights.
+                        let n = match ty {
+                            GgmlType::IQ2_XS | GgmlType::IQ2_S | GgmlType::IQ1_M => sets,
+                            _ => sets / 2,
+                        };
+                        let (mut want, mut got) = (vec![0f32; n], vec![0f32; n]);
+                        let w = PlainOps.codebook_values(ty, &row, &mut want);
+                        let g = ops.codebook_values(ty, &row, &mut got);
+                        (w, g, bits(&want), bits(&got))
                     }
                 };
                 assert_eq!(g.0, w.0, "{ctx}: largest half");
