@@ -525,6 +525,10 @@ fn scan_tile(isa: Isa) -> ScanTile {
     if let Some(s) = x86::scan_tile(isa) {
         return s;
     }
+    #[cfg(target_arch = "aarch64")]
+    if matches!(isa, Isa::Neon | Isa::NeonDot) {
+        return neon::scan_tile;
+    }
     let _ = isa;
     scalar::scan_tile
 }
