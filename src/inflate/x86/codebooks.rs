@@ -9,7 +9,7 @@ use super::super::params::TileParams;
 use super::super::tile::{for_each_block_group, RowMajor, Tile};
 use super::avx2::{pair_multipliers, store32};
 use super::avx512::{lane_pairs, store, ROWS};
-use crate::quant::grids::IQ3S_GRID;
+use crate::quant::grids::{IQ3S_GRID, IQ3XXS_GRID};
 use crate::quant::GgmlType;
 use std::arch::x86_64::*;
 
@@ -119,8 +119,8 @@ fn avx512<const BB: usize, P: Copy>(
     for_each_block_group::<8, ROWS, BB, _>(rows, m, tile, 0..runs, |_, [a, b], [ma, mb], out| {
         for (ib, out) in out.into_iter().enumerate() {
             let ((ga, sa), (gb, sb)) = (groups(ty, a, ib), groups(ty, b, ib));
-            let grid = if ty == GgmlType::IQ3_S {
-                iq3_s_grid(a, b, ib)
+            let grid = if matches!(ty, GgmlType::IQ3_XXS | GgmlType::IQ3_S) {
+                iq3_grid(ty, a, b, ib)
             } else {
                 _mm512_inserti64x4::<1>(_mm512_castsi256_si512(grid_bytes(ga)), grid_bytes(gb))
             };
@@ -140,18 +140,23 @@ fn avx512<const BB: usize, P: Copy>(
     });
 }
 
-/// IQ3_S's grid entries of run `ib` of blocks `a` (dwords 0..8) and `b` (8..16), as
-/// [`groups`] reads them, in one 16-lane gather: the compiler's own vectorisation of the scalar
-/// lookups takes four narrow gathers and their shuffles.
+/// IQ3_XXS's or IQ3_S's grid entries of run `ib` of blocks `a` (dwords 0..8) and `b` (8..16),
+/// as [`groups`] reads them, in one 16-lane gather: the compiler's own vectorisation of the
+/// scalar lookups takes four narrow gathers and their shuffles, slower than the AVX2 kernel's
+/// scalar lookups.
 #[inline]
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
-fn iq3_s_grid(a: &[u8], b: &[u8], ib: usize) -> __m512i {
+fn iq3_grid(ty: GgmlType, a: &[u8], b: &[u8], ib: usize) -> __m512i {
     let q = |blk: &[u8]| {
         let q: [u8; 8] = blk[2 + 8 * ib..10 + 8 * ib].try_into().expect("8 bytes");
         i64::from_le_bytes(q)
     };
-    // Lane i's index: byte i of the two runs' codes, bit i of their high bits as bit 8.
+    // Lane i's index: byte i of the two runs' codes (IQ3_S: bit i of their high bits as bit 8).
     let low = _mm512_cvtepu8_epi32(_mm_set_epi64x(q(b), q(a)));
+    if ty == GgmlType::IQ3_XXS {
+        // SAFETY: every index is below 256, the table's length; 4-byte entries.
+        return unsafe { _mm512_i32gather_epi32::<4>(low, IQ3XXS_GRID.as_ptr().cast()) };
+    }
     let qh = _mm512_set1_epi32(a[66 + ib] as i32 | (b[66 + ib] as i32) << 8);
     #[rustfmt::skip]
     let bit = _mm512_setr_epi32(
