@@ -9,7 +9,7 @@ use super::super::params::TileParams;
 use super::super::tile::{for_each_block_group, RowMajor, Tile};
 use super::avx2::{pair_multipliers, store32};
 use super::avx512::{lane_pairs, store, ROWS};
-use crate::quant::grids::{IQ3S_GRID, IQ3XXS_GRID};
+use crate::quant::grids::{IQ2XS_GRID, IQ3S_GRID, IQ3XXS_GRID};
 use crate::quant::GgmlType;
 use std::arch::x86_64::*;
 
@@ -121,6 +121,8 @@ fn avx512<const BB: usize, P: Copy>(
             let ((ga, sa), (gb, sb)) = (groups(ty, a, ib), groups(ty, b, ib));
             let grid = if matches!(ty, GgmlType::IQ3_XXS | GgmlType::IQ3_S) {
                 iq3_grid(ty, a, b, ib)
+            } else if ty == GgmlType::IQ2_XS {
+                iq2_xs_grid(a, b, ib)
             } else {
                 _mm512_inserti64x4::<1>(_mm512_castsi256_si512(grid_bytes(ga)), grid_bytes(gb))
             };
@@ -166,6 +168,22 @@ fn iq3_grid(ty: GgmlType, a: &[u8], b: &[u8], ib: usize) -> __m512i {
     let index = _mm512_mask_or_epi32(low, high, low, _mm512_set1_epi32(256));
     // SAFETY: every index is below 512, the table's length; 4-byte entries.
     unsafe { _mm512_i32gather_epi32::<4>(index, IQ3S_GRID.as_ptr().cast()) }
+}
+
+/// IQ2_XS's grid entries of run `ib` of blocks `a` (qwords 0..4) and `b` (4..8), as [`groups`]
+/// reads them, in one 8-lane gather. (The other types of 8-byte entries measured no faster so.)
+#[inline]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
+fn iq2_xs_grid(a: &[u8], b: &[u8], ib: usize) -> __m512i {
+    let q = |blk: &[u8]| {
+        let q: [u8; 8] = blk[2 + 8 * ib..10 + 8 * ib].try_into().expect("8 bytes");
+        i64::from_le_bytes(q)
+    };
+    // Lane l's index: the low 9 bits of the run's 16-bit code l.
+    let q = _mm256_cvtepu16_epi32(_mm_set_epi64x(q(b), q(a)));
+    let index = _mm256_and_si256(q, _mm256_set1_epi32(511));
+    // SAFETY: every index is below 512, the table's length; 8-byte entries.
+    unsafe { _mm512_i32gather_epi64::<8>(index, IQ2XS_GRID.as_ptr().cast()) }
 }
 
 /// `[m_a0, m_a1, m_b0, m_b1]`: each of the four in all eight 16-bit lanes of its 128-bit lane.
