@@ -5,7 +5,7 @@
 //! the ratios hold on a busy machine. Default: the real-scale down projection (K=768, N=2048) and
 //! 55 distinct columns spread at random over K, as the real-scale runs see (docs/PERFORMANCE.md).
 
-use super::bench::time;
+use super::bench::{time, LineAligned};
 use super::inflate::median;
 use super::json::{self, fixed};
 use super::options::Options;
@@ -189,7 +189,7 @@ fn measure(
         .zip(&want)
         .all(|(a, b)| a.to_bits() == b.to_bits());
     let tiles = Tiles::RK3588;
-    let mut b = vec![0i8; tiles.b_len(tiles.pad(k), tiles.pad(n))];
+    let mut b = LineAligned::zeroed(tiles.b_len(tiles.pad(k), tiles.pad(n)));
     let mut scales = vec![0f32; tiles.pad(n)];
     let (mut cols, mut refs, mut infl) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..ROUNDS {
