@@ -5,14 +5,14 @@ use super::backend::{Backend, Job};
 use super::error::Result;
 use super::exec::{Execution, GemmView, HostExec, Split, Task};
 use super::kinds::BackendKind;
-use super::storage::{storage_as, storage_as_mut, Alloc, Storage};
+use super::storage::{storage_as, storage_as_mut, Alloc, Lines, Storage};
 use super::submit::{Report, Submit};
 use crate::layout::Tiles;
 use std::any::Any;
 
 /// Plain memory.
 pub struct CpuStorage<T> {
-    data: Vec<T>,
+    data: Lines<T>,
 }
 
 impl<T: Send + Sync + 'static> Storage<T> for CpuStorage<T> {
@@ -59,13 +59,13 @@ fn data<T: 'static>(s: &dyn Storage<T>) -> Result<&[T]> {
 impl Alloc for Cpu {
     fn alloc_i8(&self, len: usize, _flags: u32, _domain: u32) -> Result<Box<dyn Storage<i8>>> {
         Ok(Box::new(CpuStorage {
-            data: vec![0i8; len],
+            data: Lines::zeroed(len),
         }))
     }
 
     fn alloc_i32(&self, len: usize, _flags: u32, _domain: u32) -> Result<Box<dyn Storage<i32>>> {
         Ok(Box::new(CpuStorage {
-            data: vec![0i32; len],
+            data: Lines::zeroed(len),
         }))
     }
 }

@@ -4,6 +4,7 @@
 use super::error::{Error, Result};
 use std::any::Any;
 use std::fmt;
+use std::ops::{Deref, DerefMut};
 
 /// Element types a [`Buffer`](super::Buffer) can hold: int8 (A, B) and int32 (C).
 pub trait Elem: Copy + Default + Send + Sync + fmt::Debug + 'static + sealed::Sealed {
@@ -74,4 +75,76 @@ pub(super) fn storage_as<S: 'static, T>(s: &dyn Storage<T>) -> Result<&S> {
 
 pub(super) fn storage_as_mut<S: 'static, T>(s: &mut dyn Storage<T>) -> Result<&mut S> {
     s.as_any_mut().downcast_mut().ok_or_else(foreign_buffer)
+}
+
+/// Zeroed memory of `len` elements starting on a 64-byte cache line, as the board's buffers
+/// (page-aligned dma-bufs) start: the CPU's wide stores into a buffer (the inflate's 32- and
+/// 64-byte runs) split no line here either. A large `Vec` starts 16 bytes into its page, which
+/// made every other such store a split one.
+pub(super) struct Lines<T> {
+    buf: Vec<T>,
+    at: usize,
+    len: usize,
+}
+
+impl<T: Copy + Default> Lines<T> {
+    /// `len` zeroed elements. The vector comes from calloc/mmap, so its pages are only backed
+    /// once touched.
+    pub fn zeroed(len: usize) -> Lines<T> {
+        let pad = 64 / std::mem::size_of::<T>();
+        let buf = vec![T::default(); len + pad];
+        let at = buf.as_ptr().align_offset(64).min(pad);
+        Lines { buf, at, len }
+    }
+}
+
+impl<T> Default for Lines<T> {
+    fn default() -> Lines<T> {
+        Lines {
+            buf: Vec::new(),
+            at: 0,
+            len: 0,
+        }
+    }
+}
+
+impl<T: Copy + Default> Clone for Lines<T> {
+    fn clone(&self) -> Lines<T> {
+        let mut copy = Lines::zeroed(self.len);
+        copy.copy_from_slice(self);
+        copy
+    }
+}
+
+impl<T> Deref for Lines<T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        &self.buf[self.at..self.at + self.len]
+    }
+}
+
+impl<T> DerefMut for Lines<T> {
+    fn deref_mut(&mut self) -> &mut [T] {
+        &mut self.buf[self.at..self.at + self.len]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Lines;
+
+    #[test]
+    fn lines_start_on_a_cache_line_zeroed_and_clone_so() {
+        for len in [0, 1, 63, 64, 1000, 3 << 20] {
+            let mut a = Lines::<i8>::zeroed(len);
+            let b = Lines::<i32>::zeroed(len);
+            assert_eq!((a.len(), b.len()), (len, len));
+            assert_eq!(a.as_ptr() as usize % 64, 0, "i8, {len}");
+            assert_eq!(b.as_ptr() as usize % 64, 0, "i32, {len}");
+            assert!(a.iter().all(|&x| x == 0) && b.iter().all(|&x| x == 0));
+            a.iter_mut().enumerate().for_each(|(i, x)| *x = i as i8);
+            let c = a.clone();
+            assert_eq!((c.as_ptr() as usize % 64, &*c), (0, &*a));
+        }
+    }
 }

@@ -4,7 +4,7 @@
 use super::faults::FaultOp;
 use super::shared::Shared;
 use crate::npu::error::{Error, Result};
-use crate::npu::storage::Storage;
+use crate::npu::storage::{Lines, Storage};
 use std::any::Any;
 use std::ops::Range;
 use std::sync::Arc;
@@ -31,11 +31,11 @@ use std::sync::Arc;
 /// or a lenient buffer's CPU rewrote it) so holds two vectors of its length from then on, as the
 /// board holds its device memory besides the CPU's cached view.
 pub struct EmuStorage<T> {
-    cpu: Vec<T>,
+    cpu: Lines<T>,
     /// What the NPU sees when it differs from `cpu` (always None when non-cacheable).
-    dev: Option<Vec<T>>,
+    dev: Option<Lines<T>>,
     /// The last retired view (empty if none), reused by the next split.
-    spare: Vec<T>,
+    spare: Lines<T>,
     /// Elements outside this range are equal in `cpu` and in `dev` (or, without a device view,
     /// `spare`); None: no such bound is known.
     differs: Option<Range<usize>>,
@@ -65,9 +65,9 @@ impl<T: Copy + Default + Send + Sync + 'static> EmuStorage<T> {
         shared: Arc<Shared>,
     ) -> EmuStorage<T> {
         EmuStorage {
-            cpu: vec![T::default(); len],
+            cpu: Lines::zeroed(len),
             dev: None,
-            spare: Vec::new(),
+            spare: Lines::default(),
             differs: None,
             cacheable,
             strict,
@@ -111,13 +111,13 @@ impl<T: Copy + Default + Send + Sync + 'static> EmuStorage<T> {
             let dev = if self.fresh {
                 // A fresh buffer is all zero: a zeroed vector costs no copy and no touched pages.
                 self.differs = Some(0..0);
-                vec![T::default(); len]
+                Lines::zeroed(len)
             } else {
                 let mut dev = std::mem::take(&mut self.spare);
                 let stale = match &self.differs {
                     Some(d) if dev.len() == len => d.clone(),
                     _ => {
-                        dev.resize(len, T::default());
+                        dev = Lines::zeroed(len);
                         0..len
                     }
                 };
@@ -350,7 +350,7 @@ mod tests {
                         v.dirty = false;
                     }
                 }
-                assert_eq!(s.cpu, v.cpu, "CPU view, step {step}, strict {strict}");
+                assert_eq!(*s.cpu, v.cpu, "CPU view, step {step}, strict {strict}");
                 let model_dev = v.dev.as_ref().unwrap_or(&v.cpu);
                 assert_eq!(s.device_view(), &model_dev[..], "device view, step {step}");
             }
