@@ -26,7 +26,7 @@ fn grid_bytes(grid: [u64; 4]) -> __m256i {
 }
 
 /// Byte `8l + j` of the result: bit `j` of sign byte `l` of each 128-bit lane's word (lane 0:
-/// bytes 0, 1; lane 1: bytes 2, 3), as a spread for [`negative_mask`].
+/// bytes 0, 1; lane 1: bytes 2, 3), as a spread for [`negatives`].
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
 fn sign_spread() -> (__m256i, __m256i) {
@@ -38,20 +38,40 @@ fn sign_spread() -> (__m256i, __m256i) {
     (spread, _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64))
 }
 
-/// The table index of each weight of a run: its grid byte's magnitude index (`cb`), or'ed with
-/// `cb.negative` where its sign bit (of `signs`) is set.
+/// Each byte of a run whose weight is negative: bit `j` of sign byte `l` (of `signs`) for
+/// weight `8l + j`, spread by [`sign_spread`]; all ones where set.
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
-fn indices(cb: Codebook, grid: __m256i, signs: u32, spread: (__m256i, __m256i)) -> __m256i {
+fn negatives(signs: u32, spread: (__m256i, __m256i)) -> __m256i {
+    let (spread, bits) = spread;
+    let s = _mm256_shuffle_epi8(_mm256_set1_epi32(signs as i32), spread);
+    _mm256_cmpeq_epi8(_mm256_and_si256(s, bits), bits)
+}
+
+/// IQ1_M's negative weights of run `ib` of `blk`, as [`negatives`] gives them from
+/// [`groups`]' sign bytes: a group's eight weights take its offset's sign, bit 3 of its nibble
+/// of the run's 16 high bits. Straight from those bits, where the compiler's build of the sign
+/// word took some fifteen instructions.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn iq1_m_negatives(blk: &[u8], ib: usize) -> __m256i {
+    let high = u16::from_le_bytes([blk[32 + 2 * ib], blk[33 + 2 * ib]]) as i32;
+    // Dword i holds four weights of group i / 2, whose sign is bit 4·(i / 2) + 3.
+    let bits = _mm256_setr_epi32(8, 8, 128, 128, 2048, 2048, 32768, 32768);
+    _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32(high), bits), bits)
+}
+
+/// The table index of each weight of a run: its grid byte's magnitude index (`cb`), or'ed with
+/// `cb.negative` where `negative` is set.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn indices(cb: Codebook, grid: __m256i, negative: __m256i) -> __m256i {
     let magnitude = if cb.shift == 0 {
         _mm256_add_epi8(grid, _mm256_set1_epi8(1))
     } else {
         let v = _mm256_srl_epi16(grid, _mm_cvtsi32_si128(cb.shift as i32));
         _mm256_and_si256(v, _mm256_set1_epi8(cb.mask as i8))
     };
-    let (spread, bits) = spread;
-    let s = _mm256_shuffle_epi8(_mm256_set1_epi32(signs as i32), spread);
-    let negative = _mm256_cmpeq_epi8(_mm256_and_si256(s, bits), bits);
     let negative = _mm256_and_si256(negative, _mm256_set1_epi8(cb.negative as i8));
     _mm256_or_si256(magnitude, negative)
 }
@@ -77,7 +97,12 @@ fn avx2<const BB: usize, P: Copy>(
     for_each_block_group::<8, 1, BB, _>(rows, m, tile, 0..runs, |_, [blk], [m], out| {
         for (ib, [out]) in out.into_iter().enumerate() {
             let (grid, signs) = groups(ty, blk, ib);
-            let index = indices(cb, grid_bytes(grid), signs, spread);
+            let negative = if ty == GgmlType::IQ1_M {
+                iq1_m_negatives(blk, ib)
+            } else {
+                negatives(signs, spread)
+            };
+            let index = indices(cb, grid_bytes(grid), negative);
             let m = spread_m(m[ib]);
             let t = _mm256_packs_epi16(_mm256_mulhrs_epi16(c_lo, m), _mm256_mulhrs_epi16(c_hi, m));
             store32(out, _mm256_shuffle_epi8(t, index));
@@ -132,8 +157,12 @@ fn avx512<const BB: usize, P: Copy>(
                 let v = _mm512_srl_epi16(grid, _mm_cvtsi32_si128(cb.shift as i32));
                 _mm512_and_si512(v, mask)
             };
-            let signs = _mm512_set1_epi64((sa as u64 | (sb as u64) << 32) as i64);
-            let negatives = _mm512_test_epi8_mask(_mm512_shuffle_epi8(signs, spread), bits);
+            let negatives = if ty == GgmlType::IQ1_M {
+                iq1_m_negatives_pair(a, b, ib)
+            } else {
+                let signs = _mm512_set1_epi64((sa as u64 | (sb as u64) << 32) as i64);
+                _mm512_test_epi8_mask(_mm512_shuffle_epi8(signs, spread), bits)
+            };
             let index = _mm512_mask_add_epi8(magnitude, negatives, magnitude, negative);
             let m = spread_m(ma[ib], mb[ib]);
             let t = _mm512_packs_epi16(_mm512_mulhrs_epi16(c_lo, m), _mm512_mulhrs_epi16(c_hi, m));
@@ -184,6 +213,27 @@ fn iq2_xs_grid(a: &[u8], b: &[u8], ib: usize) -> __m512i {
     let index = _mm256_and_si256(q, _mm256_set1_epi32(511));
     // SAFETY: every index is below 512, the table's length; 8-byte entries.
     unsafe { _mm512_i32gather_epi64::<8>(index, IQ2XS_GRID.as_ptr().cast()) }
+}
+
+/// IQ1_M's negative weights of run `ib` of blocks `a` (bytes 0..32) and `b` (32..64), as
+/// [`groups`]' sign bytes give them: a group's eight weights take its offset's sign, bit 3 of
+/// its nibble of the run's 16 high bits. Straight from those bits, where the compiler's build
+/// of the sign words took some thirty instructions.
+#[inline]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
+fn iq1_m_negatives_pair(a: &[u8], b: &[u8], ib: usize) -> __mmask64 {
+    let high = |blk: &[u8]| u16::from_le_bytes([blk[32 + 2 * ib], blk[33 + 2 * ib]]) as u32;
+    let both = _mm512_set1_epi32((high(a) | high(b) << 16) as i32);
+    // Dword i holds four weights of group i / 2 (b's from i = 8 on), whose sign is bit
+    // 4·(i / 2) + 3 of `both`.
+    let bit = |i: u32| (1u32 << (4 * (i / 2) + 3)) as i32;
+    #[rustfmt::skip]
+    let bits = _mm512_setr_epi32(
+        bit(0), bit(1), bit(2), bit(3), bit(4), bit(5), bit(6), bit(7),
+        bit(8), bit(9), bit(10), bit(11), bit(12), bit(13), bit(14), bit(15),
+    );
+    let dwords = _mm512_maskz_set1_epi32(_mm512_test_epi32_mask(both, bits), -1);
+    _mm512_test_epi8_mask(dwords, dwords)
 }
 
 /// `[m_a0, m_a1, m_b0, m_b1]`: each of the four in all eight 16-bit lanes of its 128-bit lane.
