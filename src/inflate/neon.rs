@@ -487,6 +487,10 @@ fn codebook<const BB: usize, P: Copy>(
     let bit_masks: [u8; 16] = [1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128];
     // SAFETY: `bit_masks` is 16 readable bytes.
     let bits = unsafe { vld1q_u8(bit_masks.as_ptr()) };
+    // IQ1_M: a group's weights take its offset's sign, bit 3 of its nibble of the run's high
+    // bits (groups 2h and 2h + 1: the low and high nibble of byte h), tested straight from those
+    // bits rather than through the sign bytes the compiler builds with scalar code.
+    let iq1_m_bits = vcombine_u8(vdup_n_u8(8), vdup_n_u8(128));
     let (mask, negative) = (vdupq_n_u8(cb.mask), vdupq_n_u8(cb.negative));
     let shift = vdupq_n_s8(-(cb.shift as i8));
     for_each_block_group::<8, 1, BB, _>(rows, m, tile, 0..runs, |_, [blk], [m], out| {
@@ -502,8 +506,13 @@ fn codebook<const BB: usize, P: Copy>(
                 } else {
                     vandq_u8(vshlq_u8(g, shift), mask)
                 };
-                let s = vcombine_u8(vdup_n_u8(sign[2 * h]), vdup_n_u8(sign[2 * h + 1]));
-                let index = vorrq_u8(magnitude, vandq_u8(vtstq_u8(s, bits), negative));
+                let negatives = if ty == GgmlType::IQ1_M {
+                    vtstq_u8(vdupq_n_u8(blk[32 + 2 * ib + h]), iq1_m_bits)
+                } else {
+                    let s = vcombine_u8(vdup_n_u8(sign[2 * h]), vdup_n_u8(sign[2 * h + 1]));
+                    vtstq_u8(s, bits)
+                };
+                let index = vorrq_u8(magnitude, vandq_u8(negatives, negative));
                 vqtbl1q_s8(rescale_table(c0, c1, m), index)
             };
             store_run(out, half(0, m0), half(1, m1));
