@@ -492,6 +492,8 @@ fn codebook<const BB: usize, P: Copy>(
     // bits (groups 2h and 2h + 1: the low and high nibble of byte h), tested straight from those
     // bits rather than through the sign bytes the compiler builds with scalar code.
     let iq1_m_bits = vcombine_u8(vdup_n_u8(8), vdup_n_u8(128));
+    // Half h's weights 8l + j (l = 0, 1) take sign byte 2h + l.
+    let spread = [(0, 1), (2, 3)].map(|(a, b)| vcombine_u8(vdup_n_u8(a), vdup_n_u8(b)));
     let (mask, negative) = (vdupq_n_u8(cb.mask), vdupq_n_u8(cb.negative));
     let shift = vdupq_n_s8(-(cb.shift as i8));
     for_each_block_group::<8, 1, BB, _>(rows, m, tile, 0..runs, |_, [blk], [m], out| {
@@ -502,7 +504,7 @@ fn codebook<const BB: usize, P: Copy>(
             } else {
                 grid
             };
-            let sign = signs.to_le_bytes();
+            let signs = vcombine_u8(vcreate_u8(signs as u64), vcreate_u8(signs as u64));
             let [m0, m1] = multipliers(m[ib]);
             // Groups 2h, 2h + 1: weights 16h..16h + 16.
             let half = |h: usize, m: i16| {
@@ -512,11 +514,11 @@ fn codebook<const BB: usize, P: Copy>(
                 } else {
                     vandq_u8(vshlq_u8(g, shift), mask)
                 };
-                let negatives = if ty == GgmlType::IQ1_M {
-                    vtstq_u8(vdupq_n_u8(blk[32 + 2 * ib + h]), iq1_m_bits)
-                } else {
-                    let s = vcombine_u8(vdup_n_u8(sign[2 * h]), vdup_n_u8(sign[2 * h + 1]));
-                    vtstq_u8(s, bits)
+                let negatives = match ty {
+                    GgmlType::IQ1_M => vtstq_u8(vdupq_n_u8(blk[32 + 2 * ib + h]), iq1_m_bits),
+                    // IQ1_S: one offset sign for the run, bit 15 of its high bits.
+                    GgmlType::IQ1_S => vtstq_u8(vdupq_n_u8(blk[35 + 2 * ib]), vdupq_n_u8(128)),
+                    _ => vtstq_u8(vqtbl1q_u8(signs, spread[h]), bits),
                 };
                 let index = vorrq_u8(magnitude, vandq_u8(negatives, negative));
                 vqtbl1q_s8(rescale_table(c0, c1, m), index)
