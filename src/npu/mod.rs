@@ -17,7 +17,8 @@
 //! [`Buffer::write`]); a `CACHEABLE` buffer the CPU wrote must be flushed with
 //! [`Buffer::sync_to_device`] before a submit reads it, and a `CACHEABLE` output must be
 //! invalidated with [`Buffer::sync_from_device`] before the CPU reads the results, exactly as on
-//! the board. Non-cacheable buffers need neither.
+//! the board. Non-cacheable buffers need neither. The emulated and CPU backends' buffers start on
+//! a 64-byte line, as the board's page-aligned ones do, so the CPU's wide stores behave alike.
 //!
 //! # GEMMs
 //! Every GEMM is `C[M,N] (int32) = A[M,K] · B[K,N]` (int8) in the native layouts of
