@@ -1,6 +1,5 @@
 //! The A3B expert shapes, and the timing the measuring subcommands share.
 
-use std::ops::{Deref, DerefMut};
 use std::time::Instant;
 
 /// (K, N, role) of the Qwen3 A3B expert GEMMs: gate/up and down of two model sizes.
@@ -51,36 +50,5 @@ impl Timing {
             min: seconds[0],
             max: seconds[seconds.len() - 1],
         }
-    }
-}
-
-/// A zeroed int8 buffer that starts on a 64-byte cache line, as the NPU buffers the library
-/// inflates into do (page-aligned dma-bufs). A large `Vec` starts 16 bytes into its page, which
-/// splits every other 32- or 64-byte store across two lines and slowed the AVX-512 inflate by up
-/// to a third.
-pub struct LineAligned {
-    buf: Vec<i8>,
-    at: usize,
-    len: usize,
-}
-
-impl LineAligned {
-    pub fn zeroed(len: usize) -> LineAligned {
-        let buf = vec![0i8; len + 63];
-        let at = buf.as_ptr().align_offset(64);
-        LineAligned { buf, at, len }
-    }
-}
-
-impl Deref for LineAligned {
-    type Target = [i8];
-    fn deref(&self) -> &[i8] {
-        &self.buf[self.at..self.at + self.len]
-    }
-}
-
-impl DerefMut for LineAligned {
-    fn deref_mut(&mut self) -> &mut [i8] {
-        &mut self.buf[self.at..self.at + self.len]
     }
 }

@@ -5,7 +5,7 @@
 //! the ratios hold on a busy machine. Default: the real-scale down projection (K=768, N=2048) and
 //! 55 distinct columns spread at random over K, as the real-scale runs see (docs/PERFORMANCE.md).
 
-use super::bench::{time, LineAligned};
+use super::bench::time;
 use super::inflate::median;
 use super::json::{self, fixed};
 use super::options::Options;
@@ -15,6 +15,7 @@ use ork_moe::inflate::{
 use ork_moe::isa::Isa;
 use ork_moe::layout::Tiles;
 use ork_moe::moe::Config;
+use ork_moe::npu::Lines;
 use ork_moe::quant::GgmlType;
 use ork_moe::testutil::Rng;
 use serde_json::json;
@@ -189,7 +190,7 @@ fn measure(
         .zip(&want)
         .all(|(a, b)| a.to_bits() == b.to_bits());
     let tiles = Tiles::RK3588;
-    let mut b = LineAligned::zeroed(tiles.b_len(tiles.pad(k), tiles.pad(n)));
+    let mut b = Lines::<i8>::zeroed(tiles.b_len(tiles.pad(k), tiles.pad(n)));
     let mut scales = vec![0f32; tiles.pad(n)];
     let (mut cols, mut refs, mut infl) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..ROUNDS {

@@ -2,7 +2,7 @@
 //! and weight type: the direct inflate, the legacy via-f32 path, and memcpy of the same output
 //! size as the ceiling. GB/s count output bytes (native B int8).
 
-use super::bench::{time, LineAligned};
+use super::bench::time;
 use super::json::{self, fixed};
 use super::options::Options;
 use super::research::via_f32::inflate_expert_via_f32;
@@ -10,6 +10,7 @@ use ork_moe::inflate::{inflate_expert_with, ExpertWeights};
 use ork_moe::isa::Isa;
 use ork_moe::layout::Tiles;
 use ork_moe::moe::Config;
+use ork_moe::npu::Lines;
 use ork_moe::quant::GgmlType;
 use ork_moe::testutil::Rng;
 use serde_json::json;
@@ -124,7 +125,7 @@ fn calls_only(isa: Isa, tiles: &Tiles, opts: &Options, calls: usize) -> Result<E
         {
             let data = expert_blocks(ty, k, n);
             let w = ExpertWeights::contiguous(ty, &data, k, n).map_err(|e| e.to_string())?;
-            let mut b = LineAligned::zeroed(tiles.b_len(tiles.pad(k), tiles.pad(n)));
+            let mut b = Lines::<i8>::zeroed(tiles.b_len(tiles.pad(k), tiles.pad(n)));
             let mut scales = vec![0f32; tiles.pad(n)];
             for _ in 0..calls {
                 inflate_expert_with(isa, black_box(&w), tiles, &mut b, &mut scales)
@@ -146,7 +147,7 @@ fn measure(isa: Isa, tiles: &Tiles, ty: GgmlType, k: usize, n: usize) -> Result<
     let data = expert_blocks(ty, k, n);
     let w = ExpertWeights::contiguous(ty, &data, k, n).map_err(|e| e.to_string())?;
     let out_len = tiles.b_len(tiles.pad(k), tiles.pad(n));
-    let mut b = LineAligned::zeroed(out_len);
+    let mut b = Lines::<i8>::zeroed(out_len);
     let mut scales = vec![0f32; tiles.pad(n)];
     let gbps = |seconds: f64| out_len as f64 / seconds / 1e9;
 

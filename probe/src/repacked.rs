@@ -3,7 +3,7 @@
 //! round after round, so the ratio holds on a busy machine. Also times the untangling alone
 //! (`to_plain_with` of the whole expert).
 
-use super::bench::{time, LineAligned};
+use super::bench::time;
 use super::inflate::median;
 use super::json::{self, fixed};
 use super::options::Options;
@@ -14,6 +14,7 @@ use ork_moe::inflate::{
 use ork_moe::isa::Isa;
 use ork_moe::layout::Tiles;
 use ork_moe::moe::Config;
+use ork_moe::npu::Lines;
 use ork_moe::quant::GgmlType;
 use serde_json::json;
 use std::hint::black_box;
@@ -116,7 +117,7 @@ fn calls_only(
             let mut packed = vec![0u8; plain.len()];
             from_plain(layout, &w, &mut packed).map_err(fail)?;
             let wp = ExpertWeights { data: &packed, ..w };
-            let mut b = LineAligned::zeroed(tiles.b_len(tiles.pad(k), tiles.pad(n)));
+            let mut b = Lines::<i8>::zeroed(tiles.b_len(tiles.pad(k), tiles.pad(n)));
             let mut scales = vec![0f32; tiles.pad(n)];
             for _ in 0..calls {
                 inflate_expert_in_with(isa, layout, black_box(&wp), tiles, &mut b, &mut scales)
@@ -174,8 +175,8 @@ fn measure(
     from_plain(layout, &w, &mut packed).map_err(fail)?;
     let wp = ExpertWeights { data: &packed, ..w };
     let out_len = tiles.b_len(tiles.pad(k), tiles.pad(n));
-    let (mut b, mut scales) = (LineAligned::zeroed(out_len), vec![0f32; tiles.pad(n)]);
-    let (mut b2, mut scales2) = (LineAligned::zeroed(out_len), scales.clone());
+    let (mut b, mut scales) = (Lines::<i8>::zeroed(out_len), vec![0f32; tiles.pad(n)]);
+    let (mut b2, mut scales2) = (Lines::<i8>::zeroed(out_len), scales.clone());
     inflate_expert_with(isa, &w, tiles, &mut b, &mut scales).map_err(fail)?;
     inflate_expert_in_with(isa, layout, &wp, tiles, &mut b2, &mut scales2).map_err(fail)?;
     let identical = *b == *b2 && scales == scales2;

@@ -61,5 +61,5 @@ pub use exec::{expert_parts, split_channels, submitter_ways, HostExec};
 pub use kinds::{BackendKind, CoreMask, Primitive};
 pub use open::{BackendChoice, DeviceConfig};
 pub use stats::Stats;
-pub use storage::{Alloc, Elem, Storage};
+pub use storage::{Alloc, Elem, Lines, Storage};
 pub use submit::{MatMul, Report, Submit};

@@ -81,7 +81,7 @@ pub(super) fn storage_as_mut<S: 'static, T>(s: &mut dyn Storage<T>) -> Result<&m
 /// (page-aligned dma-bufs) start: the CPU's wide stores into a buffer (the inflate's 32- and
 /// 64-byte runs) split no line here either. A large `Vec` starts 16 bytes into its page, which
 /// made every other such store a split one.
-pub(super) struct Lines<T> {
+pub struct Lines<T> {
     buf: Vec<T>,
     at: usize,
     len: usize,
