@@ -64,6 +64,53 @@ pub(super) fn table_codes(ty: GgmlType) -> [i16; 16] {
     })
 }
 
+/// The KSIGNS-coded types' (IQ2_XXS, IQ2_XS, IQ3_XXS) sign fields of run `ib`: group `l`'s
+/// index into `KSIGNS_IQ2XS` is the 7 bits of the word at `shift[l]`. Those bits are the signs
+/// of the group's first seven weights; the eighth's makes the group's count of negatives even.
+#[inline(always)]
+pub(super) fn sign_fields(ty: GgmlType, blk: &[u8], ib: usize) -> (u64, [u32; 4]) {
+    let word = |at: usize, len: usize| {
+        let mut bytes = [0u8; 8];
+        bytes[..len].copy_from_slice(&blk[at..at + len]);
+        u64::from_le_bytes(bytes)
+    };
+    match ty {
+        GgmlType::IQ2_XXS => (word(6 + 8 * ib, 4), [0, 7, 14, 21]),
+        GgmlType::IQ2_XS => (word(2 + 8 * ib, 8), [9, 25, 41, 57]),
+        GgmlType::IQ3_XXS => (word(66 + 4 * ib, 4), [0, 7, 14, 21]),
+        _ => unreachable!("a KSIGNS-coded type"),
+    }
+}
+
+/// Run `ib`'s eight grid indices of an IQ3 type (4-byte entries of `IQ3XXS_GRID` or
+/// `IQ3S_GRID`), two per group.
+#[inline(always)]
+pub(super) fn iq3_indices(ty: GgmlType, blk: &[u8], ib: usize) -> [usize; 8] {
+    let q = &blk[2 + 8 * ib..10 + 8 * ib];
+    match ty {
+        GgmlType::IQ3_XXS => std::array::from_fn(|e| q[e] as usize),
+        GgmlType::IQ3_S => {
+            let qh = blk[66 + ib] as usize;
+            std::array::from_fn(|e| q[e] as usize | (qh << (8 - e)) & 256)
+        }
+        _ => unreachable!("an IQ3 type"),
+    }
+}
+
+/// The sign word of [`groups`] from a KSIGNS-coded type's [`sign_fields`].
+#[inline(always)]
+fn ksigns(ty: GgmlType, blk: &[u8], ib: usize) -> u32 {
+    let (word, shift) = sign_fields(ty, blk, ib);
+    u32::from_le_bytes(shift.map(|s| KSIGNS_IQ2XS[(word >> s & 127) as usize]))
+}
+
+/// An IQ3 run's grid entries ([`iq3_indices`] into `table`) paired into [`groups`]' four.
+#[inline(always)]
+fn iq3_pairs(table: &[u32], ty: GgmlType, blk: &[u8], ib: usize) -> [u64; 4] {
+    let e = iq3_indices(ty, blk, ib).map(|i| table[i] as u64);
+    std::array::from_fn(|l| e[2 * l] | e[2 * l + 1] << 32)
+}
+
 /// Run `ib` (sub-block) of a codebook block: its four groups' grid entries (8 bytes each,
 /// little-endian) and their sign bytes (bit `j` of byte `l`: weight `8l + j` negative; IQ1: all
 /// eight bits alike, its group's offset sign), as one word.
@@ -72,18 +119,19 @@ pub(super) fn groups(ty: GgmlType, blk: &[u8], ib: usize) -> ([u64; 4], u32) {
     let u16_at = |at: usize| u16::from_le_bytes([blk[at], blk[at + 1]]);
     let u32_at = |at: usize| u32::from_le_bytes(blk[at..at + 4].try_into().expect("4 bytes"));
     let signs = |s: [u8; 4]| u32::from_le_bytes(s);
-    let pair = |lo: u32, hi: u32| lo as u64 | (hi as u64) << 32;
     match ty {
         GgmlType::IQ2_XXS => {
-            let (q, aux) = (&blk[2 + 8 * ib..], u32_at(6 + 8 * ib));
-            let grid = std::array::from_fn(|l| IQ2XXS_GRID[q[l] as usize]);
-            let s = std::array::from_fn(|l| KSIGNS_IQ2XS[(aux >> (7 * l) & 127) as usize]);
-            (grid, signs(s))
+            let q = &blk[2 + 8 * ib..];
+            (
+                std::array::from_fn(|l| IQ2XXS_GRID[q[l] as usize]),
+                ksigns(ty, blk, ib),
+            )
         }
         GgmlType::IQ2_XS => {
-            let q: [u16; 4] = std::array::from_fn(|l| u16_at(2 + 2 * (4 * ib + l)));
-            let grid = q.map(|q| IQ2XS_GRID[(q & 511) as usize]);
-            (grid, signs(q.map(|q| KSIGNS_IQ2XS[(q >> 9) as usize])))
+            // The run's four 16-bit codes: a grid index in bits 0..9, the sign field above.
+            let (codes, _) = sign_fields(ty, blk, ib);
+            let grid = std::array::from_fn(|l| IQ2XS_GRID[(codes >> (16 * l) & 511) as usize]);
+            (grid, ksigns(ty, blk, ib))
         }
         GgmlType::IQ2_S => {
             let qh = blk[66 + ib] as usize;
@@ -92,25 +140,8 @@ pub(super) fn groups(ty: GgmlType, blk: &[u8], ib: usize) -> ([u64; 4], u32) {
             });
             (grid, u32_at(34 + 4 * ib))
         }
-        GgmlType::IQ3_XXS => {
-            let q = &blk[2 + 8 * ib..];
-            let aux = u32_at(66 + 4 * ib);
-            let grid = std::array::from_fn(|l| {
-                let g = |i: usize| IQ3XXS_GRID[q[2 * l + i] as usize];
-                pair(g(0), g(1))
-            });
-            let s = std::array::from_fn(|l| KSIGNS_IQ2XS[(aux >> (7 * l) & 127) as usize]);
-            (grid, signs(s))
-        }
-        GgmlType::IQ3_S => {
-            let (q, qh) = (&blk[2 + 8 * ib..], blk[66 + ib] as usize);
-            let grid = std::array::from_fn(|l| {
-                let g0 = IQ3S_GRID[q[2 * l] as usize | ((qh << (8 - 2 * l)) & 256)];
-                let g1 = IQ3S_GRID[q[2 * l + 1] as usize | ((qh << (7 - 2 * l)) & 256)];
-                pair(g0, g1)
-            });
-            (grid, u32_at(74 + 4 * ib))
-        }
+        GgmlType::IQ3_XXS => (iq3_pairs(&IQ3XXS_GRID, ty, blk, ib), ksigns(ty, blk, ib)),
+        GgmlType::IQ3_S => (iq3_pairs(&IQ3S_GRID, ty, blk, ib), u32_at(74 + 4 * ib)),
         GgmlType::IQ1_S => {
             let qh = u16_at(34 + 2 * ib) as usize;
             let grid = std::array::from_fn(|l| {

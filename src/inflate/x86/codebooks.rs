@@ -4,7 +4,7 @@
 //! set's multiplier (`pmulhrsw`, as Q4_0's tables: the scalar reference's `rescale` of the
 //! signed code).
 
-use super::super::codebook::{groups, table_codes, Codebook};
+use super::super::codebook::{groups, iq3_indices, sign_fields, table_codes, Codebook};
 use super::super::params::TileParams;
 use super::super::tile::{for_each_block_group, RowMajor, Tile};
 use super::avx2::{pair_multipliers, store32};
@@ -46,6 +46,42 @@ fn negatives(signs: u32, spread: (__m256i, __m256i)) -> __m256i {
     let (spread, bits) = spread;
     let s = _mm256_shuffle_epi8(_mm256_set1_epi32(signs as i32), spread);
     _mm256_cmpeq_epi8(_mm256_and_si256(s, bits), bits)
+}
+
+/// The negative weights of a run of a KSIGNS-coded type from its sign fields (`word`, `shift`:
+/// [`sign_fields`]), as [`negatives`] gives them: bits 0..7 of group `l`'s field for its first
+/// seven weights, and the eighth negative where those seven have an odd count of negatives.
+/// The scalar table lookups and the sign word's assembly took some twenty instructions.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn ksign_negatives(word: u64, shift: [u32; 4]) -> __m256i {
+    let shift = shift.map(|s| s as i64);
+    let fields = _mm256_srlv_epi64(
+        _mm256_set1_epi64x(word as i64),
+        _mm256_setr_epi64x(shift[0], shift[1], shift[2], shift[3]),
+    );
+    // Group l's field (byte 0 of qword l) in its eight bytes; byte j's test bit is bit j, none
+    // for the eighth weight, whose byte thus always reads positive.
+    let low_byte = 0x0808_0808_0808_0808;
+    let spread = _mm256_shuffle_epi8(fields, _mm256_setr_epi64x(0, low_byte, 0, low_byte));
+    let zero = _mm256_setzero_si256();
+    let bits = _mm256_set1_epi64x(0x0040_2010_0804_0201);
+    let positive = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bits), zero);
+    // Per group, 255 × its positive bytes: odd where the first seven hold an odd count of
+    // negatives.
+    let count = _mm256_sad_epu8(positive, zero);
+    let eighth = _mm256_cmpgt_epi8(zero, _mm256_slli_epi64::<63>(count));
+    _mm256_or_si256(_mm256_andnot_si256(positive, _mm256_set1_epi8(-1)), eighth)
+}
+
+/// An IQ3 run's grid entries, [`iq3_indices`] into `table` (4 bytes each), as one vector: each
+/// entry loaded straight into its lane, where pairing them in general registers first took
+/// twice the instructions.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn dword_grid<const N: usize>(table: &[u32; N], index: [usize; 8]) -> __m256i {
+    let e = index.map(|i| table[i] as i32);
+    _mm256_setr_epi32(e[0], e[1], e[2], e[3], e[4], e[5], e[6], e[7])
 }
 
 /// IQ1_M's negative weights of run `ib` of `blk`, as [`negatives`] gives them from
@@ -97,12 +133,20 @@ fn avx2<const BB: usize, P: Copy>(
     for_each_block_group::<8, 1, BB, _>(rows, m, tile, 0..runs, |_, [blk], [m], out| {
         for (ib, [out]) in out.into_iter().enumerate() {
             let (grid, signs) = groups(ty, blk, ib);
-            let negative = if ty == GgmlType::IQ1_M {
-                iq1_m_negatives(blk, ib)
-            } else {
-                negatives(signs, spread)
+            let grid = match ty {
+                GgmlType::IQ3_XXS => dword_grid(&IQ3XXS_GRID, iq3_indices(ty, blk, ib)),
+                GgmlType::IQ3_S => dword_grid(&IQ3S_GRID, iq3_indices(ty, blk, ib)),
+                _ => grid_bytes(grid),
             };
-            let index = indices(cb, grid_bytes(grid), negative);
+            let negative = match ty {
+                GgmlType::IQ1_M => iq1_m_negatives(blk, ib),
+                GgmlType::IQ2_XXS | GgmlType::IQ2_XS | GgmlType::IQ3_XXS => {
+                    let (word, shift) = sign_fields(ty, blk, ib);
+                    ksign_negatives(word, shift)
+                }
+                _ => negatives(signs, spread),
+            };
+            let index = indices(cb, grid, negative);
             let m = spread_m(m[ib]);
             let t = _mm256_packs_epi16(_mm256_mulhrs_epi16(c_lo, m), _mm256_mulhrs_epi16(c_hi, m));
             store32(out, _mm256_shuffle_epi8(t, index));
@@ -157,11 +201,15 @@ fn avx512<const BB: usize, P: Copy>(
                 let v = _mm512_srl_epi16(grid, _mm_cvtsi32_si128(cb.shift as i32));
                 _mm512_and_si512(v, mask)
             };
-            let negatives = if ty == GgmlType::IQ1_M {
-                iq1_m_negatives_pair(a, b, ib)
-            } else {
-                let signs = _mm512_set1_epi64((sa as u64 | (sb as u64) << 32) as i64);
-                _mm512_test_epi8_mask(_mm512_shuffle_epi8(signs, spread), bits)
+            let negatives = match ty {
+                GgmlType::IQ1_M => iq1_m_negatives_pair(a, b, ib),
+                GgmlType::IQ2_XXS | GgmlType::IQ2_XS | GgmlType::IQ3_XXS => {
+                    ksign_negatives_pair(sign_fields(ty, a, ib), sign_fields(ty, b, ib).0)
+                }
+                _ => {
+                    let signs = _mm512_set1_epi64((sa as u64 | (sb as u64) << 32) as i64);
+                    _mm512_test_epi8_mask(_mm512_shuffle_epi8(signs, spread), bits)
+                }
             };
             let index = _mm512_mask_add_epi8(magnitude, negatives, magnitude, negative);
             let m = spread_m(ma[ib], mb[ib]);
@@ -213,6 +261,33 @@ fn iq2_xs_grid(a: &[u8], b: &[u8], ib: usize) -> __m512i {
     let index = _mm256_and_si256(q, _mm256_set1_epi32(511));
     // SAFETY: every index is below 512, the table's length; 8-byte entries.
     unsafe { _mm512_i32gather_epi64::<8>(index, IQ2XS_GRID.as_ptr().cast()) }
+}
+
+/// The negative weights of run `ib` of a KSIGNS-coded type's blocks `a` (bytes 0..32) and `b`
+/// (32..64) from their sign fields (`word_a`, `shift`, `word_b`: [`sign_fields`]), as
+/// [`ksign_negatives`] gives one run's.
+#[inline]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
+fn ksign_negatives_pair((word_a, shift): (u64, [u32; 4]), word_b: u64) -> __mmask64 {
+    let [s0, s1, s2, s3] = shift.map(|s| s as i64);
+    let words = _mm512_inserti64x4::<1>(
+        _mm512_set1_epi64(word_a as i64),
+        _mm256_set1_epi64x(word_b as i64),
+    );
+    let fields = _mm512_srlv_epi64(words, _mm512_setr_epi64(s0, s1, s2, s3, s0, s1, s2, s3));
+    // Group l's field (byte 0 of qword l) in its eight bytes, tested as in `ksign_negatives`.
+    let low_byte = 0x0808_0808_0808_0808;
+    let spread = _mm512_shuffle_epi8(
+        fields,
+        _mm512_setr_epi64(0, low_byte, 0, low_byte, 0, low_byte, 0, low_byte),
+    );
+    let first_seven = _mm512_test_epi8_mask(spread, _mm512_set1_epi64(0x0040_2010_0804_0201));
+    // Per group, the count of its first seven negatives, odd where the eighth is negative.
+    let count = _mm512_sad_epu8(
+        _mm512_maskz_set1_epi8(first_seven, 1),
+        _mm512_setzero_si512(),
+    );
+    first_seven | _mm512_movepi8_mask(_mm512_slli_epi64::<63>(count))
 }
 
 /// IQ1_M's negative weights of run `ib` of blocks `a` (bytes 0..32) and `b` (32..64), as
