@@ -558,7 +558,7 @@ impl SetOps for PlainOps {}
 #[inline(always)]
 pub(super) fn gather_halves<const BB: usize, const AT: usize>(row: &[u8], out: &mut [u16]) {
     for (h, blk) in out.iter_mut().zip(row.as_chunks::<BB>().0) {
-        *h = u16::from_le_bytes([blk[AT], blk[AT + 1]]);
+        *h = u16::from_le_bytes(blk[AT..AT + 2].try_into().expect("2 bytes"));
     }
 }
 

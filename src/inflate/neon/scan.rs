@@ -1,11 +1,14 @@
 //! The scan's steps on aarch64: the definitions (the trait defaults, which the compiler builds
-//! with Advanced SIMD), but for the steps of the types with sets of 16 or 32 (Q2_K, Q3_K,
-//! IQ4_XS, the codebook types), whose per-set loops it leaves scalar or gathers byte by byte:
-//! those are explicit vector code here, equal to the definition bit for bit (tested below):
-//! the same binary32 products in the same order, `fmax` of non-negative values where the
-//! definition keeps the larger, no fused multiply-add.
+//! with Advanced SIMD), but for the steps it leaves scalar, gathers byte by byte or vectorizes
+//! across the wrong axis: the per-block values of Q4_1, Q5_1, Q4_K, Q5_K and Q6_K and the sets
+//! of Q2_K, Q3_K, IQ4_XS and the codebook types. Those are explicit vector code here, equal to
+//! the definition bit for bit (tested below): the same binary32 products in the same order,
+//! the fp16 fields converted by the definition's integer steps, `fmax` of non-negative values
+//! where the definition keeps the larger, no fused multiply-add.
 
-use super::super::params::{finite_half_to_f32, ScanOps, SetOps, TileParams};
+use super::super::params::{
+    finite_half_to_f32, q4k_scales_mins, PlainOps, ScanOps, SetOps, TileParams,
+};
 use crate::quant::{iq1m_scale, GgmlType};
 
 /// The little-endian u16 at byte `at` of `blk`.
@@ -19,7 +22,25 @@ use std::arch::aarch64::*;
 #[derive(Clone, Copy)]
 pub(in crate::inflate) struct OpsNeon;
 
-impl ScanOps for OpsNeon {}
+impl ScanOps for OpsNeon {
+    #[inline(always)]
+    fn q4_k_values(self, row: &[u8], ab: &mut [[f32; 2]]) -> (u16, u32) {
+        // SAFETY: Advanced SIMD is part of every aarch64 CPU (and of the target's baseline).
+        unsafe { q4_k_values_neon::<144, 15>(row, ab) }
+    }
+
+    #[inline(always)]
+    fn q6_k_values(self, row: &[u8], e: &mut [f32]) -> (u16, u32) {
+        // SAFETY: as for `q4_k_values`.
+        unsafe { q6_k_values_neon(row, e) }
+    }
+
+    #[inline(always)]
+    fn q4_1_values(self, row: &[u8], ab: &mut [[f32; 2]]) -> (u16, u32) {
+        // SAFETY: as for `q4_k_values`.
+        unsafe { q4_1_values_neon::<20, 15>(row, ab) }
+    }
+}
 
 impl SetOps for OpsNeon {
     #[inline(always)]
@@ -44,6 +65,18 @@ impl SetOps for OpsNeon {
     fn codebook_values(self, ty: GgmlType, row: &[u8], e: &mut [f32]) -> (u16, u32) {
         // SAFETY: Advanced SIMD is part of every aarch64 CPU (and of the target's baseline).
         unsafe { codebook_values_neon(ty, row, e) }
+    }
+
+    #[inline(always)]
+    fn q5_1_values(self, row: &[u8], ab: &mut [[f32; 2]]) -> (u16, u32) {
+        // SAFETY: as for `q2_k_values`.
+        unsafe { q4_1_values_neon::<24, 31>(row, ab) }
+    }
+
+    #[inline(always)]
+    fn q5_k_values(self, row: &[u8], ab: &mut [[f32; 2]]) -> (u16, u32) {
+        // SAFETY: as for `q2_k_values`.
+        unsafe { q4_k_values_neon::<176, 31>(row, ab) }
     }
 }
 
@@ -137,6 +170,138 @@ fn scaled_sets<const N: usize>(
         e_max = vmaxq_u32(e_max, vandq_u32(vreinterpretq_u32_f32(x), magnitude));
     }
     e_max
+}
+
+/// [`finite_half_to_f32`] of the low 16 bits of four lanes, by the same integer steps.
+#[inline]
+#[target_feature(enable = "neon")]
+fn finite_halves_to_f32(h: uint32x4_t) -> float32x4_t {
+    let magnitude = vandq_u32(h, vdupq_n_u32(0x7fff));
+    let sign = vshlq_n_u32::<16>(vandq_u32(h, vdupq_n_u32(0x8000)));
+    let normal = vaddq_u32(vshlq_n_u32::<13>(magnitude), vdupq_n_u32((127 - 15) << 23));
+    // Subnormals (and zero): mantissa · 2⁻²⁴, exact in binary32.
+    let small = vmulq_n_f32(vcvtq_f32_u32(magnitude), 1.0 / 16_777_216.0);
+    let is_normal = vcgeq_u32(magnitude, vdupq_n_u32(0x0400));
+    let x = vbslq_u32(is_normal, normal, vreinterpretq_u32_f32(small));
+    vreinterpretq_f32_u32(vorrq_u32(x, sign))
+}
+
+/// `table_set_max` of four sets of codes `0..=TOP`: `max(|b|, |fl(fl(TOP·a) + b)|)`.
+#[inline]
+#[target_feature(enable = "neon")]
+fn set_max<const TOP: u32>(a: float32x4_t, b: float32x4_t) -> float32x4_t {
+    let end = vaddq_f32(vmulq_n_f32(a, TOP as f32), b);
+    vmaxq_f32(vabsq_f32(b), vabsq_f32(end))
+}
+
+/// Eight bytes as binary32 (exact), four to a vector.
+#[inline]
+#[target_feature(enable = "neon")]
+fn widen_u8(x: [u8; 8]) -> [float32x4_t; 2] {
+    let h = vmovl_u8(vcreate_u8(u64::from_le_bytes(x)));
+    [
+        vcvtq_f32_u32(vmovl_u16(vget_low_u16(h))),
+        vcvtq_f32_u32(vmovl_high_u16(h)),
+    ]
+}
+
+/// [`ScanOps::q4_1_values`] four blocks at a time: their `d` and `m` fields (one word per
+/// block) in one vector's lanes, converted as [`finite_half_to_f32`] does, stored as pairs by
+/// `st2`; `M_n` as a running lane maximum; the last `len % 4` blocks as defined. Also Q5_1's
+/// (`BB` 24, codes `0..=TOP` 31).
+#[inline]
+#[target_feature(enable = "neon")]
+fn q4_1_values_neon<const BB: usize, const TOP: u32>(
+    row: &[u8],
+    ab: &mut [[f32; 2]],
+) -> (u16, u32) {
+    let blocks = row.as_chunks::<BB>().0;
+    let n = blocks.len().min(ab.len());
+    let (quads, rest) = blocks[..n].as_chunks::<4>();
+    let (ab, ab_rest) = ab[..n].as_chunks_mut::<4>();
+    let (mut largest, mut w_max) = (vdupq_n_u16(0), vdupq_n_f32(0.0));
+    for (ab, quad) in ab.iter_mut().zip(quads) {
+        let fields: [u32; 4] =
+            quad.map(|b| u32::from_le_bytes(b[..4].try_into().expect("4 bytes")));
+        // SAFETY: `fields` is 16 readable bytes.
+        let fields = unsafe { vld1q_u32(fields.as_ptr()) };
+        largest = vmaxq_u16(
+            largest,
+            vandq_u16(vreinterpretq_u16_u32(fields), vdupq_n_u16(0x7fff)),
+        );
+        let a = finite_halves_to_f32(fields);
+        let b = finite_halves_to_f32(vshrq_n_u32::<16>(fields));
+        w_max = vmaxq_f32(w_max, set_max::<TOP>(a, b));
+        // SAFETY: `ab` is 32 writable bytes; NEON stores need no alignment.
+        unsafe { vst2q_f32(ab.as_mut_ptr().cast(), float32x4x2_t(a, b)) };
+    }
+    let (rest_largest, rest_max) = if TOP == 15 {
+        PlainOps.q4_1_values(rest.as_flattened(), ab_rest)
+    } else {
+        PlainOps.q5_1_values(rest.as_flattened(), ab_rest)
+    };
+    (
+        vmaxvq_u16(largest).max(rest_largest),
+        vmaxvq_f32(w_max).to_bits().max(rest_max),
+    )
+}
+
+/// [`ScanOps::q4_k_values`] a super-block at a time: the eight scales and eight mins (decoded
+/// by [`q4k_scales_mins`]) as binary32 (exact), times `d` and `-dmin`, stored as pairs by
+/// `st2`; `M_n` as a running lane maximum. Also Q5_K's (`BB` 176, codes `0..=TOP` 31), whose
+/// header is Q4_K's.
+#[inline]
+#[target_feature(enable = "neon")]
+fn q4_k_values_neon<const BB: usize, const TOP: u32>(
+    row: &[u8],
+    ab: &mut [[f32; 2]],
+) -> (u16, u32) {
+    let (mut largest, mut w_max) = (0, vdupq_n_f32(0.0));
+    for (ab, blk) in ab
+        .as_chunks_mut::<8>()
+        .0
+        .iter_mut()
+        .zip(row.as_chunks::<BB>().0)
+    {
+        let (hd, hm) = (half_at(blk, 0), half_at(blk, 2));
+        largest = largest.max(hd & 0x7fff).max(hm & 0x7fff);
+        // `-fl(dmin·m) = fl(-dmin·m)`: the negation moves onto the scale, once per block.
+        let (d, negative_dmin) = (
+            vdupq_n_f32(finite_half_to_f32(hd)),
+            vdupq_n_f32(-finite_half_to_f32(hm)),
+        );
+        let (sc, mn) = q4k_scales_mins(blk[4..16].try_into().expect("12 bytes"));
+        let (sc, mn) = (widen_u8(sc), widen_u8(mn));
+        for ((ab, sc), mn) in ab.as_chunks_mut::<4>().0.iter_mut().zip(sc).zip(mn) {
+            let (a, b) = (vmulq_f32(d, sc), vmulq_f32(negative_dmin, mn));
+            w_max = vmaxq_f32(w_max, set_max::<TOP>(a, b));
+            // SAFETY: `ab` is 32 writable bytes; NEON stores need no alignment.
+            unsafe { vst2q_f32(ab.as_mut_ptr().cast(), float32x4x2_t(a, b)) };
+        }
+    }
+    (largest, vmaxvq_f32(w_max).to_bits())
+}
+
+/// [`ScanOps::q6_k_values`] a super-block at a time: its 16 signed scales as binary32 (exact),
+/// times `d`.
+#[inline]
+#[target_feature(enable = "neon")]
+fn q6_k_values_neon(row: &[u8], e: &mut [f32]) -> (u16, u32) {
+    let (mut largest, mut e_max) = (0, vdupq_n_u32(0));
+    for (e, blk) in e
+        .as_chunks_mut::<16>()
+        .0
+        .iter_mut()
+        .zip(row.as_chunks::<210>().0)
+    {
+        // `d` is the block's last two bytes.
+        let h = half_at(blk, 208);
+        largest = largest.max(h & 0x7fff);
+        let d = vdupq_n_f32(finite_half_to_f32(h));
+        let sc = vreinterpretq_s8_u8(bytes16(blk, 192));
+        e_max = scaled_sets(d, widen_i8(sc), e, e_max);
+    }
+    (largest, vmaxvq_u32(e_max))
 }
 
 /// [`SetOps::q2_k_values`] a super-block at a time: its 16 scale bytes' low and high nibbles as
@@ -400,6 +565,58 @@ mod tests {
                 if w.0 < 0x7c00 {
                     assert_eq!(g.1, w.1, "{ctx}: largest value");
                     assert_eq!(got, want, "{ctx}: sets");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn block_values_agree_with_their_definitions() {
+        let mut rng = Rng::new(37);
+        let types = [
+            GgmlType::Q4_1,
+            GgmlType::Q5_1,
+            GgmlType::Q4_K,
+            GgmlType::Q5_K,
+            GgmlType::Q6_K,
+        ];
+        for ty in types {
+            for round in 0..300 {
+                let blocks = 1 + round % 13;
+                let row = random_row(&mut rng, ty, blocks);
+                let ctx = format!("{ty:?} round {round}, {blocks} blocks");
+                let (w, g, want, got) = if ty == GgmlType::Q6_K {
+                    let (mut want, mut got) = (vec![0f32; 16 * blocks], vec![0f32; 16 * blocks]);
+                    let w = PlainOps.q6_k_values(&row, &mut want);
+                    let g = OpsNeon.q6_k_values(&row, &mut got);
+                    (w, g, bits(&want), bits(&got))
+                } else {
+                    let pairs = blocks * ty.block_elems() / 32;
+                    let (mut want, mut got) = (vec![[0f32; 2]; pairs], vec![[0f32; 2]; pairs]);
+                    let (w, g) = match ty {
+                        GgmlType::Q4_1 => (
+                            PlainOps.q4_1_values(&row, &mut want),
+                            OpsNeon.q4_1_values(&row, &mut got),
+                        ),
+                        GgmlType::Q5_1 => (
+                            PlainOps.q5_1_values(&row, &mut want),
+                            OpsNeon.q5_1_values(&row, &mut got),
+                        ),
+                        GgmlType::Q4_K => (
+                            PlainOps.q4_k_values(&row, &mut want),
+                            OpsNeon.q4_k_values(&row, &mut got),
+                        ),
+                        _ => (
+                            PlainOps.q5_k_values(&row, &mut want),
+                            OpsNeon.q5_k_values(&row, &mut got),
+                        ),
+                    };
+                    (w, g, bits(want.as_flattened()), bits(got.as_flattened()))
+                };
+                assert_eq!(g.0, w.0, "{ctx}: largest half");
+                if w.0 < 0x7c00 {
+                    assert_eq!(g.1, w.1, "{ctx}: largest value");
+                    assert_eq!(got, want, "{ctx}: values");
                 }
             }
         }
