@@ -107,26 +107,26 @@ params! {
         "DRAM bytes read+written per second shared by all CPU cores and the NPU: 17-22 GB/s \
          sequential on an RK1 (Turing Pi, RK1 compute module benchmarks); one A76's memcpy \
          already moves 21.6; the Mali GPU reads 25-27 (clpeak, Mixtile Blade 3)";
-    inflate_gbps_big_core: "GB/s" = 2.6;
+    inflate_gbps_big_core: "GB/s" = 2.67;
         "assumption: Q4_0 inflate, int8 bytes written per second on one A76, from the NEON \
-         (dotprod) inflate out of q4_0_4x4 (the layout ggml gives the A76): 42.0 instructions per \
-         32 weights at K=2048 (gate/up), 48.9 at K=768 (down), qemu counts (docs/BOARD-MODEL.md), \
+         (dotprod) inflate out of q4_0_4x4 (the layout ggml gives the A76): 40.5 instructions per \
+         32 weights at K=2048 (gate/up), 48.4 at K=768 (down), qemu counts (docs/BOARD-MODEL.md), \
          weighted 2:1 by the projections' weights, at an assumed 1.5 per cycle at 2.4 GHz (as \
          outlier_gweights_big_core); the board check measures it";
-    inflate_gbps_big_core_q4_k: "GB/s" = 1.94;
-        "assumption: Q4_K, derived as inflate_gbps_big_core from q4_K_8x4: 57.9 / 62.6 \
+    inflate_gbps_big_core_q4_k: "GB/s" = 2.14;
+        "assumption: Q4_K, derived as inflate_gbps_big_core from q4_K_8x4: 52.2 / 57.0 \
          instructions per 32 weights";
-    inflate_gbps_big_core_q5_0: "GB/s" = 2.57;
-        "assumption: Q5_0 (never repacked), derived as inflate_gbps_big_core: 43.0 / 48.4 \
+    inflate_gbps_big_core_q5_0: "GB/s" = 2.59;
+        "assumption: Q5_0 (never repacked), derived as inflate_gbps_big_core: 42.1 / 49.3 \
          instructions per 32 weights";
-    inflate_gbps_big_core_q8_0: "GB/s" = 2.08;
-        "assumption: Q8_0, derived as inflate_gbps_big_core from q8_0_4x4: 53.2 / 60.0 \
+    inflate_gbps_big_core_q8_0: "GB/s" = 2.15;
+        "assumption: Q8_0, derived as inflate_gbps_big_core from q8_0_4x4: 51.2 / 58.1 \
          instructions per 32 weights";
-    inflate_gbps_big_core_q6_k: "GB/s" = 1.89;
-        "assumption: Q6_K, derived as inflate_gbps_big_core from q6_K_8x4: 59.2 / 64.2 \
+    inflate_gbps_big_core_q6_k: "GB/s" = 2.16;
+        "assumption: Q6_K, derived as inflate_gbps_big_core from q6_K_8x4: 51.5 / 56.7 \
          instructions per 32 weights";
-    inflate_gbps_big_core_q4_1: "GB/s" = 2.08;
-        "assumption: Q4_1 (never repacked), derived as inflate_gbps_big_core: 53.3 / 59.7 \
+    inflate_gbps_big_core_q4_1: "GB/s" = 2.43;
+        "assumption: Q4_1 (never repacked), derived as inflate_gbps_big_core: 46.0 / 50.0 \
          instructions per 32 weights";
     quant_gelems_big_core: "Gelem/s" = 0.75;
         "assumption: activation quantization (f32 read, int8 written) on one A76 = this x86's \
