@@ -1,8 +1,8 @@
 //! The codebook types' kernels (IQ2, IQ3, IQ1) on AVX2 and AVX-512: per run, the four groups'
-//! grid entries and sign bytes from the block ([`groups`]), each weight's table index from its
-//! grid byte and sign, and one `pshufb` of the run's table of stretched codes rescaled by its
-//! set's multiplier (`pmulhrsw`, as Q4_0's tables: the scalar reference's `rescale` of the
-//! signed code).
+//! grid entries and sign bytes from the block ([`groups`]; the IQ3 entries, the KSIGNS-coded
+//! signs and IQ1_M's built in vectors here), each weight's table index from its grid byte and
+//! sign, and one `pshufb` of the run's table of stretched codes rescaled by its set's multiplier
+//! (`pmulhrsw`, as Q4_0's tables: the scalar reference's `rescale` of the signed code).
 
 use super::super::codebook::{groups, iq3_indices, sign_fields, table_codes, Codebook};
 use super::super::params::TileParams;
