@@ -1,10 +1,10 @@
 //! The scan's steps on aarch64: the definitions (the trait defaults, which the compiler builds
-//! with Advanced SIMD), but for the steps it leaves scalar, gathers byte by byte or vectorizes
-//! across the wrong axis: the per-block values of Q4_1, Q5_1, Q4_K, Q5_K and Q6_K and the sets
-//! of Q2_K, Q3_K, IQ4_XS and the codebook types. Those are explicit vector code here, equal to
-//! the definition bit for bit (tested below): the same binary32 products in the same order,
-//! the fp16 fields converted by the definition's integer steps, `fmax` of non-negative values
-//! where the definition keeps the larger, no fused multiply-add.
+//! with Advanced SIMD), but for the steps it leaves mostly scalar or gathers byte by byte: the
+//! per-block values of Q4_1, Q5_1, Q4_K, Q5_K and Q6_K and the sets of Q2_K, Q3_K, IQ4_XS and
+//! the codebook types. Those are explicit vector code here, equal to the definition bit for bit
+//! (tested below): the same binary32 products in the same order, the fp16 fields converted by the
+//! definition's integer steps, `fmax` of non-negative values where the definition keeps the
+//! larger, no fused multiply-add.
 
 use super::super::params::{
     finite_half_to_f32, q4k_scales_mins, PlainOps, ScanOps, SetOps, TileParams,
