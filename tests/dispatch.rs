@@ -156,19 +156,33 @@ fn auto_takes_a_class_where_ggml_is_slower_and_declines_it_where_ggml_is_faster(
         );
         ork_ctx_free(ctx);
 
+        // Declined once decided, but for the library's path explored within the budget: a
+        // share of the class's measured time, which its warm-up calls dominate (the longer,
+        // the busier the machine), so the explorations right after the verdict number from none
+        // to many. They stop, and the class stays declined.
         let ctx = context_with(ORK_DISPATCH_AUTO);
         let mut c = case();
-        let codes = run(ctx, &mut c, nth, INSTANT, 40);
+        let mut codes = run(ctx, &mut c, nth, INSTANT, 40);
+        let settled = [ORK_NOT_HANDLED; 10];
+        while !codes.ends_with(&settled) && codes.len() < 4000 {
+            codes.extend(run(ctx, &mut c, nth, INSTANT, 10));
+        }
         assert_eq!(codes[..WARM_UP.len()], WARM_UP, "nth {nth}");
+        let after = &codes[WARM_UP.len()..];
+        let explored = after.iter().take_while(|&&rc| rc == ORK_OK).count();
         assert!(
-            codes[WARM_UP.len()..]
-                .iter()
-                .all(|&rc| rc == ORK_NOT_HANDLED),
+            after[explored..].iter().all(|&rc| rc == ORK_NOT_HANDLED)
+                && explored + 10 <= after.len(),
             "nth {nth}: {codes:?}"
         );
         let mut s = ork_stats::default();
         assert_eq!(ork_ctx_stats(ctx, &mut s), ORK_OK);
-        assert_eq!((s.calls, s.handled, s.declined), (40, 4, 36), "nth {nth}");
+        let (calls, handled) = (codes.len() as u64, 4 + explored as u64);
+        assert_eq!(
+            (s.calls, s.handled, s.declined),
+            (calls, handled, calls - handled),
+            "nth {nth}"
+        );
         ork_ctx_free(ctx);
     }
 }
