@@ -390,28 +390,38 @@ fn q2_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
     });
 }
 
-/// Binary32 codes 0..32, four per register.
+/// The codes `2¹⁰·q` of [`five_bit_table`], eight per register.
 #[inline]
 #[target_feature(enable = "neon")]
-fn five_bit_codes() -> [float32x4_t; 8] {
-    let c: [f32; 32] = std::array::from_fn(|i| i as f32);
-    // SAFETY: `c` is 32 readable f32.
-    std::array::from_fn(|i| unsafe { vld1q_f32(c[4 * i..].as_ptr()) })
+fn five_bit_codes() -> [int16x8_t; 4] {
+    let c: [i16; 32] = std::array::from_fn(|q| (1024 * q) as i16);
+    // SAFETY: `c` is 32 readable i16.
+    std::array::from_fn(|i| unsafe { vld1q_s16(c[8 * i..].as_ptr()) })
 }
 
-/// The 32-entry table of a run of Q5_1 or Q5_K, `lut[q] = sat8(rne(fl(fl(q·f) + g)))`, as the
-/// two registers of a `tbl`.
+/// The 32-entry table of a run of Q5_1 or Q5_K, [`five_bit_entry`](super::params::five_bit_entry)
+/// of [`five_bit_fixed`](super::params::five_bit_fixed)`(fg)`,
+/// as the two registers of a `tbl`: `sqrdmulh`, a saturating add and a rounding narrowing shift
+/// per eight entries.
 #[inline]
 #[target_feature(enable = "neon")]
-fn five_bit_table(c: &[float32x4_t; 8], [f, g]: [f32; 2]) -> int8x16x2_t {
-    let (vf, vg) = (vdupq_n_f32(f), vdupq_n_f32(g));
-    let step = |c: float32x4_t| vcvtnq_s32_f32(vaddq_f32(vmulq_f32(c, vf), vg));
-    let half = |i: usize| vqmovn_high_s32(vqmovn_s32(step(c[2 * i])), step(c[2 * i + 1]));
-    int8x16x2_t(
-        vqmovn_high_s16(vqmovn_s16(half(0)), half(1)),
-        vqmovn_high_s16(vqmovn_s16(half(2)), half(3)),
-    )
+fn five_bit_table(c: &[int16x8_t; 4], fg: [f32; 2]) -> int8x16x2_t {
+    // SAFETY: `fg` is two readable f32.
+    let fg = unsafe { vld1_f32(fg.as_ptr()) };
+    // SAFETY: `FIXED_SCALE` is two readable f32.
+    let scaled = vmul_f32(fg, unsafe { vld1_f32(FIXED_SCALE.as_ptr()) });
+    // [F, G, F, G], rounded to nearest-even and saturated to 16 bits.
+    let fixed = vcvtn_s32_f32(scaled);
+    let fixed = vqmovn_s32(vcombine_s32(fixed, fixed));
+    let (f, g) = (vdupq_lane_s16::<0>(fixed), vdupq_lane_s16::<1>(fixed));
+    let step = |c: int16x8_t| vqaddq_s16(vqrdmulhq_s16(c, f), g);
+    let half =
+        |i: usize| vqrshrn_high_n_s16::<6>(vqrshrn_n_s16::<6>(step(c[2 * i])), step(c[2 * i + 1]));
+    int8x16x2_t(half(0), half(1))
 }
+
+/// The scales of `[f, g]` in [`five_bit_fixed`](super::params::five_bit_fixed).
+const FIXED_SCALE: [f32; 2] = [2048.0, 64.0];
 
 #[target_feature(enable = "neon")]
 fn q5_1(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {

@@ -4,7 +4,7 @@
 //! run's, lane 1 the next's; Q4_0, Q4_1 and Q5_0 also look both runs up at once and put each
 //! run together with two lane permutes), so that a table costs half the operations.
 
-use super::super::params::{scaled_codes, TileParams};
+use super::super::params::{five_bit_fixed, scaled_codes, TileParams};
 use super::super::tile::{
     for_each_block, for_each_block_group, for_each_row_block_group, Tile, GROUP,
 };
@@ -565,38 +565,57 @@ pub(super) fn q2_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
     });
 }
 
-/// Binary32 codes `[4k..4k + 4, 16 + 4k..16 + 4k + 4]` for k in 0..4: [`five_bit_table`]'s.
+/// The codes `2¹⁰·q` of [`five_bit_table`], in the order that `packsswb` of the two vectors
+/// turns into codes 0..16 in lane 0 and 16..32 in lane 1: `[0..8 | 16..24]`, `[8..16 | 24..32]`.
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
-fn five_bit_codes() -> [__m256; 4] {
-    std::array::from_fn(|k| {
-        let c = 4.0 * k as f32;
-        _mm256_setr_ps(
-            c,
-            c + 1.0,
-            c + 2.0,
-            c + 3.0,
-            c + 16.0,
-            c + 17.0,
-            c + 18.0,
-            c + 19.0,
-        )
-    })
+fn five_bit_codes() -> [__m256i; 2] {
+    let codes: [[i16; 16]; 2] = std::array::from_fn(|v| {
+        std::array::from_fn(|i| (1024 * (8 * v + i % 8 + 16 * (i / 8))) as i16)
+    });
+    // SAFETY: each of `codes` is 32 readable bytes; unaligned loads.
+    codes.map(|c| unsafe { _mm256_loadu_si256(c.as_ptr().cast()) })
 }
 
-/// The 32-entry table of a run of Q5_1 or Q5_K, `lut[q] = sat8(rne(fl(fl(q·f) + g)))`: lane 0
-/// holds the codes 0..16, lane 1 the codes 16..32 (`codes`: [`five_bit_codes`]; `packs` works within
-/// lanes, so each lane's entries come out in order).
+/// `[F, G]` ([`five_bit_fixed`]) of four runs from their `[f, g]`, each in both halves of a
+/// 32-bit word.
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
-fn five_bit_table(codes: &[__m256; 4], [f, g]: &[f32; 2]) -> __m256i {
-    // Broadcasts from memory: no moves of the pair through a general register.
-    let (f, g) = (_mm256_broadcast_ss(f), _mm256_broadcast_ss(g));
-    let step = |c: __m256| _mm256_cvtps_epi32(_mm256_add_ps(_mm256_mul_ps(c, f), g));
-    _mm256_packs_epi16(
-        _mm256_packs_epi32(step(codes[0]), step(codes[1])),
-        _mm256_packs_epi32(step(codes[2]), step(codes[3])),
-    )
+fn five_bit_fixed4(fg: &[[f32; 2]]) -> [[i32; 2]; 4] {
+    let fg: &[[f32; 2]; 4] = fg[..4].try_into().expect("four runs");
+    // SAFETY: `fg` is 32 readable bytes; unaligned load.
+    let v = unsafe { _mm256_loadu_ps(fg.as_ptr().cast()) };
+    let scaled = _mm256_mul_ps(
+        v,
+        _mm256_setr_ps(2048.0, 64.0, 2048.0, 64.0, 2048.0, 64.0, 2048.0, 64.0),
+    );
+    // Saturated to 16 bits: lane 0 holds runs 0 and 1, lane 1 runs 2 and 3.
+    let words = _mm256_packs_epi32(_mm256_cvtps_epi32(scaled), _mm256_setzero_si256());
+    let doubled = _mm256_unpacklo_epi16(words, words);
+    let mut out = [[0i32; 2]; 4];
+    // SAFETY: `out` is 32 writable bytes; unaligned store.
+    unsafe { _mm256_storeu_si256(out.as_mut_ptr().cast(), doubled) };
+    out
+}
+
+/// [`five_bit_fixed4`] of one run.
+#[inline(always)]
+fn five_bit_fixed1(fg: [f32; 2]) -> [i32; 2] {
+    five_bit_fixed(fg).map(|x| (x as u16 as u32 * 0x0001_0001) as i32)
+}
+
+/// The 32-entry table of a run of Q5_1 or Q5_K ([`five_bit_entry`]) from its
+/// [`five_bit_fixed4`] words: lane 0 holds the codes 0..16, lane 1 the codes 16..32 (`codes`:
+/// [`five_bit_codes`]).
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn five_bit_table(codes: &[__m256i; 2], fixed: &[i32; 2]) -> __m256i {
+    let (f, g) = (_mm256_set1_epi32(fixed[0]), _mm256_set1_epi32(fixed[1]));
+    // (x·512 + 2¹⁴) >> 15 = (x + 2⁵) >> 6.
+    let round = _mm256_set1_epi16(512);
+    let step =
+        |c: __m256i| _mm256_mulhrs_epi16(_mm256_adds_epi16(_mm256_mulhrs_epi16(c, f), g), round);
+    _mm256_packs_epi16(step(codes[0]), step(codes[1]))
 }
 
 /// 32 five-bit codes through a [`five_bit_table`]: `nibbles` their low four bits, `fifth` all ones
@@ -619,23 +638,22 @@ pub(super) fn q5_1(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
         0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
         2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3,
     );
-    let run = |blk: &[u8; 24], fg: &[f32; 2], out: &mut [i8; RUN]| {
+    let run = |blk: &[u8; 24], fixed: &[i32; 2], out: &mut [i8; RUN]| {
         let qh = _mm256_set1_epi32(i32::from_le_bytes([blk[4], blk[5], blk[6], blk[7]]));
         let fifth = _mm256_and_si256(_mm256_shuffle_epi8(qh, spread), bits);
         let fifth = _mm256_cmpeq_epi8(fifth, bits);
-        let t = five_bit_table(&codes, fg);
+        let t = five_bit_table(&codes, fixed);
         store32(out, five_bit_lookup(t, nibbles(load16(&blk[8..])), fifth));
     };
-    // The parameters by reference (`for_each_block` copies them), so that `f` and `g` are
-    // broadcast from memory.
     let (fg, full) = (params.fg(), runs / GROUP * GROUP);
     for_each_block_group::<GROUP, 1, 96, _>(rows, fg, tile, 0..full, |_, [blk], [p], out| {
-        for ((blk, p), [out]) in blk.as_chunks::<24>().0.iter().zip(p).zip(out) {
-            run(blk, p, out);
+        let fixed = five_bit_fixed4(p);
+        for ((blk, fixed), [out]) in blk.as_chunks::<24>().0.iter().zip(&fixed).zip(out) {
+            run(blk, fixed, out);
         }
     });
     for_each_block_group::<1, 1, 24, _>(rows, fg, tile, full..runs, |_, [blk], [[p]], [[out]]| {
-        run(blk, p, out)
+        run(blk, &five_bit_fixed1(*p), out)
     });
 }
 
@@ -648,7 +666,7 @@ pub(super) fn q5_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
     let pair = |blk: &[u8; 176],
                 qh: __m256i,
                 p: usize,
-                fg: &[[f32; 2]; 2],
+                fixed: &[[i32; 2]],
                 even: &mut [i8; RUN],
                 odd: &mut [i8; RUN]| {
         let q = load32(&blk[48 + 32 * p..]);
@@ -659,17 +677,17 @@ pub(super) fn q5_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
         for (h, out) in [even, odd].into_iter().enumerate() {
             let bit = _mm256_set1_epi8(1 << (2 * p + h));
             let fifth = _mm256_cmpeq_epi8(_mm256_and_si256(qh, bit), bit);
-            let t = five_bit_table(&codes, &fg[h]);
+            let t = five_bit_table(&codes, &fixed[h]);
             store32(out, five_bit_lookup(t, nibbles[h], fifth));
         }
     };
     for_each_block_group::<8, 1, 176, _>(rows, params.fg(), tile, 0..runs, |_, [blk], [p], out| {
         let qh = load32(&blk[16..]);
-        let p = p.as_chunks::<2>().0;
+        let fixed = [five_bit_fixed4(&p[..4]), five_bit_fixed4(&p[4..])];
         let [[e0], [o0], [e1], [o1], [e2], [o2], [e3], [o3]] = out;
-        pair(blk, qh, 0, &p[0], e0, o0);
-        pair(blk, qh, 1, &p[1], e1, o1);
-        pair(blk, qh, 2, &p[2], e2, o2);
-        pair(blk, qh, 3, &p[3], e3, o3);
+        pair(blk, qh, 0, &fixed[0][..2], e0, o0);
+        pair(blk, qh, 1, &fixed[0][2..], e1, o1);
+        pair(blk, qh, 2, &fixed[1][..2], e2, o2);
+        pair(blk, qh, 3, &fixed[1][2..], e3, o3);
     });
 }

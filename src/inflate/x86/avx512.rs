@@ -3,7 +3,7 @@
 //! the 128-bit lanes 0, 1 of a vector belong to the first row (its run's weights 0..16, 16..32),
 //! lanes 2, 3 to the second; in-lane operations (`pshufb`, `packs`, `unpack`) then never mix rows.
 
-use super::super::params::{scaled_codes, TileParams};
+use super::super::params::{five_bit_fixed, scaled_codes, TileParams};
 use super::super::tile::{for_each_block_group, for_each_row_block_group, Tile, GROUP};
 use super::super::RUN;
 use crate::quant::GgmlType;
@@ -708,34 +708,46 @@ pub(super) fn q2_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
     );
 }
 
-/// Binary32 codes `[4k..4k + 4, 16 + 4k..16 + 4k + 4]` in each 256-bit half, k in 0..4:
-/// [`table32x2`]'s.
+/// The codes `2¹⁰·q` of [`table32x2`], in the order that `packsswb` of the two vectors turns
+/// into codes 0..32 in each 256-bit half: `[0..8 | 16..24]`, `[8..16 | 24..32]` per half.
 #[inline]
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
-fn codes32() -> [__m512; 4] {
-    std::array::from_fn(|k| {
-        let c = 4.0 * k as f32;
-        let (c0, c1, c2, c3) = (c, c + 1.0, c + 2.0, c + 3.0);
-        let (d0, d1, d2, d3) = (c + 16.0, c + 17.0, c + 18.0, c + 19.0);
-        #[rustfmt::skip]
-        let v = _mm512_setr_ps(
-            c0, c1, c2, c3, d0, d1, d2, d3, c0, c1, c2, c3, d0, d1, d2, d3,
-        );
-        v
-    })
+fn codes32() -> [__m512i; 2] {
+    let codes: [[i16; 32]; 2] = std::array::from_fn(|v| {
+        std::array::from_fn(|i| (1024 * (8 * v + i % 8 + 16 * (i / 8 % 2))) as i16)
+    });
+    // SAFETY: each of `codes` is 64 readable bytes; unaligned loads.
+    codes.map(|c| unsafe { _mm512_loadu_si512(c.as_ptr().cast()) })
 }
 
-/// The 32-entry tables of a run of two rows (Q5_1, Q5_K), `lut[q] = sat8(rne(fl(fl(q·f) + g)))`
-/// with `f`, `g` of row a in lanes 0..8 and of row b in 8..16, in one vector: row a's at bytes
-/// 0..32, row b's at 32..64 (`codes`: [`codes32`]).
+/// [`five_bit_fixed`]'s `[F, G]` of the eight `[f, g]` pairs in `fg`: pair `i`'s at 16-bit
+/// lanes [`fixed_word`]`(i)` and the one after it.
 #[inline]
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
-fn table32x2(codes: &[__m512; 4], f: __m512, g: __m512) -> __m512i {
-    let step = |c: __m512| _mm512_cvtps_epi32(_mm512_add_ps(_mm512_mul_ps(c, f), g));
-    _mm512_packs_epi16(
-        _mm512_packs_epi32(step(codes[0]), step(codes[1])),
-        _mm512_packs_epi32(step(codes[2]), step(codes[3])),
-    )
+fn fixed_words(fg: __m512) -> __m512i {
+    let scale = _mm512_castpd_ps(_mm512_set1_pd(f64::from_bits(
+        (64f32.to_bits() as u64) << 32 | 2048f32.to_bits() as u64,
+    )));
+    let fixed = _mm512_cvtps_epi32(_mm512_mul_ps(fg, scale));
+    _mm512_packs_epi32(fixed, _mm512_setzero_si512())
+}
+
+/// Where [`fixed_words`] puts pair `i`'s `F` (its `G` is the next lane).
+const fn fixed_word(i: usize) -> i16 {
+    (8 * (i / 2) + 2 * (i % 2)) as i16
+}
+
+/// The 32-entry tables of a run of two rows (Q5_1, Q5_K), [`five_bit_entry`] with row a's
+/// `F`, `G` in 16-bit lanes 0..16 of `f`, `g` and row b's in 16..32, in one vector: row a's
+/// at bytes 0..32, row b's at 32..64 (`codes`: [`codes32`]).
+#[inline]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
+fn table32x2(codes: &[__m512i; 2], f: __m512i, g: __m512i) -> __m512i {
+    // (x·512 + 2¹⁴) >> 15 = (x + 2⁵) >> 6.
+    let round = _mm512_set1_epi16(512);
+    let step =
+        |c: __m512i| _mm512_mulhrs_epi16(_mm512_adds_epi16(_mm512_mulhrs_epi16(c, f), g), round);
+    _mm512_packs_epi16(step(codes[0]), step(codes[1]))
 }
 
 /// The 32-entry tables of [`table32x2`] looked up (`vpermb`) by each weight's 5-bit code: its
@@ -748,23 +760,27 @@ fn lookup32x2(luts: __m512i, nibbles: __m512i, fifth: __mmask64) -> __m512i {
     _mm512_permutexvar_epi8(index, luts)
 }
 
-/// Run `r`'s `f` (`at + 0`) or `g` (`at + 1`) of rows a (items 0..16 of the two-vector table)
-/// and b (16..32), for [`table32x2`]: item `2r + at` in lanes 0..8, `16 + 2r + at` in 8..16.
+/// `a` in 16-bit lanes 0..16, `b` in 16..32.
 #[inline]
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
-fn run_spread(r: i32, at: i32) -> __m512i {
-    let (a, b) = (2 * r + at, 16 + 2 * r + at);
-    _mm512_setr_epi32(a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b)
+fn split16(a: i16, b: i16) -> __m512i {
+    _mm512_inserti64x4::<1>(
+        _mm512_castsi256_si512(_mm256_set1_epi16(a)),
+        _mm256_set1_epi16(b),
+    )
 }
 
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vbmi")]
 pub(super) fn q5_1(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
     let codes = codes32();
-    let spread: [[__m512i; 2]; GROUP] =
-        std::array::from_fn(|r| [run_spread(r as i32, 0), run_spread(r as i32, 1)]);
+    // Run r's F, G: pair r (row a) and 4 + r (row b) of the group's fixed words.
+    let spread: [[__m512i; 2]; GROUP] = std::array::from_fn(|r| {
+        let (a, b) = (fixed_word(r), fixed_word(4 + r));
+        [split16(a, b), split16(a + 1, b + 1)]
+    });
     let qh = |blk: &[u8; 24]| u32::from_le_bytes([blk[4], blk[5], blk[6], blk[7]]) as u64;
     let offsets = row_offsets(0);
-    let run = |a: &[u8; 24], b: &[u8; 24], [f, g]: [__m512; 2], out: &mut [[i8; RUN]; ROWS]| {
+    let run = |a: &[u8; 24], b: &[u8; 24], [f, g]: [__m512i; 2], out: &mut [[i8; RUN]; ROWS]| {
         let q = nibbles(load16x2(&a[8..], &b[8..]), offsets);
         // Byte i of the vector is weight i % 32 of its row: bit i of the pair's qh.
         let fifth: __mmask64 = qh(a) | qh(b) << 32;
@@ -774,28 +790,22 @@ pub(super) fn q5_1(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
     let full = runs / GROUP * GROUP;
     for_each_block_group::<GROUP, ROWS, 96, _>(rows, fg, tile, 0..full, |_, [a, b], p, out| {
         // SAFETY: each of `p` is 32 readable bytes (four runs' [f, g]); unaligned loads.
-        let (va, vb) = unsafe {
-            (
-                _mm512_castps256_ps512(_mm256_loadu_ps(p[0].as_ptr().cast())),
-                _mm512_castps256_ps512(_mm256_loadu_ps(p[1].as_ptr().cast())),
-            )
+        let both = unsafe {
+            _mm512_castpd_ps(_mm512_insertf64x4::<1>(
+                _mm512_castpd256_pd512(_mm256_loadu_pd(p[0].as_ptr().cast())),
+                _mm256_loadu_pd(p[1].as_ptr().cast()),
+            ))
         };
+        let words = fixed_words(both);
         let (a, b) = (a.as_chunks::<24>().0, b.as_chunks::<24>().0);
         for (r, out) in out.into_iter().enumerate() {
-            let fg = spread[r].map(|at| _mm512_permutex2var_ps(va, at, vb));
+            let fg = spread[r].map(|at| _mm512_permutexvar_epi16(at, words));
             run(&a[r], &b[r], fg, out);
         }
     });
     for_each_block_group::<1, ROWS, 24, _>(rows, fg, tile, full..runs, |_, [a, b], p, [out]| {
-        let ([[fa, ga]], [[fb, gb]]) = (*p[0], *p[1]);
-        let pair = |x: f32, y: f32| {
-            let (x, y) = (_mm512_set1_ps(x), _mm256_set1_ps(y));
-            _mm512_castpd_ps(_mm512_insertf64x4::<1>(
-                _mm512_castps_pd(x),
-                _mm256_castps_pd(y),
-            ))
-        };
-        run(a, b, [pair(fa, fb), pair(ga, gb)], out);
+        let ([fa, ga], [fb, gb]) = (five_bit_fixed(p[0][0]), five_bit_fixed(p[1][0]));
+        run(a, b, [split16(fa, fb), split16(ga, gb)], out);
     });
 }
 
@@ -803,22 +813,25 @@ pub(super) fn q5_1(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
 pub(super) fn q5_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
     let codes = codes32();
     let (low, offsets) = (_mm512_set1_epi8(15), row_offsets(0));
-    let spread: [[__m512i; 2]; 8] =
-        std::array::from_fn(|r| [run_spread(r as i32, 0), run_spread(r as i32, 1)]);
+    // Run s's F, G: pair s of row a's fixed words and of row b's (the second source, from 32).
+    let spread: [[__m512i; 2]; 8] = std::array::from_fn(|s| {
+        let w = fixed_word(s);
+        [split16(w, 32 + w), split16(w + 1, 33 + w)]
+    });
     // Run s of a super-block: nibble s % 2 of qs[32·(s / 2)..][..32], bit s of qh.
     let fg = params.fg();
     for_each_block_group::<8, ROWS, 176, _>(rows, fg, tile, 0..runs, |_, [a, b], p, out| {
         // SAFETY: each of `p` is 64 readable bytes (eight runs' [f, g]); unaligned loads.
-        let (va, vb) = unsafe {
+        let (wa, wb) = unsafe {
             (
-                _mm512_loadu_ps(p[0].as_ptr().cast()),
-                _mm512_loadu_ps(p[1].as_ptr().cast()),
+                fixed_words(_mm512_loadu_ps(p[0].as_ptr().cast())),
+                fixed_words(_mm512_loadu_ps(p[1].as_ptr().cast())),
             )
         };
         let qh = load32x2(&a[16..], &b[16..]);
         for (s, out) in out.into_iter().enumerate() {
-            let f = _mm512_permutex2var_ps(va, spread[s][0], vb);
-            let g = _mm512_permutex2var_ps(va, spread[s][1], vb);
+            let f = _mm512_permutex2var_epi16(wa, spread[s][0], wb);
+            let g = _mm512_permutex2var_epi16(wa, spread[s][1], wb);
             let q = load32x2(&a[48 + 32 * (s / 2)..], &b[48 + 32 * (s / 2)..]);
             let q = if s % 2 == 0 {
                 q
