@@ -39,8 +39,12 @@
 //! **The types with scale sets** (`params/sets.rs`: the other k-quants, Q5_1, the IQ types,
 //! MXFP4) follow the same two families, with one parameter set per 16 or 32 weights (two per run
 //! for sets of 16):
-//! - table types Q5_1, Q5_K (codes 0..=31) and Q2_K (codes 0..=3, sets of 16): as Q4_1 and Q4_K,
-//!   with 32- and 4-entry tables;
+//! - table types Q5_1, Q5_K (codes 0..=31) and Q2_K (codes 0..=3, sets of 16): `M_n`, `s_n`,
+//!   `inv_n`, `f_j`, `g_j` as for Q4_1 and Q4_K. Q2_K's 4-entry tables as theirs; Q5_1's and
+//!   Q5_K's 32 entries in fixed point, `[F_j, G_j] = [sat16(rne(f_j·2¹¹)), sat16(rne(g_j·2⁶))]`
+//!   and `lut_j[q] = sat8((sat16(((2¹⁰·q·F_j + 2¹⁴) >> 15) + G_j) + 2⁵) >> 6)`: `q·f_j + g_j` in
+//!   units of 2⁻⁶, rounded to the nearest integer (ties up), 8 or 16 entries per 16-bit step
+//!   where binary32 takes a step per 4 or 8;
 //! - rescale types, `w = e_j·c` with an integer code `|c| ≤ c_max` and a stretch `k`: Q3_K
 //!   (`c = q - 4·!hbit`, `e_j = fl(d·(sc_j - 32))`, sets of 16; `c_max` 4, `k` 32), IQ4_NL and
 //!   IQ4_XS (`c` = `kvalues_iq4nl[q]` in -127..=113, `e_j = d` or `fl(d·(ls_j - 32))`; 127, 1),
@@ -59,8 +63,8 @@
 //! from the block to int8, as every other type's. The SIMD kernels of the rescale types with at
 //! most 16 codes (Q3_K, IQ4_NL, IQ4_XS, MXFP4, and the codebook types: their signed codes)
 //! rescale the codes into a table per set and look each weight's index up in it, as Q4_0's do;
-//! those of the table types (Q5_1, Q5_K: 32 codes; Q2_K: four sets of 4 codes per table) build
-//! float tables as Q4_1's.
+//! those of the table types build their tables per run (Q5_1, Q5_K: 32 codes) or per four runs
+//! (Q2_K: four sets of 4 codes per table).
 //!
 //! **Special rows.** A row whose scales are all zero (`M_n = 0` or `E_n = 0`) gets `s_n = 0` and
 //! all-zero weights. A NaN or infinite fp16 scale is an error, [`InflateError::NonFiniteScale`];

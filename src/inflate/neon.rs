@@ -8,7 +8,7 @@
 //! one fixed-size array (no per-load bounds checks), a run's 16 quant bytes are one `ld1`, its
 //! weights come from `tbl` on 16-byte tables, and the rescale types widen with one
 //! `sshll`/`sxtl` per half. The row scan is the portable one (`super::scalar`'s), which the
-//! compiler vectorizes with Advanced SIMD, but for the codebook types' sets (`scan.rs`).
+//! compiler vectorizes with Advanced SIMD, but for the steps it leaves scalar (`scan.rs`).
 
 use super::codebook::{groups, table_codes, Codebook};
 use super::params::{scaled_codes, TileParams};
