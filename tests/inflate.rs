@@ -225,7 +225,7 @@ fn bound_in_steps(ty: GgmlType) -> f64 {
         | GgmlType::IQ1_S
         | GgmlType::IQ1_M => 0.5 + 2f64.powi(-8),
         GgmlType::MXFP4 => 0.5,
-        GgmlType::Q5_1 | GgmlType::Q5_K => 0.5 + 3.0 / 128.0,
+        GgmlType::Q4_1 | GgmlType::Q4_K | GgmlType::Q5_1 | GgmlType::Q5_K => 0.5 + 3.0 / 128.0,
         _ => 0.5 + 2f64.powi(-13),
     }
 }

@@ -11,7 +11,7 @@
 //! compiler vectorizes with Advanced SIMD, but for the steps it leaves scalar (`scan.rs`).
 
 use super::codebook::{groups, table_codes, Codebook};
-use super::params::{scaled_codes, TileParams};
+use super::params::{code_step, scaled_codes, TileParams};
 use super::tile::{for_each_block, for_each_block_group, RowMajor, Tile};
 use super::{TileKernel, RUN};
 use crate::isa::Isa;
@@ -78,24 +78,43 @@ fn store_run(out: &mut [i8; RUN], lo: int8x16_t, hi: int8x16_t) {
     unsafe { vst1q_s8_x2(out.as_mut_ptr(), int8x16x2_t(lo, hi)) }
 }
 
-/// `lut[q] = sat8(rne(fl(fl(c·f) + g)))` for the 16 codes `c`.
+/// The codes `step·q` of a table of `N` entries (`table_entry`: 16 or 32), eight per register
+/// (`R = N/8`).
 #[inline]
 #[target_feature(enable = "neon")]
-fn table16(c: &[float32x4_t; 4], [f, g]: [f32; 2]) -> int8x16_t {
-    let (vf, vg) = (vdupq_n_f32(f), vdupq_n_f32(g));
-    let step = |c: float32x4_t| vcvtnq_s32_f32(vaddq_f32(vmulq_f32(c, vf), vg));
-    let lo = vqmovn_high_s32(vqmovn_s32(step(c[0])), step(c[1]));
-    let hi = vqmovn_high_s32(vqmovn_s32(step(c[2])), step(c[3]));
-    vqmovn_high_s16(vqmovn_s16(lo), hi)
+fn fixed_codes<const N: usize, const R: usize>() -> [int16x8_t; R] {
+    let c: [i16; N] = std::array::from_fn(|q| (code_step(N) * q as i32) as i16);
+    // SAFETY: `c` is `8·R` readable i16.
+    std::array::from_fn(|i| unsafe { vld1q_s16(c[8 * i..].as_ptr()) })
 }
 
-/// Binary32 codes 0..16, four per register.
+/// `table_fixed::<N>(fg)`'s `F` and `G`, each in every 16-bit lane of a register.
 #[inline]
 #[target_feature(enable = "neon")]
-fn codes() -> [float32x4_t; 4] {
-    let c: [f32; 16] = std::array::from_fn(|i| i as f32);
-    // SAFETY: `c` is 16 readable f32.
-    std::array::from_fn(|i| unsafe { vld1q_f32(c[4 * i..].as_ptr()) })
+fn fixed_params<const N: usize>(fg: [f32; 2]) -> (int16x8_t, int16x8_t) {
+    let scale = [(1 << 21) as f32 / code_step(N) as f32, 64.0];
+    // SAFETY: `fg` and `scale` are two readable f32 each.
+    let scaled = unsafe { vmul_f32(vld1_f32(fg.as_ptr()), vld1_f32(scale.as_ptr())) };
+    // [F, G, F, G]: rounded to nearest-even and saturated to 16 bits.
+    let fixed = vcvtn_s32_f32(scaled);
+    let fixed = vqmovn_s32(vcombine_s32(fixed, fixed));
+    (vdupq_lane_s16::<0>(fixed), vdupq_lane_s16::<1>(fixed))
+}
+
+/// Entries `8i..8i + 8` of a table from [`fixed_params`] (`c`: [`fixed_codes`]), `table_entry`
+/// of each: `sqrdmulh`, a saturating add and a rounding narrowing shift.
+#[inline]
+#[target_feature(enable = "neon")]
+fn fixed_entries(c: int16x8_t, f: int16x8_t, g: int16x8_t) -> int8x8_t {
+    vqrshrn_n_s16::<6>(vqaddq_s16(vqrdmulhq_s16(c, f), g))
+}
+
+/// The 16-entry table of a Q4_1 or Q4_K run, `table_entry` of `table_fixed(fg)`.
+#[inline]
+#[target_feature(enable = "neon")]
+fn table16(c: &[int16x8_t; 2], fg: [f32; 2]) -> int8x16_t {
+    let (f, g) = fixed_params::<16>(fg);
+    vcombine_s8(fixed_entries(c[0], f, g), fixed_entries(c[1], f, g))
 }
 
 /// `lut[q] = sat8((c[q]·m + 2¹⁴) >> 15)` for 16 scaled codes (`c0`: codes 0..8, `c1`: 8..16):
@@ -172,7 +191,7 @@ fn iq4_xs(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
 
 #[target_feature(enable = "neon")]
 fn q4_1(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
-    let c = codes();
+    let c = fixed_codes::<16, 2>();
     for_each_block::<1, 20, 80, _>(rows, params.fg(), tile, runs, |[blk], [fg], [out]| {
         nibbles(load16(&blk[4..]), table16(&c, fg), out);
     });
@@ -234,7 +253,7 @@ fn q8_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
 
 #[target_feature(enable = "neon")]
 fn q4_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
-    let c = codes();
+    let c = fixed_codes::<16, 2>();
     // Runs 2p, 2p + 1 of a super-block: the low and high nibbles of its quant bytes 32p..32p+32.
     let pair = |blk: &[u8; 144],
                 p: usize,
@@ -390,42 +409,24 @@ fn q2_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
     });
 }
 
-/// The codes `2¹⁰·q` of [`five_bit_table`], eight per register.
-#[inline]
-#[target_feature(enable = "neon")]
-fn five_bit_codes() -> [int16x8_t; 4] {
-    let c: [i16; 32] = std::array::from_fn(|q| (1024 * q) as i16);
-    // SAFETY: `c` is 32 readable i16.
-    std::array::from_fn(|i| unsafe { vld1q_s16(c[8 * i..].as_ptr()) })
-}
-
-/// The 32-entry table of a run of Q5_1 or Q5_K, [`five_bit_entry`](super::params::five_bit_entry)
-/// of [`five_bit_fixed`](super::params::five_bit_fixed)`(fg)`,
-/// as the two registers of a `tbl`: `sqrdmulh`, a saturating add and a rounding narrowing shift
-/// per eight entries.
+/// The 32-entry table of a run of Q5_1 or Q5_K, `table_entry` of `table_fixed(fg)`, as the two
+/// registers of a `tbl` (`c`: [`fixed_codes`]).
 #[inline]
 #[target_feature(enable = "neon")]
 fn five_bit_table(c: &[int16x8_t; 4], fg: [f32; 2]) -> int8x16x2_t {
-    // SAFETY: `fg` is two readable f32.
-    let fg = unsafe { vld1_f32(fg.as_ptr()) };
-    // SAFETY: `FIXED_SCALE` is two readable f32.
-    let scaled = vmul_f32(fg, unsafe { vld1_f32(FIXED_SCALE.as_ptr()) });
-    // [F, G, F, G], rounded to nearest-even and saturated to 16 bits.
-    let fixed = vcvtn_s32_f32(scaled);
-    let fixed = vqmovn_s32(vcombine_s32(fixed, fixed));
-    let (f, g) = (vdupq_lane_s16::<0>(fixed), vdupq_lane_s16::<1>(fixed));
-    let step = |c: int16x8_t| vqaddq_s16(vqrdmulhq_s16(c, f), g);
-    let half =
-        |i: usize| vqrshrn_high_n_s16::<6>(vqrshrn_n_s16::<6>(step(c[2 * i])), step(c[2 * i + 1]));
+    let (f, g) = fixed_params::<32>(fg);
+    let half = |i: usize| {
+        vcombine_s8(
+            fixed_entries(c[2 * i], f, g),
+            fixed_entries(c[2 * i + 1], f, g),
+        )
+    };
     int8x16x2_t(half(0), half(1))
 }
 
-/// The scales of `[f, g]` in [`five_bit_fixed`](super::params::five_bit_fixed).
-const FIXED_SCALE: [f32; 2] = [2048.0, 64.0];
-
 #[target_feature(enable = "neon")]
 fn q5_1(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
-    let c = five_bit_codes();
+    let c = fixed_codes::<32, 4>();
     let bit_masks: [u8; 16] = [1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128];
     // Output byte i of the run's first 16 takes qh byte i / 8, of its second 16 byte 2 + i / 8.
     let spread: [[u8; 16]; 2] =
@@ -455,7 +456,7 @@ fn q5_1(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
 
 #[target_feature(enable = "neon")]
 fn q5_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
-    let c = five_bit_codes();
+    let c = fixed_codes::<32, 4>();
     let (low, sixteen) = (vdupq_n_u8(15), vdupq_n_u8(16));
     // Run s of a super-block: nibble s % 2 of qs[32·(s / 2)..][..32], bit s of qh.
     for_each_block_group::<8, 1, 176, _>(rows, params.fg(), tile, 0..runs, |_, [blk], [p], out| {

@@ -10,8 +10,8 @@ mod sets;
 
 use arith::table_range;
 pub(super) use arith::{
-    finite_half_to_f32, five_bit_entry, five_bit_fixed, multiplier, q4k_scales_mins,
-    table_block_max, table_set_max, table_value,
+    code_step, finite_half_to_f32, multiplier, q4k_scales_mins, table_block_max, table_entry,
+    table_fixed, table_set_max, table_value,
 };
 pub(super) use sets::SetOps;
 

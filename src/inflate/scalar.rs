@@ -5,7 +5,7 @@
 //! geometry helpers below.
 
 use super::params::{code_scale, scaled_codes, table_value, PlainOps, TileParams};
-use super::params::{five_bit_entry, five_bit_fixed};
+use super::params::{table_entry, table_fixed};
 use super::tile::for_each_run;
 use super::{TileKernel, RUN};
 use crate::quant::grids::{KVALUES_IQ4NL, KVALUES_MXFP4};
@@ -65,17 +65,17 @@ pub(super) fn scan_tile(
     p.prepare(PlainOps, rows, scales)
 }
 
-/// `lut[q] = sat8(rne(fl(fl(q·f) + g)))` for the `N` codes of a table type's set (but the
-/// five-bit ones').
+/// `lut[q] = sat8(rne(fl(fl(q·f) + g)))` for the 4 codes of a Q2_K set.
 fn table<const N: usize>(f: f32, g: f32) -> [i8; N] {
     // `as i8` saturates, like the SIMD paths' saturating packs.
     std::array::from_fn(|q| table_value(q as i32, f, g).round_ties_even() as i8)
 }
 
-/// The 32 entries of a five-bit table type's run with parameters `fg`: [`five_bit_entry`].
-fn five_bit_table(fg: [f32; 2]) -> [i8; 32] {
-    let fixed = five_bit_fixed(fg);
-    std::array::from_fn(|q| five_bit_entry(q as i32, fixed))
+/// The `N` entries (16: Q4_1, Q4_K; 32: Q5_1, Q5_K) of a run with parameters `fg`:
+/// [`table_entry`].
+fn fixed_table<const N: usize>(fg: [f32; 2]) -> [i8; N] {
+    let fixed = table_fixed::<N>(fg);
+    std::array::from_fn(|q| table_entry::<N>(q as i32, fixed))
 }
 
 /// `sat8((x·m + 2¹⁴) >> 15)`: the rescale types' fixed-point multiply.
@@ -100,8 +100,8 @@ fn q4_0_run(row: &[u8], &m: &i16, r: usize, out: &mut [i8; RUN]) {
     );
 }
 
-fn q4_1_run(row: &[u8], &[f, g]: &[f32; 2], r: usize, out: &mut [i8; RUN]) {
-    nibbles(&row[r * 20 + 4..], &table(f, g), out);
+fn q4_1_run(row: &[u8], &fg: &[f32; 2], r: usize, out: &mut [i8; RUN]) {
+    nibbles(&row[r * 20 + 4..], &fixed_table(fg), out);
 }
 
 fn q5_0_run(row: &[u8], &m: &i16, r: usize, out: &mut [i8; RUN]) {
@@ -130,9 +130,9 @@ pub(super) fn q4_k_pair_source(r: usize) -> usize {
     (r / 8) * 144 + 16 + (r % 8 / 2) * 32
 }
 
-fn q4_k_run(row: &[u8], &[f, g]: &[f32; 2], r: usize, out: &mut [i8; RUN]) {
+fn q4_k_run(row: &[u8], &fg: &[f32; 2], r: usize, out: &mut [i8; RUN]) {
     let (at, shift) = (q4_k_pair_source(r & !1), 4 * (r % 2));
-    let lut: [i8; 16] = table(f, g);
+    let lut: [i8; 16] = fixed_table(fg);
     for (o, &q) in out.iter_mut().zip(&row[at..at + 32]) {
         *o = lut[((q >> shift) & 15) as usize];
     }
@@ -184,7 +184,7 @@ fn nibble_codes(qs: &[u8], values: &[i8; 16]) -> [i32; RUN] {
 
 fn q5_1_run(row: &[u8], &fg: &[f32; 2], r: usize, out: &mut [i8; RUN]) {
     let blk: BlockQ5_1 = block(row, r);
-    let lut = five_bit_table(fg);
+    let lut: [i8; 32] = fixed_table(fg);
     let qh = u32::from_le_bytes(blk.qh);
     for (l, o) in out.iter_mut().enumerate() {
         let nibble = (blk.qs[l % 16] >> (4 * (l / 16))) & 15;
@@ -196,7 +196,7 @@ fn q5_1_run(row: &[u8], &fg: &[f32; 2], r: usize, out: &mut [i8; RUN]) {
 /// `s` of `qh[l]`.
 fn q5_k_run(row: &[u8], &fg: &[f32; 2], r: usize, out: &mut [i8; RUN]) {
     let (blk, s): (BlockQ5K, _) = (block(row, r / 8), r % 8);
-    let lut = five_bit_table(fg);
+    let lut: [i8; 32] = fixed_table(fg);
     let ql = &blk.qs[32 * (s / 2)..32 * (s / 2) + 32];
     for (o, (&q, &h)) in out.iter_mut().zip(ql.iter().zip(&blk.qh)) {
         *o = lut[(((q >> (4 * (s % 2))) & 15) | (((h >> s) & 1) << 4)) as usize];

@@ -6,7 +6,7 @@
 //! never changes), saturating packs where the scalar code's `as i8`/`clamp` saturate, and
 //! `pmulhrsw`, which is exactly `(x·m + 2¹⁴) >> 15`.
 
-use super::params::{scaled_codes, TileParams};
+use super::params::{code_step, scaled_codes, table_fixed, TileParams};
 use super::scalar::q4_k_pair_source;
 use super::tile::{for_each_group, for_each_run, Tile};
 use super::{ScanTile, TileKernel};
@@ -213,12 +213,6 @@ fn q6_k_half_source(r: usize) -> (usize, usize) {
     (block * 210 + half * 64, block * 210 + 128 + half * 32)
 }
 
-/// Binary32 codes `c(q) = base + q` for q in 0..16, in the order a table builder wants.
-fn codes(base: i32, order: [i32; 16]) -> [f32; 16] {
-    order.map(|i| (base + i) as f32)
-}
-const IN_ORDER: [i32; 16] = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15];
-
 /// A 16-byte load from the start of `src`.
 #[inline(always)]
 fn load16(src: &[u8]) -> __m128i {
@@ -252,19 +246,29 @@ fn rescale_table(c: &[i16; 16], m: i16) -> __m128i {
 mod ssse3 {
     use super::*;
 
-    /// `lut[q] = sat8(rne(fl(fl(c·f) + g)))` for the 16 codes `c` ([`IN_ORDER`]).
+    /// The codes `step·q` of [`table16`], eight per register.
     #[target_feature(enable = "ssse3")]
-    fn table16(c: &[f32; 16], f: f32, g: f32) -> __m128i {
-        let (vf, vg) = (_mm_set1_ps(f), _mm_set1_ps(g));
-        let step = |i: usize| {
-            // SAFETY: `c[i..i + 4]` is in bounds (i <= 12); unaligned load.
-            let ci = unsafe { _mm_loadu_ps(c[i..i + 4].as_ptr()) };
-            _mm_cvtps_epi32(_mm_add_ps(_mm_mul_ps(ci, vf), vg))
-        };
-        _mm_packs_epi16(
-            _mm_packs_epi32(step(0), step(4)),
-            _mm_packs_epi32(step(8), step(12)),
-        )
+    fn table16_codes() -> [__m128i; 2] {
+        let c: [i16; 16] = std::array::from_fn(|q| (code_step(16) * q as i32) as i16);
+        // SAFETY: `c` is 32 readable bytes; unaligned loads.
+        unsafe {
+            [
+                _mm_loadu_si128(c.as_ptr().cast()),
+                _mm_loadu_si128(c[8..].as_ptr().cast()),
+            ]
+        }
+    }
+
+    /// The 16-entry table of a Q4_1 or Q4_K run, `table_entry` of [`table_fixed`]`(fg)` (`c`:
+    /// [`table16_codes`]).
+    #[target_feature(enable = "ssse3")]
+    fn table16(c: &[__m128i; 2], fg: [f32; 2]) -> __m128i {
+        let [f, g] = table_fixed::<16>(fg);
+        let (f, g) = (_mm_set1_epi16(f), _mm_set1_epi16(g));
+        // (x·512 + 2¹⁴) >> 15 = (x + 2⁵) >> 6.
+        let round = _mm_set1_epi16(512);
+        let step = |c: __m128i| _mm_mulhrs_epi16(_mm_adds_epi16(_mm_mulhrs_epi16(c, f), g), round);
+        _mm_packs_epi16(step(c[0]), step(c[1]))
     }
 
     /// 16 quant bytes through a table, low nibbles first.
@@ -289,9 +293,9 @@ mod ssse3 {
 
     #[target_feature(enable = "ssse3")]
     pub(super) fn q4_1(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
-        let c = codes(0, IN_ORDER);
-        for_each_run(rows, params.fg(), tile, runs, |row, &[f, g], r, out| {
-            nibbles(&row[r * 20 + 4..], table16(&c, f, g), out);
+        let c = table16_codes();
+        for_each_run(rows, params.fg(), tile, runs, |row, &fg, r, out| {
+            nibbles(&row[r * 20 + 4..], table16(&c, fg), out);
         });
     }
 
@@ -350,7 +354,7 @@ mod ssse3 {
 
     #[target_feature(enable = "ssse3")]
     pub(super) fn q4_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
-        let c = codes(0, IN_ORDER);
+        let c = table16_codes();
         let low = _mm_set1_epi8(15);
         for_each_group::<2, 1, _>(
             rows,
@@ -359,7 +363,7 @@ mod ssse3 {
             runs,
             |r, [row], [[p0, p1]], [[even], [odd]]| {
                 let at = q4_k_pair_source(r);
-                let (lo, hi) = (table16(&c, p0[0], p0[1]), table16(&c, p1[0], p1[1]));
+                let (lo, hi) = (table16(&c, *p0), table16(&c, *p1));
                 for h in 0..2 {
                     let q = load16(&row[at + 16 * h..]);
                     store16(

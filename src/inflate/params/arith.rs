@@ -23,29 +23,38 @@ fn larger(a: f32, b: f32) -> f32 {
     }
 }
 
-/// The table types' value of code `c` in units of `s_n`, before rounding: `fl(fl(c·f) + g)`.
+/// Q2_K's table value of code `c` in units of `s_n`, before rounding: `fl(fl(c·f) + g)`.
 #[inline(always)]
 pub(in crate::inflate) fn table_value(c: i32, f: f32, g: f32) -> f32 {
     c as f32 * f + g
 }
 
-/// The five-bit table types' (Q5_1, Q5_K) run parameters in fixed point, `[F, G] =
-/// [sat16(rne(f·2¹¹)), sat16(rne(g·2⁶))]`: `f·2¹¹` and `g·2⁶` are exact, and the scan's `M_n`
-/// bounds `|f| ≤ 2·127/31·(1 + 3u)` and `|g| ≤ 127·(1 + u)`, so neither saturates.
-#[inline(always)]
-pub(in crate::inflate) fn five_bit_fixed([f, g]: [f32; 2]) -> [i16; 2] {
-    let sat16 = |x: f32| rne_i32(x.clamp(-32768.0, 32767.0)) as i16;
-    [sat16(f * 2048.0), sat16(g * 64.0)]
+/// The step between consecutive codes of a fixed-point table of `codes` entries (16: Q4_1,
+/// Q4_K; 32: Q5_1, Q5_K): `2¹⁵/codes`, so that the largest code, `step·(codes - 1)`, fits 16
+/// bits.
+pub(in crate::inflate) const fn code_step(codes: usize) -> i32 {
+    32768 / codes as i32
 }
 
-/// Entry `q` (0..32) of a five-bit table from [`five_bit_fixed`]'s `[F, G]`:
-/// `sat8((sat16(((2¹⁰·q·F + 2¹⁴) >> 15) + G) + 2⁵) >> 6)`, `q·f + g` in units of 2⁻⁶ rounded
-/// to the nearest integer, ties up. Sixteen entries per 16-lane multiply (`pmulhrsw`,
-/// `sqrdmulh`), saturating add and rounding shift, where binary32 takes four lanes per step and
-/// a conversion.
+/// A table type's run parameters in fixed point, `[F, G] = [sat16(rne(f·2²¹/step)),
+/// sat16(rne(g·2⁶))]` with `step` = [`code_step`]`(CODES)` (so `F = f·2¹⁰` for 16 codes, `f·2¹¹`
+/// for 32): both products are exact, and the scan's `M_n` bounds `|f| ≤ 2·127/(CODES -
+/// 1)·(1 + 3u)` and `|g| ≤ 127·(1 + u)`, so neither saturates.
 #[inline(always)]
-pub(in crate::inflate) fn five_bit_entry(q: i32, [f, g]: [i16; 2]) -> i8 {
-    let product = (1024 * q * f as i32 + (1 << 14)) >> 15;
+pub(in crate::inflate) fn table_fixed<const CODES: usize>([f, g]: [f32; 2]) -> [i16; 2] {
+    let sat16 = |x: f32| rne_i32(x.clamp(-32768.0, 32767.0)) as i16;
+    let f_scale = (1 << 21) as f32 / code_step(CODES) as f32;
+    [sat16(f * f_scale), sat16(g * 64.0)]
+}
+
+/// Entry `q` (`0..CODES`) of a table from [`table_fixed`]'s `[F, G]`:
+/// `sat8((sat16(((step·q·F + 2¹⁴) >> 15) + G) + 2⁵) >> 6)`, `q·f + g` in units of 2⁻⁶ rounded
+/// to the nearest integer, ties up. A table of 8 or 16 entries per 16-lane multiply (`pmulhrsw`,
+/// `sqrdmulh`), saturating add and rounding shift, where binary32 takes a step per 4 or 8 entries
+/// and a conversion.
+#[inline(always)]
+pub(in crate::inflate) fn table_entry<const CODES: usize>(q: i32, [f, g]: [i16; 2]) -> i8 {
+    let product = (code_step(CODES) * q * f as i32 + (1 << 14)) >> 15;
     let sum = (product + g as i32).clamp(-32768, 32767);
     ((sum + 32) >> 6).clamp(-128, 127) as i8
 }

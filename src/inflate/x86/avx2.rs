@@ -4,7 +4,7 @@
 //! run's, lane 1 the next's; Q4_0, Q4_1 and Q5_0 also look both runs up at once and put each
 //! run together with two lane permutes), so that a table costs half the operations.
 
-use super::super::params::{five_bit_fixed, scaled_codes, TileParams};
+use super::super::params::{code_step, scaled_codes, table_fixed, TileParams};
 use super::super::tile::{
     for_each_block, for_each_block_group, for_each_row_block_group, Tile, GROUP,
 };
@@ -12,11 +12,6 @@ use super::super::RUN;
 use super::{load16, rescale_table};
 use crate::quant::GgmlType;
 use std::arch::x86_64::*;
-
-/// Binary32 codes 0..16 in the order that undoes `packs`' lane interleave in [`table32`].
-const ORDER: [f32; 16] = [
-    0.0, 1.0, 2.0, 3.0, 8.0, 9.0, 10.0, 11.0, 4.0, 5.0, 6.0, 7.0, 12.0, 13.0, 14.0, 15.0,
-];
 
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
@@ -33,58 +28,61 @@ pub(super) fn store32(dst: &mut [i8; RUN], v: __m256i) {
     unsafe { _mm256_storeu_si256(dst.as_mut_ptr().cast(), v) }
 }
 
-/// `lut[q] = sat8(rne(fl(fl(q·f) + g)))` for the 16 codes, in both 128-bit lanes, with
-/// `[f, g] = [fl(a·inv), fl(b·inv)]`.
+/// `(sat16(mulhrs(c, f) + g) + 2⁵) >> 6` of the 16-bit lanes of `c`: `table_entry`'s steps
+/// after the code (`mulhrs(x, 512)` is the rounding shift).
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
-fn table32(c: &[__m256; 2], [a, b]: [f32; 2], inv: f32) -> __m256i {
-    let (vf, vg) = (_mm256_set1_ps(a * inv), _mm256_set1_ps(b * inv));
-    let step = |c: __m256| _mm256_cvtps_epi32(_mm256_add_ps(_mm256_mul_ps(c, vf), vg));
-    let p = _mm256_packs_epi32(step(c[0]), step(c[1]));
-    let t = _mm_packs_epi16(_mm256_castsi256_si128(p), _mm256_extracti128_si256::<1>(p));
-    _mm256_broadcastsi128_si256(t)
+fn fixed_step(c: __m256i, f: __m256i, g: __m256i) -> __m256i {
+    let product = _mm256_mulhrs_epi16(c, f);
+    _mm256_mulhrs_epi16(_mm256_adds_epi16(product, g), _mm256_set1_epi16(512))
 }
 
-/// The tables of two runs `[a, b]` (`ab`, adjacent in the row's parameters) of a row with
-/// factor `inv` (in every lane): lane 0 run 0's 16 entries, lane 1 run 1's, `[f, g] = [fl(a·inv),
-/// fl(b·inv)]`. `codes[k]` holds codes `4k..4k + 4` in both lanes; `packs`
-/// works within lanes, so each lane's entries come out in order.
+/// The codes `step·q` of a Q4_1/Q4_K table (`table_entry`): codes 0..8 in both lanes of the
+/// first vector, 8..16 in those of the second, so that `packs` puts each lane's 16 in order.
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
-fn table_pair(codes: &[__m256; 4], ab: &[[f32; 2]; 2], inv: __m128) -> __m256i {
-    // SAFETY: `ab` is 16 readable bytes; unaligned load (the permutes read only those lanes).
-    let v = _mm_mul_ps(unsafe { _mm_loadu_ps(ab.as_ptr().cast()) }, inv);
-    let v = _mm256_castps128_ps256(v);
-    let f = _mm256_permutevar8x32_ps(v, _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2));
-    let g = _mm256_permutevar8x32_ps(v, _mm256_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3));
-    let step = |c: __m256| _mm256_cvtps_epi32(_mm256_add_ps(_mm256_mul_ps(c, f), g));
-    _mm256_packs_epi16(
-        _mm256_packs_epi32(step(codes[0]), step(codes[1])),
-        _mm256_packs_epi32(step(codes[2]), step(codes[3])),
-    )
-}
-
-/// The `codes` of [`table_pair`].
-#[inline]
-#[target_feature(enable = "avx2,f16c")]
-fn pair_codes() -> [__m256; 4] {
-    std::array::from_fn(|k| {
-        let c = 4.0 * k as f32;
-        _mm256_setr_ps(c, c + 1.0, c + 2.0, c + 3.0, c, c + 1.0, c + 2.0, c + 3.0)
+fn table16_codes() -> [__m256i; 2] {
+    let step = code_step(16) as i16;
+    [0, 8].map(|first| {
+        let c: [i16; 8] = std::array::from_fn(|i| step * (first + i as i16));
+        // SAFETY: `c` is 16 readable bytes; unaligned load.
+        _mm256_broadcastsi128_si256(unsafe { _mm_loadu_si128(c.as_ptr().cast()) })
     })
 }
 
-/// [`ORDER`] as two vectors.
+/// The 16-entry table of a Q4_1 or Q4_K run in both 128-bit lanes, `table_entry` of
+/// [`table_fixed`]`([fl(a·inv), fl(b·inv)])` (`c`: [`table16_codes`]).
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
-fn codes() -> [__m256; 2] {
-    // SAFETY: `ORDER` is 16 readable f32.
-    unsafe {
-        [
-            _mm256_loadu_ps(ORDER.as_ptr()),
-            _mm256_loadu_ps(ORDER[8..].as_ptr()),
-        ]
-    }
+fn table32(c: &[__m256i; 2], [a, b]: [f32; 2], inv: f32) -> __m256i {
+    let [f, g] = table_fixed::<16>([a * inv, b * inv]);
+    let (f, g) = (_mm256_set1_epi16(f), _mm256_set1_epi16(g));
+    _mm256_packs_epi16(fixed_step(c[0], f, g), fixed_step(c[1], f, g))
+}
+
+/// The tables of two runs `[a, b]` (`ab`, adjacent in the row's parameters) of a row with
+/// factor `inv` (in every lane): lane 0 run 0's 16 entries, lane 1 run 1's, [`table32`]'s.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn table_pair(c: &[__m256i; 2], ab: &[[f32; 2]; 2], inv: __m128) -> __m256i {
+    // SAFETY: `ab` is 16 readable bytes; unaligned load.
+    let v = _mm_mul_ps(unsafe { _mm_loadu_ps(ab.as_ptr().cast()) }, inv);
+    // [F0, G0, F1, G1]: exact products, then rounded to nearest-even and saturated to 16 bits.
+    let v = _mm_mul_ps(v, _mm_setr_ps(1024.0, 64.0, 1024.0, 64.0));
+    let words = _mm_packs_epi32(_mm_cvtps_epi32(v), _mm_setzero_si128());
+    let words = _mm256_broadcastsi128_si256(words);
+    #[rustfmt::skip]
+    let (f_at, g_at) = (
+        _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1,
+                         4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5),
+        _mm256_setr_epi8(2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3,
+                         6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7),
+    );
+    let (f, g) = (
+        _mm256_shuffle_epi8(words, f_at),
+        _mm256_shuffle_epi8(words, g_at),
+    );
+    _mm256_packs_epi16(fixed_step(c[0], f, g), fixed_step(c[1], f, g))
 }
 
 /// The 32 nibble indices of 16 quant bytes: low nibbles in lane 0, high nibbles in lane 1.
@@ -213,7 +211,7 @@ pub(super) fn iq4_xs(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs:
 
 #[target_feature(enable = "avx2,f16c")]
 pub(super) fn q4_1(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
-    let (c, pairs) = (codes(), pair_codes());
+    let c = table16_codes();
     let low = _mm256_set1_epi8(15);
     // Runs r, r + 1 (blocks `b0`, `b1`): one table pair (lane 0 run r's table, lane 1 run r +
     // 1's) looks up both runs' quant bytes at once, their low nibbles (weights 0..16) in one
@@ -224,7 +222,7 @@ pub(super) fn q4_1(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
                 inv: __m128,
                 even: &mut [i8; RUN],
                 odd: &mut [i8; RUN]| {
-        let t = table_pair(&pairs, ab, inv);
+        let t = table_pair(&c, ab, inv);
         let q = _mm256_set_m128i(load16(&b1[4..]), load16(&b0[4..]));
         let first = _mm256_shuffle_epi8(t, _mm256_and_si256(q, low));
         let second = _mm256_shuffle_epi8(t, _mm256_and_si256(_mm256_srli_epi16::<4>(q), low));
@@ -371,7 +369,7 @@ pub(super) fn q8_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
 
 #[target_feature(enable = "avx2,f16c")]
 pub(super) fn q4_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
-    let pairs = pair_codes();
+    let c = table16_codes();
     let low = _mm256_set1_epi8(15);
     // Runs 2p, 2p + 1 of a super-block: the low and high nibbles of its quant bytes 32p..32p+32,
     // their tables from one table pair.
@@ -381,7 +379,7 @@ pub(super) fn q4_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
                 inv: __m128,
                 even: &mut [i8; RUN],
                 odd: &mut [i8; RUN]| {
-        let t = table_pair(&pairs, ab, inv);
+        let t = table_pair(&c, ab, inv);
         let q = load32(&blk[16 + 32 * p..]);
         let lut0 = _mm256_permute2x128_si256::<0x00>(t, t);
         store32(even, _mm256_shuffle_epi8(lut0, _mm256_and_si256(q, low)));
@@ -577,7 +575,7 @@ fn five_bit_codes() -> [__m256i; 2] {
     codes.map(|c| unsafe { _mm256_loadu_si256(c.as_ptr().cast()) })
 }
 
-/// `[F, G]` ([`five_bit_fixed`]) of four runs from their `[f, g]`, each in both halves of a
+/// `[F, G]` ([`table_fixed`]) of four runs from their `[f, g]`, each in both halves of a
 /// 32-bit word.
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
@@ -601,21 +599,17 @@ fn five_bit_fixed4(fg: &[[f32; 2]]) -> [[i32; 2]; 4] {
 /// [`five_bit_fixed4`] of one run.
 #[inline(always)]
 fn five_bit_fixed1(fg: [f32; 2]) -> [i32; 2] {
-    five_bit_fixed(fg).map(|x| (x as u16 as u32 * 0x0001_0001) as i32)
+    table_fixed::<32>(fg).map(|x| (x as u16 as u32 * 0x0001_0001) as i32)
 }
 
-/// The 32-entry table of a run of Q5_1 or Q5_K ([`five_bit_entry`]) from its
+/// The 32-entry table of a run of Q5_1 or Q5_K (`table_entry`) from its
 /// [`five_bit_fixed4`] words: lane 0 holds the codes 0..16, lane 1 the codes 16..32 (`codes`:
 /// [`five_bit_codes`]).
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
 fn five_bit_table(codes: &[__m256i; 2], fixed: &[i32; 2]) -> __m256i {
     let (f, g) = (_mm256_set1_epi32(fixed[0]), _mm256_set1_epi32(fixed[1]));
-    // (x·512 + 2¹⁴) >> 15 = (x + 2⁵) >> 6.
-    let round = _mm256_set1_epi16(512);
-    let step =
-        |c: __m256i| _mm256_mulhrs_epi16(_mm256_adds_epi16(_mm256_mulhrs_epi16(c, f), g), round);
-    _mm256_packs_epi16(step(codes[0]), step(codes[1]))
+    _mm256_packs_epi16(fixed_step(codes[0], f, g), fixed_step(codes[1], f, g))
 }
 
 /// 32 five-bit codes through a [`five_bit_table`]: `nibbles` their low four bits, `fifth` all ones

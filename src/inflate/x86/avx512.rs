@@ -3,7 +3,7 @@
 //! the 128-bit lanes 0, 1 of a vector belong to the first row (its run's weights 0..16, 16..32),
 //! lanes 2, 3 to the second; in-lane operations (`pshufb`, `packs`, `unpack`) then never mix rows.
 
-use super::super::params::{five_bit_fixed, scaled_codes, TileParams};
+use super::super::params::{code_step, scaled_codes, table_fixed, TileParams};
 use super::super::tile::{for_each_block_group, for_each_row_block_group, Tile, GROUP};
 use super::super::RUN;
 use crate::quant::GgmlType;
@@ -352,45 +352,62 @@ pub(super) fn q8_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
     );
 }
 
-/// Lane `l` of the result: `sat8(rne(fl(fl(q·f) + g)))` for the 16 codes `q`, with lane `l`'s
-/// `f`, `g`. `codes[s]` holds codes `4s..4s+4` in every lane: the packs gather lane `l`'s 16
-/// entries into lane `l`, in order.
+/// `(sat16(mulhrs(c, f) + g) + 2⁵) >> 6` of the 16-bit lanes of `c`: `table_entry`'s steps
+/// after the code (`mulhrs(x, 512)` is the rounding shift).
 #[inline]
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
-fn lane_tables(codes: &[__m512; 4], f: __m512, g: __m512) -> __m512i {
-    let step = |c: __m512| _mm512_cvtps_epi32(_mm512_add_ps(_mm512_mul_ps(c, f), g));
-    _mm512_packs_epi16(
-        _mm512_packs_epi32(step(codes[0]), step(codes[1])),
-        _mm512_packs_epi32(step(codes[2]), step(codes[3])),
-    )
+fn fixed_step(c: __m512i, f: __m512i, g: __m512i) -> __m512i {
+    let product = _mm512_mulhrs_epi16(c, f);
+    _mm512_mulhrs_epi16(_mm512_adds_epi16(product, g), _mm512_set1_epi16(512))
 }
 
-/// The `codes` of [`lane_tables`].
+/// Lane `l` of the result: the 16-entry Q4_1/Q4_K table (`table_entry`) of lane `l`'s `F`,
+/// `G` (in each of its 16-bit lanes). `codes`: [`lane_codes`].
 #[inline]
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
-fn lane_codes() -> [__m512; 4] {
-    std::array::from_fn(|s| {
-        let c = 4.0 * s as f32;
-        let v = _mm_castps_si128(_mm_setr_ps(c, c + 1.0, c + 2.0, c + 3.0));
-        _mm512_castsi512_ps(_mm512_broadcast_i32x4(v))
+fn lane_tables(codes: &[__m512i; 2], f: __m512i, g: __m512i) -> __m512i {
+    _mm512_packs_epi16(fixed_step(codes[0], f, g), fixed_step(codes[1], f, g))
+}
+
+/// The codes `step·q` of [`lane_tables`]: 0..8 in every lane of the first vector, 8..16 in the
+/// second's, so that `packs` puts each lane's 16 entries in order.
+#[inline]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
+fn lane_codes() -> [__m512i; 2] {
+    let step = code_step(16) as i16;
+    [0, 8].map(|first| {
+        let c: [i16; 8] = std::array::from_fn(|i| step * (first + i as i16));
+        // SAFETY: `c` is 16 readable bytes; unaligned load.
+        _mm512_broadcast_i32x4(unsafe { _mm_loadu_si128(c.as_ptr().cast()) })
     })
 }
 
-/// The `vpermt2ps` indices that spread runs `r`, `r + 1` (`r = 2p`) of two rows, each row's
-/// `[f, g]` pairs of a group of runs at items `0..` (first row) and `first_b..` (second row) of
-/// the two-vector table, over the four 128-bit lanes `[a run r, a run r + 1, b run r, b run r +
-/// 1]`: `f` (and `g`, one item later) of each lane's run in all four of its 32-bit lanes.
+/// `vpermw` indices that put 16-bit lane `items[l]` in every 16-bit lane of 128-bit lane `l`.
 #[inline]
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
-fn pair_spread(p: usize, first_b: usize) -> [__m512i; 2] {
-    let item = |lane: usize| (lane / 2 * first_b + 2 * (2 * p + lane % 2)) as i32;
-    let spread = |g: i32| {
-        let (a0, a1, b0, b1) = (item(0) + g, item(1) + g, item(2) + g, item(3) + g);
-        #[rustfmt::skip]
-        let v = _mm512_set_epi32(b1, b1, b1, b1, b0, b0, b0, b0, a1, a1, a1, a1, a0, a0, a0, a0);
-        v
+fn lane_spread(items: [i16; 4]) -> __m512i {
+    let v: [i16; 32] = std::array::from_fn(|i| items[i / 8]);
+    // SAFETY: `v` is 64 readable bytes; unaligned load.
+    unsafe { _mm512_loadu_si512(v.as_ptr().cast()) }
+}
+
+/// The `F` and `G` indices ([`lane_spread`]) for runs `r`, `r + 1` (`r = 2p`) of two rows over
+/// the four 128-bit lanes `[a run r, a run r + 1, b run r, b run r + 1]`, from [`fixed_words`]
+/// of a group of runs: row a's at pair `0..`, row b's `b_pairs` pairs and `b_lanes` 16-bit lanes
+/// on (4 and 0 in one vector; 0 and 32 in a second one, for `vpermt2w`).
+#[inline]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
+fn pair_spread(p: usize, b_pairs: usize, b_lanes: i16) -> [__m512i; 2] {
+    let item = |lane: usize| {
+        let run = 2 * p + lane % 2;
+        if lane < 2 {
+            fixed_word(run)
+        } else {
+            b_lanes + fixed_word(b_pairs + run)
+        }
     };
-    [spread(0), spread(1)]
+    let f = [item(0), item(1), item(2), item(3)];
+    [lane_spread(f), lane_spread(f.map(|i| i + 1))]
 }
 
 /// `N` runs' `[f, g]` (`N·8` bytes) at the start of `p` as a vector.
@@ -417,8 +434,8 @@ pub(super) fn q4_1(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
     let full = runs / GROUP * GROUP;
     let (ab, inv) = (params.ab(), params.factors());
     // The group's [f, g] of both rows in one vector: row a at items 0..8, row b at 8..16, each
-    // [a, b] times its row's inv_n.
-    let spread = [pair_spread(0, 8), pair_spread(1, 8)];
+    // [a, b] times its row's inv_n; then their fixed words, row b's at pairs 4..8.
+    let spread = [pair_spread(0, 4, 0), pair_spread(1, 4, 0)];
     let (even_at, odd_at) = (row_offsets(0), row_offsets(16));
     for_each_row_block_group::<GROUP, ROWS, 80, _>(
         rows,
@@ -434,9 +451,10 @@ pub(super) fn q4_1(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
                 _mm512_castps_pd(va),
                 _mm256_castps_pd(vb),
             ));
+            let words = fixed_words::<16>(v);
             let [o0, o1, o2, o3] = out;
             for (i, (even, odd)) in [(o0, o1), (o2, o3)].into_iter().enumerate() {
-                let [f, g] = spread[i].map(|s| _mm512_permutexvar_ps(s, v));
+                let [f, g] = spread[i].map(|s| _mm512_permutexvar_epi16(s, words));
                 // Lanes [a run r, a run r + 1, b run r, b run r + 1].
                 let luts = lane_tables(&codes, f, g);
                 for (r, (out, offsets)) in [(even, even_at), (odd, odd_at)].into_iter().enumerate()
@@ -448,18 +466,13 @@ pub(super) fn q4_1(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
         },
     );
     // The last runs one at a time: lanes [a, a, b, b].
-    let (f_at, g_at) = (
-        _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0),
-        _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1),
-    );
     let last = full..runs;
     for_each_row_block_group::<1, ROWS, 20, _>(rows, ab, tile, last, |_, j, [a, b], p, [out]| {
         let ([[fa, ga]], [[fb, gb]]) = (*p[0], *p[1]);
         let (inv_a, inv_b) = (inv[j], inv[j + 1]);
-        let v = _mm_setr_ps(fa * inv_a, ga * inv_a, fb * inv_b, gb * inv_b);
-        let v = _mm512_castps128_ps512(v);
-        let f = _mm512_permutexvar_ps(f_at, v);
-        let g = _mm512_permutexvar_ps(g_at, v);
+        let [fa, ga] = table_fixed::<16>([fa * inv_a, ga * inv_a]);
+        let [fb, gb] = table_fixed::<16>([fb * inv_b, gb * inv_b]);
+        let (f, g) = (split16(fa, fb), split16(ga, gb));
         let lut = lane_tables(&codes, f, g);
         store(
             out,
@@ -480,7 +493,7 @@ pub(super) fn q4_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
     let low = _mm512_set1_epi8(15);
     let (off_even, off_odd) = (row_offsets(0), row_offsets(16));
     // A super-block's [f, g] of row a in one vector (items 0..16), row b's in another (16..32).
-    let spread: [[__m512i; 2]; 4] = std::array::from_fn(|p| pair_spread(p, 16));
+    let spread: [[__m512i; 2]; 4] = std::array::from_fn(|p| pair_spread(p, 0, 32));
     let (ab, inv) = (params.ab(), params.factors());
     for_each_row_block_group::<8, ROWS, 144, _>(
         rows,
@@ -491,13 +504,14 @@ pub(super) fn q4_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
             // Each row's [a, b] times its inv_n: [f, g].
             let va = _mm512_mul_ps(load_fg(pa), _mm512_set1_ps(inv[j]));
             let vb = _mm512_mul_ps(load_fg(pb), _mm512_set1_ps(inv[j + 1]));
+            let (wa, wb) = (fixed_words::<16>(va), fixed_words::<16>(vb));
             let [e0, o0, e1, o1, e2, o2, e3, o3] = out;
             // Runs 2p, 2p + 1: the low and high nibbles of the quant bytes 32p..32p + 32.
             for (p, (even, odd)) in [(e0, o0), (e1, o1), (e2, o2), (e3, o3)]
                 .into_iter()
                 .enumerate()
             {
-                let [f, g] = spread[p].map(|s| _mm512_permutex2var_ps(va, s, vb));
+                let [f, g] = spread[p].map(|s| _mm512_permutex2var_epi16(wa, s, wb));
                 let luts = lane_tables(&codes, f, g);
                 let at = 16 + 32 * p;
                 let q = load32x2(&a[at..], &b[at..]);
@@ -720,13 +734,14 @@ fn codes32() -> [__m512i; 2] {
     codes.map(|c| unsafe { _mm512_loadu_si512(c.as_ptr().cast()) })
 }
 
-/// [`five_bit_fixed`]'s `[F, G]` of the eight `[f, g]` pairs in `fg`: pair `i`'s at 16-bit
-/// lanes [`fixed_word`]`(i)` and the one after it.
+/// [`table_fixed`]`::<CODES>`'s `[F, G]` of the eight `[f, g]` pairs in `fg`: pair `i`'s at
+/// 16-bit lanes [`fixed_word`]`(i)` and the one after it.
 #[inline]
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
-fn fixed_words(fg: __m512) -> __m512i {
+fn fixed_words<const CODES: usize>(fg: __m512) -> __m512i {
+    let f_scale = (1 << 21) as f32 / code_step(CODES) as f32;
     let scale = _mm512_castpd_ps(_mm512_set1_pd(f64::from_bits(
-        (64f32.to_bits() as u64) << 32 | 2048f32.to_bits() as u64,
+        (64f32.to_bits() as u64) << 32 | f_scale.to_bits() as u64,
     )));
     let fixed = _mm512_cvtps_epi32(_mm512_mul_ps(fg, scale));
     _mm512_packs_epi32(fixed, _mm512_setzero_si512())
@@ -737,17 +752,13 @@ const fn fixed_word(i: usize) -> i16 {
     (8 * (i / 2) + 2 * (i % 2)) as i16
 }
 
-/// The 32-entry tables of a run of two rows (Q5_1, Q5_K), [`five_bit_entry`] with row a's
+/// The 32-entry tables of a run of two rows (Q5_1, Q5_K), `table_entry` with row a's
 /// `F`, `G` in 16-bit lanes 0..16 of `f`, `g` and row b's in 16..32, in one vector: row a's
 /// at bytes 0..32, row b's at 32..64 (`codes`: [`codes32`]).
 #[inline]
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
 fn table32x2(codes: &[__m512i; 2], f: __m512i, g: __m512i) -> __m512i {
-    // (x·512 + 2¹⁴) >> 15 = (x + 2⁵) >> 6.
-    let round = _mm512_set1_epi16(512);
-    let step =
-        |c: __m512i| _mm512_mulhrs_epi16(_mm512_adds_epi16(_mm512_mulhrs_epi16(c, f), g), round);
-    _mm512_packs_epi16(step(codes[0]), step(codes[1]))
+    _mm512_packs_epi16(fixed_step(codes[0], f, g), fixed_step(codes[1], f, g))
 }
 
 /// The 32-entry tables of [`table32x2`] looked up (`vpermb`) by each weight's 5-bit code: its
@@ -796,7 +807,7 @@ pub(super) fn q5_1(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
                 _mm256_loadu_pd(p[1].as_ptr().cast()),
             ))
         };
-        let words = fixed_words(both);
+        let words = fixed_words::<32>(both);
         let (a, b) = (a.as_chunks::<24>().0, b.as_chunks::<24>().0);
         for (r, out) in out.into_iter().enumerate() {
             let fg = spread[r].map(|at| _mm512_permutexvar_epi16(at, words));
@@ -804,7 +815,7 @@ pub(super) fn q5_1(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
         }
     });
     for_each_block_group::<1, ROWS, 24, _>(rows, fg, tile, full..runs, |_, [a, b], p, [out]| {
-        let ([fa, ga], [fb, gb]) = (five_bit_fixed(p[0][0]), five_bit_fixed(p[1][0]));
+        let ([fa, ga], [fb, gb]) = (table_fixed::<32>(p[0][0]), table_fixed::<32>(p[1][0]));
         run(a, b, [split16(fa, fb), split16(ga, gb)], out);
     });
 }
@@ -824,8 +835,8 @@ pub(super) fn q5_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
         // SAFETY: each of `p` is 64 readable bytes (eight runs' [f, g]); unaligned loads.
         let (wa, wb) = unsafe {
             (
-                fixed_words(_mm512_loadu_ps(p[0].as_ptr().cast())),
-                fixed_words(_mm512_loadu_ps(p[1].as_ptr().cast())),
+                fixed_words::<32>(_mm512_loadu_ps(p[0].as_ptr().cast())),
+                fixed_words::<32>(_mm512_loadu_ps(p[1].as_ptr().cast())),
             )
         };
         let qh = load32x2(&a[16..], &b[16..]);
