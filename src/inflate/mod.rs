@@ -19,8 +19,12 @@
 //! `|w(q_min)|`, `|w(q_max)|` over the blocks, since `w` is monotonic in `q`), `s_n = fl(M_n/127)`,
 //! `inv_n = fl(127/M_n)`. Each (sub-)block gets a table of its 16 codes (32 for Q5_0) and each
 //! quant is one lookup (`pshufb`, `tbl`):
-//! - Q4_1, Q4_K: `f_j = fl(a_j·inv_n)`, `g_j = fl(b_j·inv_n)`,
-//!   `lut_j[q] = sat8(rne(fl(fl(q·f_j) + g_j)))`;
+//! - Q4_1, Q4_K: `f_j = fl(a_j·inv_n)`, `g_j = fl(b_j·inv_n)`, in fixed point `[F_j, G_j] =
+//!   [sat16(rne(f_j·2²¹/t)), sat16(rne(g_j·2⁶))]` with the code step `t = 2¹⁵/codes` (2048 for
+//!   16 codes, 1024 for 32), and `lut_j[q] = sat8((sat16(((t·q·F_j + 2¹⁴) >> 15) + G_j) + 2⁵) >>
+//!   6)`: `q·f_j + g_j` in units of 2⁻⁶, rounded to the nearest integer (ties up), 8 or 16
+//!   entries per 16-bit step where binary32 takes a step per 4 or 8 (`params/arith.rs`:
+//!   `table_fixed`, `table_entry`);
 //! - Q4_0, Q5_0 (no offset): with `k = 16` (Q4_0) or `8` (Q5_0), so that `k·c` spans -128..128,
 //!   `m_j = clamp(rne(fl(a_j·fl(inv_n·2¹⁵/k))), ±32767)` and
 //!   `lut_j[q] = sat8((k·c(q)·m_j + 2¹⁴) >> 15)`: a 16-lane fixed-point multiply.
@@ -40,11 +44,9 @@
 //! MXFP4) follow the same two families, with one parameter set per 16 or 32 weights (two per run
 //! for sets of 16):
 //! - table types Q5_1, Q5_K (codes 0..=31) and Q2_K (codes 0..=3, sets of 16): `M_n`, `s_n`,
-//!   `inv_n`, `f_j`, `g_j` as for Q4_1 and Q4_K. Q2_K's 4-entry tables as theirs; Q5_1's and
-//!   Q5_K's 32 entries in fixed point, `[F_j, G_j] = [sat16(rne(f_j·2¹¹)), sat16(rne(g_j·2⁶))]`
-//!   and `lut_j[q] = sat8((sat16(((2¹⁰·q·F_j + 2¹⁴) >> 15) + G_j) + 2⁵) >> 6)`: `q·f_j + g_j` in
-//!   units of 2⁻⁶, rounded to the nearest integer (ties up), 8 or 16 entries per 16-bit step
-//!   where binary32 takes a step per 4 or 8;
+//!   `inv_n`, `f_j`, `g_j` as for Q4_1 and Q4_K. Q5_1's and Q5_K's 32-entry tables as theirs;
+//!   Q2_K's 4-entry ones in binary32, `lut_j[q] = sat8(rne(fl(fl(q·f_j) + g_j)))` (four
+//!   conversions per eight sets: nothing for fixed point to save);
 //! - rescale types, `w = e_j·c` with an integer code `|c| ≤ c_max` and a stretch `k`: Q3_K
 //!   (`c = q - 4·!hbit`, `e_j = fl(d·(sc_j - 32))`, sets of 16; `c_max` 4, `k` 32), IQ4_NL and
 //!   IQ4_XS (`c` = `kvalues_iq4nl[q]` in -127..=113, `e_j = d` or `fl(d·(ls_j - 32))`; 127, 1),

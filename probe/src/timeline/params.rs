@@ -113,8 +113,8 @@ params! {
          32 weights at K=2048 (gate/up), 48.4 at K=768 (down), qemu counts (docs/BOARD-MODEL.md), \
          weighted 2:1 by the projections' weights, at an assumed 1.5 per cycle at 2.4 GHz (as \
          outlier_gweights_big_core); the board check measures it";
-    inflate_gbps_big_core_q4_k: "GB/s" = 2.14;
-        "assumption: Q4_K, derived as inflate_gbps_big_core from q4_K_8x4: 52.2 / 57.0 \
+    inflate_gbps_big_core_q4_k: "GB/s" = 2.65;
+        "assumption: Q4_K, derived as inflate_gbps_big_core from q4_K_8x4: 41.8 / 46.6 \
          instructions per 32 weights";
     inflate_gbps_big_core_q5_0: "GB/s" = 2.59;
         "assumption: Q5_0 (never repacked), derived as inflate_gbps_big_core: 42.1 / 49.3 \
@@ -125,8 +125,8 @@ params! {
     inflate_gbps_big_core_q6_k: "GB/s" = 2.16;
         "assumption: Q6_K, derived as inflate_gbps_big_core from q6_K_8x4: 51.5 / 56.7 \
          instructions per 32 weights";
-    inflate_gbps_big_core_q4_1: "GB/s" = 2.43;
-        "assumption: Q4_1 (never repacked), derived as inflate_gbps_big_core: 46.0 / 50.0 \
+    inflate_gbps_big_core_q4_1: "GB/s" = 3.06;
+        "assumption: Q4_1 (never repacked), derived as inflate_gbps_big_core: 36.3 / 40.2 \
          instructions per 32 weights";
     quant_gelems_big_core: "Gelem/s" = 0.75;
         "assumption: activation quantization (f32 read, int8 written) on one A76 = this x86's \
