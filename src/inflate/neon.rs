@@ -11,7 +11,7 @@
 //! compiler vectorizes with Advanced SIMD, but for the steps it leaves scalar (`scan.rs`).
 
 use super::codebook::{groups, table_codes, Codebook};
-use super::params::{code_step, scaled_codes, TileParams};
+use super::params::{fixed_codes, fixed_scales, scaled_codes, TileParams};
 use super::tile::{for_each_block, for_each_block_group, RowMajor, Tile};
 use super::{TileKernel, RUN};
 use crate::isa::Isa;
@@ -82,8 +82,8 @@ fn store_run(out: &mut [i8; RUN], lo: int8x16_t, hi: int8x16_t) {
 /// (`R = N/8`).
 #[inline]
 #[target_feature(enable = "neon")]
-fn fixed_codes<const N: usize, const R: usize>() -> [int16x8_t; R] {
-    let c: [i16; N] = std::array::from_fn(|q| (code_step(N) * q as i32) as i16);
+fn code_registers<const N: usize, const R: usize>() -> [int16x8_t; R] {
+    let c: [i16; N] = fixed_codes();
     // SAFETY: `c` is `8·R` readable i16.
     std::array::from_fn(|i| unsafe { vld1q_s16(c[8 * i..].as_ptr()) })
 }
@@ -92,7 +92,7 @@ fn fixed_codes<const N: usize, const R: usize>() -> [int16x8_t; R] {
 #[inline]
 #[target_feature(enable = "neon")]
 fn fixed_params<const N: usize>(fg: [f32; 2]) -> (int16x8_t, int16x8_t) {
-    let scale = [(1 << 21) as f32 / code_step(N) as f32, 64.0];
+    let scale = fixed_scales(N);
     // SAFETY: `fg` and `scale` are two readable f32 each.
     let scaled = unsafe { vmul_f32(vld1_f32(fg.as_ptr()), vld1_f32(scale.as_ptr())) };
     // [F, G, F, G]: rounded to nearest-even and saturated to 16 bits.
@@ -101,7 +101,7 @@ fn fixed_params<const N: usize>(fg: [f32; 2]) -> (int16x8_t, int16x8_t) {
     (vdupq_lane_s16::<0>(fixed), vdupq_lane_s16::<1>(fixed))
 }
 
-/// Entries `8i..8i + 8` of a table from [`fixed_params`] (`c`: [`fixed_codes`]), `table_entry`
+/// Entries `8i..8i + 8` of a table from [`fixed_params`] (`c`: [`code_registers`]), `table_entry`
 /// of each: `sqrdmulh`, a saturating add and a rounding narrowing shift.
 #[inline]
 #[target_feature(enable = "neon")]
@@ -191,7 +191,7 @@ fn iq4_xs(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
 
 #[target_feature(enable = "neon")]
 fn q4_1(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
-    let c = fixed_codes::<16, 2>();
+    let c = code_registers::<16, 2>();
     for_each_block::<1, 20, 80, _>(rows, params.fg(), tile, runs, |[blk], [fg], [out]| {
         nibbles(load16(&blk[4..]), table16(&c, fg), out);
     });
@@ -253,7 +253,7 @@ fn q8_0(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
 
 #[target_feature(enable = "neon")]
 fn q4_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
-    let c = fixed_codes::<16, 2>();
+    let c = code_registers::<16, 2>();
     // Runs 2p, 2p + 1 of a super-block: the low and high nibbles of its quant bytes 32p..32p+32.
     let pair = |blk: &[u8; 144],
                 p: usize,
@@ -410,7 +410,7 @@ fn q2_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
 }
 
 /// The 32-entry table of a run of Q5_1 or Q5_K, `table_entry` of `table_fixed(fg)`, as the two
-/// registers of a `tbl` (`c`: [`fixed_codes`]).
+/// registers of a `tbl` (`c`: [`code_registers`]).
 #[inline]
 #[target_feature(enable = "neon")]
 fn five_bit_table(c: &[int16x8_t; 4], fg: [f32; 2]) -> int8x16x2_t {
@@ -426,7 +426,7 @@ fn five_bit_table(c: &[int16x8_t; 4], fg: [f32; 2]) -> int8x16x2_t {
 
 #[target_feature(enable = "neon")]
 fn q5_1(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
-    let c = fixed_codes::<32, 4>();
+    let c = code_registers::<32, 4>();
     let bit_masks: [u8; 16] = [1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128];
     // Output byte i of the run's first 16 takes qh byte i / 8, of its second 16 byte 2 + i / 8.
     let spread: [[u8; 16]; 2] =
@@ -456,7 +456,7 @@ fn q5_1(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
 
 #[target_feature(enable = "neon")]
 fn q5_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: usize) {
-    let c = fixed_codes::<32, 4>();
+    let c = code_registers::<32, 4>();
     let (low, sixteen) = (vdupq_n_u8(15), vdupq_n_u8(16));
     // Run s of a super-block: nibble s % 2 of qs[32·(s / 2)..][..32], bit s of qh.
     for_each_block_group::<8, 1, 176, _>(rows, params.fg(), tile, 0..runs, |_, [blk], [p], out| {

@@ -10,8 +10,8 @@ mod sets;
 
 use arith::table_range;
 pub(super) use arith::{
-    code_step, finite_half_to_f32, multiplier, q4k_scales_mins, table_block_max, table_entry,
-    table_fixed, table_set_max, table_value,
+    finite_half_to_f32, fixed_codes, fixed_scales, multiplier, q4k_scales_mins, table_block_max,
+    table_entry, table_fixed, table_set_max, table_value,
 };
 pub(super) use sets::SetOps;
 

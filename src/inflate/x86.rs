@@ -6,7 +6,7 @@
 //! never changes), saturating packs where the scalar code's `as i8`/`clamp` saturate, and
 //! `pmulhrsw`, which is exactly `(x·m + 2¹⁴) >> 15`.
 
-use super::params::{code_step, scaled_codes, table_fixed, TileParams};
+use super::params::{fixed_codes, scaled_codes, table_fixed, TileParams};
 use super::scalar::q4_k_pair_source;
 use super::tile::{for_each_group, for_each_run, Tile};
 use super::{ScanTile, TileKernel};
@@ -249,7 +249,7 @@ mod ssse3 {
     /// The codes `step·q` of [`table16`], eight per register.
     #[target_feature(enable = "ssse3")]
     fn table16_codes() -> [__m128i; 2] {
-        let c: [i16; 16] = std::array::from_fn(|q| (code_step(16) * q as i32) as i16);
+        let c: [i16; 16] = fixed_codes();
         // SAFETY: `c` is 32 readable bytes; unaligned loads.
         unsafe {
             [

@@ -32,8 +32,19 @@ pub(in crate::inflate) fn table_value(c: i32, f: f32, g: f32) -> f32 {
 /// The step between consecutive codes of a fixed-point table of `codes` entries (16: Q4_1,
 /// Q4_K; 32: Q5_1, Q5_K): `2¹⁵/codes`, so that the largest code, `step·(codes - 1)`, fits 16
 /// bits.
-pub(in crate::inflate) const fn code_step(codes: usize) -> i32 {
+const fn code_step(codes: usize) -> i32 {
     32768 / codes as i32
+}
+
+/// The codes `code_step(CODES)·q` of a fixed-point table, in order: the first operand of
+/// [`table_entry`]'s multiply, which every path loads in its own lane order.
+pub(in crate::inflate) fn fixed_codes<const CODES: usize>() -> [i16; CODES] {
+    std::array::from_fn(|q| (code_step(CODES) * q as i32) as i16)
+}
+
+/// The factors of `[f, g]` in [`table_fixed`]: `[2²¹/step, 2⁶]`, powers of two.
+pub(in crate::inflate) const fn fixed_scales(codes: usize) -> [f32; 2] {
+    [(1 << 21) as f32 / code_step(codes) as f32, 64.0]
 }
 
 /// A table type's run parameters in fixed point, `[F, G] = [sat16(rne(f·2²¹/step)),
@@ -43,8 +54,8 @@ pub(in crate::inflate) const fn code_step(codes: usize) -> i32 {
 #[inline(always)]
 pub(in crate::inflate) fn table_fixed<const CODES: usize>([f, g]: [f32; 2]) -> [i16; 2] {
     let sat16 = |x: f32| rne_i32(x.clamp(-32768.0, 32767.0)) as i16;
-    let f_scale = (1 << 21) as f32 / code_step(CODES) as f32;
-    [sat16(f * f_scale), sat16(g * 64.0)]
+    let [f_scale, g_scale] = fixed_scales(CODES);
+    [sat16(f * f_scale), sat16(g * g_scale)]
 }
 
 /// Entry `q` (`0..CODES`) of a table from [`table_fixed`]'s `[F, G]`:

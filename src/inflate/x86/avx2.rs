@@ -4,7 +4,7 @@
 //! run's, lane 1 the next's; Q4_0, Q4_1 and Q5_0 also look both runs up at once and put each
 //! run together with two lane permutes), so that a table costs half the operations.
 
-use super::super::params::{code_step, scaled_codes, table_fixed, TileParams};
+use super::super::params::{fixed_codes, fixed_scales, scaled_codes, table_fixed, TileParams};
 use super::super::tile::{
     for_each_block, for_each_block_group, for_each_row_block_group, Tile, GROUP,
 };
@@ -42,11 +42,10 @@ fn fixed_step(c: __m256i, f: __m256i, g: __m256i) -> __m256i {
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
 fn table16_codes() -> [__m256i; 2] {
-    let step = code_step(16) as i16;
+    let c: [i16; 16] = fixed_codes();
     [0, 8].map(|first| {
-        let c: [i16; 8] = std::array::from_fn(|i| step * (first + i as i16));
-        // SAFETY: `c` is 16 readable bytes; unaligned load.
-        _mm256_broadcastsi128_si256(unsafe { _mm_loadu_si128(c.as_ptr().cast()) })
+        // SAFETY: `c[first..]` is at least 16 readable bytes; unaligned load.
+        _mm256_broadcastsi128_si256(unsafe { _mm_loadu_si128(c[first..].as_ptr().cast()) })
     })
 }
 
@@ -68,7 +67,8 @@ fn table_pair(c: &[__m256i; 2], ab: &[[f32; 2]; 2], inv: __m128) -> __m256i {
     // SAFETY: `ab` is 16 readable bytes; unaligned load.
     let v = _mm_mul_ps(unsafe { _mm_loadu_ps(ab.as_ptr().cast()) }, inv);
     // [F0, G0, F1, G1]: exact products, then rounded to nearest-even and saturated to 16 bits.
-    let v = _mm_mul_ps(v, _mm_setr_ps(1024.0, 64.0, 1024.0, 64.0));
+    let [f_scale, g_scale] = fixed_scales(16);
+    let v = _mm_mul_ps(v, _mm_setr_ps(f_scale, g_scale, f_scale, g_scale));
     let words = _mm_packs_epi32(_mm_cvtps_epi32(v), _mm_setzero_si128());
     let words = _mm256_broadcastsi128_si256(words);
     #[rustfmt::skip]
@@ -568,9 +568,9 @@ pub(super) fn q2_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
 fn five_bit_codes() -> [__m256i; 2] {
-    let codes: [[i16; 16]; 2] = std::array::from_fn(|v| {
-        std::array::from_fn(|i| (1024 * (8 * v + i % 8 + 16 * (i / 8))) as i16)
-    });
+    let c: [i16; 32] = fixed_codes();
+    let codes: [[i16; 16]; 2] =
+        std::array::from_fn(|v| std::array::from_fn(|i| c[8 * v + i % 8 + 16 * (i / 8)]));
     // SAFETY: each of `codes` is 32 readable bytes; unaligned loads.
     codes.map(|c| unsafe { _mm256_loadu_si256(c.as_ptr().cast()) })
 }
@@ -583,10 +583,8 @@ fn five_bit_fixed4(fg: &[[f32; 2]]) -> [[i32; 2]; 4] {
     let fg: &[[f32; 2]; 4] = fg[..4].try_into().expect("four runs");
     // SAFETY: `fg` is 32 readable bytes; unaligned load.
     let v = unsafe { _mm256_loadu_ps(fg.as_ptr().cast()) };
-    let scaled = _mm256_mul_ps(
-        v,
-        _mm256_setr_ps(2048.0, 64.0, 2048.0, 64.0, 2048.0, 64.0, 2048.0, 64.0),
-    );
+    let [f, g] = fixed_scales(32);
+    let scaled = _mm256_mul_ps(v, _mm256_setr_ps(f, g, f, g, f, g, f, g));
     // Saturated to 16 bits: lane 0 holds runs 0 and 1, lane 1 runs 2 and 3.
     let words = _mm256_packs_epi32(_mm256_cvtps_epi32(scaled), _mm256_setzero_si256());
     let doubled = _mm256_unpacklo_epi16(words, words);

@@ -3,7 +3,7 @@
 //! the 128-bit lanes 0, 1 of a vector belong to the first row (its run's weights 0..16, 16..32),
 //! lanes 2, 3 to the second; in-lane operations (`pshufb`, `packs`, `unpack`) then never mix rows.
 
-use super::super::params::{code_step, scaled_codes, table_fixed, TileParams};
+use super::super::params::{fixed_codes, fixed_scales, scaled_codes, table_fixed, TileParams};
 use super::super::tile::{for_each_block_group, for_each_row_block_group, Tile, GROUP};
 use super::super::RUN;
 use crate::quant::GgmlType;
@@ -374,11 +374,10 @@ fn lane_tables(codes: &[__m512i; 2], f: __m512i, g: __m512i) -> __m512i {
 #[inline]
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
 fn lane_codes() -> [__m512i; 2] {
-    let step = code_step(16) as i16;
+    let c: [i16; 16] = fixed_codes();
     [0, 8].map(|first| {
-        let c: [i16; 8] = std::array::from_fn(|i| step * (first + i as i16));
-        // SAFETY: `c` is 16 readable bytes; unaligned load.
-        _mm512_broadcast_i32x4(unsafe { _mm_loadu_si128(c.as_ptr().cast()) })
+        // SAFETY: `c[first..]` is at least 16 readable bytes; unaligned load.
+        _mm512_broadcast_i32x4(unsafe { _mm_loadu_si128(c[first..].as_ptr().cast()) })
     })
 }
 
@@ -727,9 +726,9 @@ pub(super) fn q2_k(rows: &[&[u8]], params: &TileParams, tile: &mut Tile, runs: u
 #[inline]
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
 fn codes32() -> [__m512i; 2] {
-    let codes: [[i16; 32]; 2] = std::array::from_fn(|v| {
-        std::array::from_fn(|i| (1024 * (8 * v + i % 8 + 16 * (i / 8 % 2))) as i16)
-    });
+    let c: [i16; 32] = fixed_codes();
+    let codes: [[i16; 32]; 2] =
+        std::array::from_fn(|v| std::array::from_fn(|i| c[8 * v + i % 8 + 16 * (i / 8 % 2)]));
     // SAFETY: each of `codes` is 64 readable bytes; unaligned loads.
     codes.map(|c| unsafe { _mm512_loadu_si512(c.as_ptr().cast()) })
 }
@@ -739,9 +738,9 @@ fn codes32() -> [__m512i; 2] {
 #[inline]
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
 fn fixed_words<const CODES: usize>(fg: __m512) -> __m512i {
-    let f_scale = (1 << 21) as f32 / code_step(CODES) as f32;
+    let [f_scale, g_scale] = fixed_scales(CODES);
     let scale = _mm512_castpd_ps(_mm512_set1_pd(f64::from_bits(
-        (64f32.to_bits() as u64) << 32 | f_scale.to_bits() as u64,
+        (g_scale.to_bits() as u64) << 32 | f_scale.to_bits() as u64,
     )));
     let fixed = _mm512_cvtps_epi32(_mm512_mul_ps(fg, scale));
     _mm512_packs_epi32(fixed, _mm512_setzero_si512())
